@@ -1,0 +1,25 @@
+"""iokernels: the FlashAttention paper's IO argument, measured.
+
+Import is cheap and works without cupy or a GPU: plans, the model and the simulator run on the CPU.
+"""
+
+from __future__ import annotations
+
+from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, all_plans, make_plan, min_sram
+from .reference import default_scale
+from .units import parse_size
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALGORITHMS",
+    "SCHEDULES",
+    "Plan",
+    "SramTooSmall",
+    "__version__",
+    "all_plans",
+    "default_scale",
+    "make_plan",
+    "min_sram",
+    "parse_size",
+]

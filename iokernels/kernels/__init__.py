@@ -1,0 +1,110 @@
+"""CUDA C sources shipped as package data, and the translation units built from them.
+
+A kernel source ``<name>.cu`` in this folder may ``#include "common.cuh"`` (the counting helpers);
+:func:`build_source` inlines that header after a prelude of ``#define`` lines, so the text it returns
+compiles with no include path of ours, the same text under NVRTC in CI and ``cupy.RawModule`` on a GPU.
+
+Importing this module is cheap: no cupy, no cuda.bindings (compiling lives in :mod:`.nvrtc`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from iokernels.tensors import NUM_TENSORS, TENSOR_INDEX
+
+KERNEL_DIR: Path = Path(__file__).resolve().parent
+HEADER = "common.cuh"
+
+_INCLUDE_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"common\.cuh"[ \t]*$', re.MULTILINE)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class CompileVariant(NamedTuple):
+    """One compilation of a kernel source: its ``#define`` values and template instantiations."""
+
+    defines: Mapping[str, int | str]
+    name_expressions: tuple[str, ...]
+
+
+def _selftest_variants() -> list[CompileVariant]:
+    instances = tuple(f"iok_selftest<{t}>" for t in ("float", "__half", "__nv_bfloat16"))
+    return [CompileVariant({"BLOCK_ROWS": rows}, instances) for rows in (1, 4)]
+
+
+# Source name -> its compile variants. A callable, so entries built from plans import them lazily.
+COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
+    "selftest.cu": _selftest_variants,
+}
+
+
+def list_sources() -> list[str]:
+    """Names of the kernel sources (``*.cu``) shipped in :data:`KERNEL_DIR`, sorted."""
+    return sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
+
+
+def read_source(name: str) -> str:
+    """Text of the ``.cu`` or ``.cuh`` file ``name`` in :data:`KERNEL_DIR`."""
+    available = list_sources() + [HEADER]
+    if name not in available:
+        raise ValueError(f"unknown kernel source {name!r}; available: {', '.join(available)}")
+    return (KERNEL_DIR / name).read_text(encoding="utf-8")
+
+
+def compile_variants(name: str) -> list[CompileVariant]:
+    """Every (defines, name_expressions) the package compiles ``name`` with."""
+    if name not in COMPILE_VARIANTS:
+        raise KeyError(f"kernel source {name!r} has no entry in iokernels.kernels.COMPILE_VARIANTS")
+    return COMPILE_VARIANTS[name]()
+
+
+def flush_scratch_bytes(threads: int) -> int:
+    """Shared memory ``iok_flush`` reuses in a counting build: one u64 per warp.
+
+    The counting build needs at least this much dynamic shared memory; the plain build none.
+    """
+    if threads < 1:
+        raise ValueError(f"threads per block must be >= 1, got {threads}")
+    return (threads + 31) // 32 * 8
+
+
+def _define_line(key: str, value: int | str) -> str:
+    if not _IDENTIFIER.fullmatch(key):
+        raise ValueError(f"define name {key!r} is not a C identifier")
+    if key.startswith("IOK_"):
+        raise ValueError(f"define name {key!r}: the IOK_ prefix is reserved for build_source")
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, (int, str)):
+        raise TypeError(f"define {key}: value must be int or str, got {type(value).__name__}")
+    text = str(value)
+    if not text or "\n" in text or "\r" in text or text.endswith("\\"):
+        raise ValueError(f"define {key}: value {text!r} must be one non-empty line")
+    return f"#define {key} {text}"
+
+
+def build_source(name: str, defines: Mapping[str, int | str], counting: bool) -> str:
+    """The full translation unit for kernel source ``name``.
+
+    A prelude of ``#define`` lines (``defines``, ``IOK_NUM_TENSORS``, ``IOK_T_<tensor>`` for every
+    tensor of :mod:`iokernels.tensors`, and ``IOK_COUNT`` only when ``counting``), then common.cuh,
+    then the kernel source. ``#line`` directives keep compiler messages pointing at the real files.
+    """
+    if not name.endswith(".cu"):
+        raise ValueError(f"kernel source name must end in .cu, got {name!r}")
+    kernel = read_source(name)
+    # Blank, not removed, so the kernel's line numbers stay right.
+    kernel = _INCLUDE_HEADER.sub("", kernel)
+    lines = [_define_line(k, v) for k, v in defines.items()]
+    lines.append(f"#define IOK_NUM_TENSORS {NUM_TENSORS}")
+    lines += [f"#define IOK_T_{tensor} {index}" for tensor, index in TENSOR_INDEX.items()]
+    if counting:
+        lines.append("#define IOK_COUNT 1")
+    lines.append(f'#line 1 "{HEADER}"')
+    lines.append(read_source(HEADER).rstrip("\n"))
+    lines.append(f'#line 1 "{name}"')
+    lines.append(kernel)
+    return "\n".join(lines)

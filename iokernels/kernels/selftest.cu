@@ -1,0 +1,50 @@
+// Self-test of common.cuh, used the way the attention kernels use it: a ragged tile staged through
+// shared memory, a float atomic, and the counter flush reusing the tile's shared memory.
+//
+//   O[r, j] = scale * Q[r, cols - 1 - j]    (each row reversed, so a thread stores what another loaded)
+//   dQacc[0] += sum(Q)                       (one atomic per warp that loaded anything)
+//
+// Launch: grid = ceil(rows / BLOCK_ROWS), block = a multiple of 32 threads,
+// dynamic shared memory = max(BLOCK_ROWS * cols * 4, IOK_FLUSH_SCRATCH_BYTES(threads)) bytes.
+// Expected bytes: Q read = O written = rows * cols * sizeof(T); dQacc 4 read + 4 written per atomic.
+#include "common.cuh"
+
+#ifndef BLOCK_ROWS
+#error "BLOCK_ROWS comes from the compile variant"
+#endif
+
+template <typename T>
+__global__ void iok_selftest(const T* __restrict__ q, T* __restrict__ o, float* __restrict__ dqacc,
+                             int rows, int cols, float scale,
+                             unsigned long long* __restrict__ iok_counters)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* tile = reinterpret_cast<float*>(smem);
+    IokCounters c;
+
+    const int row0 = blockIdx.x * BLOCK_ROWS;
+    const int n = min(BLOCK_ROWS, rows - row0) * cols;  // the last tile is ragged: load only real rows
+    const size_t base = static_cast<size_t>(row0) * cols;
+
+    // Qi -> SRAM in float, whatever T is; the partial sum rides along.
+    float partial = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float x = static_cast<float>(iok_ld<IOK_T_Q>(c, q + base + i));
+        tile[i] = x;
+        partial += x;
+    }
+    __syncthreads();  // each output element reads a tile element another thread loaded
+
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int r = i / cols;
+        const int j = i - r * cols;
+        iok_st<IOK_T_O>(c, o + base + i, T(scale * tile[r * cols + cols - 1 - j]));
+    }
+
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) partial += __shfl_down_sync(0xffffffffu, partial, off);
+    const bool warp_loaded = __any_sync(0xffffffffu, static_cast<int>(threadIdx.x) < n);
+    if ((threadIdx.x & 31u) == 0 && warp_loaded) iok_atomic_add<IOK_T_dQacc>(c, dqacc, partial);
+
+    iok_flush(c, iok_counters, smem);
+}

@@ -1,0 +1,300 @@
+"""The IO model: sympy expressions of HBM bytes per algorithm, schedule, pass, stage and tensor.
+
+``io_exprs`` gives exact bytes as functions of the problem and the plan's tiles (ceilings kept,
+ragged N, N_q != N_k, the batch*heads factor ``BH``); :func:`exact` evaluates them for a
+:class:`~iokernels.plan.Plan` and must equal the kernels' and the simulator's counters byte for
+byte. :func:`theta_expr` drops the ceilings and puts the paper's ideal tiles (B = M/4d, in
+elements) in place of the plan's, giving the Θ forms with the constant each schedule implies:
+Θ(Nd + N²) for standard attention, Θ(N²d²/M) for FlashAttention.
+
+Counting rules (``DESIGN.md``): every load counts, re-reads included; only in-range elements count;
+atomics count as a read and a write. FLOPs are matrix-product FLOPs (2 per multiply-add), the
+FlashAttention-2 convention; the softmax's elementwise work is not counted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import sympy as sp
+
+from .plan import FLOAT32_TENSORS, SCHEDULES, Plan
+from .specs import GpuSpec
+from .tensors import TENSORS
+from .units import ACC_ITEMSIZE
+
+
+def _pos(name: str) -> sp.Symbol:
+    return sp.Symbol(name, positive=True, integer=True)
+
+
+N_q, N_k, d, BH, e = _pos("N_q"), _pos("N_k"), _pos("d"), _pos("BH"), _pos("e")
+B_r, B_c, BM, BN = _pos("B_r"), _pos("B_c"), _pos("BM"), _pos("BN")
+M = sp.Symbol("M", positive=True)  # SRAM size in elements, as in the paper
+N = _pos("N")  # N_q = N_k = N, for the Θ forms
+
+T_r = sp.ceiling(N_q / B_r)
+T_c = sp.ceiling(N_k / B_c)
+
+IoTable = dict[str, dict[str, tuple[sp.Expr, sp.Expr]]]  # stage -> tensor -> (read, write) bytes
+
+
+def _size(tensor: str) -> sp.Expr:
+    return sp.Integer(ACC_ITEMSIZE) if tensor in FLOAT32_TENSORS else e
+
+
+class _Stage:
+    def __init__(self) -> None:
+        self.io: dict[str, list[sp.Expr]] = defaultdict(lambda: [sp.Integer(0), sp.Integer(0)])
+
+    def read(self, tensor: str, elements: sp.Expr) -> _Stage:
+        self.io[tensor][0] += BH * elements * _size(tensor)
+        return self
+
+    def write(self, tensor: str, elements: sp.Expr) -> _Stage:
+        self.io[tensor][1] += BH * elements * _size(tensor)
+        return self
+
+    def gemm(self, a: str, b: str, c: str, m: sp.Expr, n: sp.Expr, k: sp.Expr) -> _Stage:
+        # C (m x n) = A (m x k) B (k x n) with BM x BN output tiles: each block reads its
+        # A row panel and its B column panel once, whatever the k-slice size.
+        return self.read(a, m * k * sp.ceiling(n / BN)).read(b, k * n * sp.ceiling(m / BM)).write(c, m * n)
+
+
+def _standard_fwd() -> dict[str, _Stage]:
+    return {
+        "qk": _Stage().gemm("Q", "K", "S", N_q, N_k, d),
+        "rowmax": _Stage().read("S", N_q * N_k).write("m", N_q),
+        "rowsum": _Stage().read("S", N_q * N_k).read("m", N_q).write("l", N_q),
+        "normalize": _Stage().read("S", N_q * N_k).read("m", N_q).read("l", N_q).write("P", N_q * N_k),
+        "pv": _Stage().gemm("P", "V", "O", N_q, d, N_k),
+    }
+
+
+def _standard_bwd() -> dict[str, _Stage]:
+    return {
+        "dv": _Stage().gemm("P", "dO", "dV", N_k, d, N_q),
+        "dp": _Stage().gemm("dO", "V", "dP", N_q, N_k, d),
+        "rowdot": _Stage().read("P", N_q * N_k).read("dP", N_q * N_k).write("D", N_q),
+        "ds": _Stage().read("P", N_q * N_k).read("dP", N_q * N_k).read("D", N_q).write("dS", N_q * N_k),
+        "dq": _Stage().gemm("dS", "K", "dQ", N_q, d, N_k),
+        "dk": _Stage().gemm("dS", "Q", "dK", N_k, d, N_q),
+    }
+
+
+def _two_pass(schedule: str) -> dict[str, _Stage]:
+    stats = _Stage().read("Q", N_q * d).read("K", N_k * d * T_r).write("m", N_q).write("l", N_q)
+    output = _Stage().read("m", N_q).read("l", N_q).read("V", N_k * d * T_r).write("O", N_q * d)
+    if schedule == "store":
+        stats.write("S", N_q * N_k)
+        output.read("S", N_q * N_k)
+    else:
+        output.read("Q", N_q * d).read("K", N_k * d * T_r)
+    return {"stats": stats, "output": output}
+
+
+def _flash_kv_outer_fwd() -> dict[str, _Stage]:
+    main = _Stage().read("K", N_k * d).read("V", N_k * d).read("Q", N_q * d * T_c)
+    for tensor, width in (("O", d), ("l", 1), ("m", 1)):
+        main.read(tensor, N_q * width * T_c).write(tensor, N_q * width * T_c)
+    return {"init": _Stage().write("O", N_q * d).write("m", N_q).write("l", N_q), "main": main}
+
+
+def _flash_q_outer_fwd() -> dict[str, _Stage]:
+    main = (_Stage().read("Q", N_q * d).read("K", N_k * d * T_r).read("V", N_k * d * T_r)
+            .write("O", N_q * d).write("lse", N_q))
+    return {"main": main}
+
+
+def _flash_bwd() -> dict[str, _Stage]:
+    main = (_Stage().read("K", N_k * d).read("V", N_k * d)
+            .read("Q", N_q * d * T_c).read("dO", N_q * d * T_c)
+            .read("lse", N_q * T_c).read("D", N_q * T_c)
+            .read("dQacc", N_q * d * T_c).write("dQacc", N_q * d * T_c)  # atomic adds
+            .write("dK", N_k * d).write("dV", N_k * d))
+    return {
+        "prep": _Stage().read("dO", N_q * d).read("O", N_q * d).write("D", N_q).write("dQacc", N_q * d),
+        "main": main,
+        "dq": _Stage().read("dQacc", N_q * d).write("dQ", N_q * d),
+    }
+
+
+_BUILDERS = {
+    ("standard", "default", "fwd"): _standard_fwd,
+    ("standard", "default", "bwd"): _standard_bwd,
+    ("two_pass", "store", "fwd"): lambda: _two_pass("store"),
+    ("two_pass", "recompute", "fwd"): lambda: _two_pass("recompute"),
+    ("flash", "kv_outer", "fwd"): _flash_kv_outer_fwd,
+    ("flash", "q_outer", "fwd"): _flash_q_outer_fwd,
+    ("flash", "kv_outer", "bwd"): _flash_bwd,
+}
+assert set(_BUILDERS) == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
+
+_MATMULS = {  # matrix products of shape N_q x N_k x d per pass
+    ("standard", "default", "fwd"): 2, ("standard", "default", "bwd"): 4,
+    ("two_pass", "store", "fwd"): 2, ("two_pass", "recompute", "fwd"): 3,
+    ("flash", "kv_outer", "fwd"): 2, ("flash", "q_outer", "fwd"): 2,
+    ("flash", "kv_outer", "bwd"): 5,
+}
+_ORDER = {
+    ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
+    ("two_pass", "store", "fwd"): "Θ(Nd + N² + N²d²/M)", ("two_pass", "recompute", "fwd"): "Θ(N²d²/M)",
+    ("flash", "kv_outer", "fwd"): "Θ(N²d²/M)", ("flash", "q_outer", "fwd"): "Θ(N²d²/M)",
+    ("flash", "kv_outer", "bwd"): "Θ(N²d²/M)",
+}
+_EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
+    ("standard", "default", "fwd"): ("S", "P", "m", "l"),
+    ("standard", "default", "bwd"): ("dP", "dS", "D"),
+    ("two_pass", "store", "fwd"): ("S", "m", "l"),
+    ("two_pass", "recompute", "fwd"): ("m", "l"),
+    ("flash", "kv_outer", "fwd"): ("m", "l"),
+    ("flash", "q_outer", "fwd"): ("lse",),
+    ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
+}
+_SHAPES = {"S": N_q * N_k, "P": N_q * N_k, "dP": N_q * N_k, "dS": N_q * N_k,
+           "m": N_q, "l": N_q, "lse": N_q, "D": N_q, "dQacc": N_q * d}
+
+
+def io_exprs(algorithm: str, schedule: str, direction: str) -> IoTable:
+    """Exact bytes read and written, per stage and tensor, as sympy expressions."""
+    stages = _BUILDERS[(algorithm, schedule, direction)]()
+    return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
+            for name, st in stages.items()}
+
+
+def total_exprs(algorithm: str, schedule: str, direction: str) -> tuple[sp.Expr, sp.Expr]:
+    read = write = sp.Integer(0)
+    for tensors in io_exprs(algorithm, schedule, direction).values():
+        for r, w in tensors.values():
+            read, write = read + r, write + w
+    return read, write
+
+
+def _ideal_tiles(algorithm: str, schedule: str, direction: str) -> dict:
+    big, small = M / (4 * d), sp.Min(M / (4 * d), d)
+    if algorithm == "standard":
+        return {}
+    if (algorithm, schedule) in {("flash", "kv_outer")}:
+        return {B_c: big, B_r: small}
+    return {B_r: big, B_c: small}
+
+
+def theta_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
+    """Total bytes without ceilings, with the paper's tile rule B = M/4d in place of the plan's.
+
+    For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
+    """
+    read, write = total_exprs(algorithm, schedule, direction)
+    expr = (read + write).replace(sp.ceiling, lambda x: x)
+    return sp.simplify(expr.subs(_ideal_tiles(algorithm, schedule, direction)))
+
+
+def order(algorithm: str, schedule: str, direction: str) -> str:
+    return _ORDER[(algorithm, schedule, direction)]
+
+
+def flops_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
+    return 2 * _MATMULS[(algorithm, schedule, direction)] * BH * N_q * N_k * d
+
+
+def footprint_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
+    """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N))."""
+    return sum((BH * _SHAPES[t] * _size(t) for t in _EXTRA[(algorithm, schedule, direction)]), sp.Integer(0))
+
+
+def plan_values(plan: Plan) -> dict:
+    values = {N_q: plan.N_q, N_k: plan.N_k, d: plan.d, BH: plan.bh, e: plan.itemsize,
+              M: sp.Rational(plan.sram_bytes, plan.itemsize)}
+    tile = plan.tile
+    for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
+        if key in tile:
+            values[sym] = tile[key]
+    return values
+
+
+def _key(plan: Plan) -> tuple[str, str, str]:
+    return plan.algorithm, plan.schedule, plan.direction
+
+
+def _int(expr: sp.Expr, values: dict) -> int:
+    value = sp.sympify(expr).subs(values)
+    if not value.is_Integer:
+        raise AssertionError(f"exact byte count did not evaluate to an integer: {value}")
+    return int(value)
+
+
+def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
+    """Exact bytes (read, written) per stage and tensor for this plan."""
+    values = plan_values(plan)
+    return {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
+            for stage, tensors in io_exprs(*_key(plan)).items()}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Everything the model says about one plan."""
+
+    plan: Plan
+    stages: dict[str, dict[str, tuple[int, int]]]
+    theta_bytes: float
+    flops: int
+    footprint_bytes: int
+
+    @property
+    def per_tensor(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for tensors in self.stages.values():
+            for t, (r, w) in tensors.items():
+                out[t][0] += r
+                out[t][1] += w
+        return {t: (rw[0], rw[1]) for t, rw in sorted(out.items(), key=lambda kv: TENSORS.index(kv[0]))}
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(r for r, _ in self.per_tensor.values())
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(w for _, w in self.per_tensor.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of HBM traffic."""
+        return self.flops / self.total_bytes
+
+    def roofline_seconds(self, spec: GpuSpec) -> float:
+        return max(self.flops / spec.peak_flops(self.plan.dtype), self.total_bytes / spec.hbm_bytes_per_s)
+
+
+def predict(plan: Plan) -> Prediction:
+    values = plan_values(plan)
+    key = _key(plan)
+    return Prediction(
+        plan=plan,
+        stages=exact(plan),
+        theta_bytes=float(theta_expr(*key).subs(values)),
+        flops=_int(flops_expr(*key), values),
+        footprint_bytes=_int(footprint_expr(*key), values),
+    )
+
+
+def formulas(algorithm: str, schedule: str, direction: str, *, latex: bool = False,
+             per_tensor: bool = False) -> list[tuple[str, str]]:
+    """(label, formula) pairs: total read, write and Θ bytes, and optionally each tensor's."""
+    show = sp.latex if latex else (lambda x: sp.pretty(x, use_unicode=True))
+    read, write = total_exprs(algorithm, schedule, direction)
+    out = [("read", show(sp.simplify(read))), ("write", show(sp.simplify(write))),
+           (f"theta {order(algorithm, schedule, direction)}", show(theta_expr(algorithm, schedule, direction)))]
+    if per_tensor:
+        for stage, tensors in io_exprs(algorithm, schedule, direction).items():
+            for t, (r, w) in tensors.items():
+                if r != 0:
+                    out.append((f"{stage} {t} read", show(r)))
+                if w != 0:
+                    out.append((f"{stage} {t} write", show(w)))
+    return out

@@ -1,0 +1,412 @@
+"""Tiling plans: the one place where tile sizes, grids, threads and shared memory are decided.
+
+Kernels, the CPU simulator and the model all read a :class:`Plan`; no tile size is written down
+anywhere else. ``M`` (``sram_bytes``) is in bytes. Every stage's shared-memory layout is listed
+buffer by buffer, and the plan guarantees its total never exceeds ``M`` (nor the GPU's per-block
+limit when one is given).
+
+Tile rules (M_el = M / itemsize, the paper's M in elements):
+
+* ``flash``/``kv_outer`` (paper Algorithm 1) and the ``flash`` backward: B_c = ceil(M_el / 4d),
+  B_r = min(B_c, d); when the buffers do not fit in M, B_c shrinks first, keeping B_c >= B_r, then B_r.
+* ``flash``/``q_outer`` (FlashAttention-2 order) and ``two_pass``: the same rule with the roles
+  swapped (the Q block is the resident one): B_r = ceil(M_el / 4d), B_c = min(B_r, d).
+* ``standard``: tiled matrix products with square output tiles (128, 64, 32 or 16, the largest
+  that fits) and row-wise softmax kernels; its traffic does not depend on M beyond that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .units import ACC_ITEMSIZE, check_dtype, itemsize
+
+SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("standard", "fwd"): ("default",),
+    ("standard", "bwd"): ("default",),
+    ("two_pass", "fwd"): ("store", "recompute"),
+    ("flash", "fwd"): ("kv_outer", "q_outer"),
+    ("flash", "bwd"): ("kv_outer",),
+}
+ALGORITHMS = ("standard", "two_pass", "flash")
+DEFAULT_SCHEDULE = {"standard": "default", "two_pass": "store", "flash": "q_outer"}
+D_MIN, D_MAX, D_MULTIPLE = 16, 256, 8
+THREADS = 256
+ROWWISE_THREADS = 256
+GEMM_TILES = (128, 64, 32, 16)
+GEMM_BK = 32
+GEMM_PIPELINE_STAGES = 2
+SMEM_ALIGN = 16
+
+# Tensors stored in float32 whatever the input dtype; all others use the input dtype.
+FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc"})
+
+
+def _align(n: int) -> int:
+    return -(-n // SMEM_ALIGN) * SMEM_ALIGN
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One kernel launch of a plan."""
+
+    name: str
+    kernel: str
+    grid: tuple[int, int, int]
+    threads: int
+    smem: tuple[tuple[str, int, int], ...]  # (buffer, offset, bytes)
+
+    @property
+    def smem_bytes(self) -> int:
+        return max((off + size for _, off, size in self.smem), default=0)
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kernel": self.kernel,
+            "grid": list(self.grid),
+            "threads": self.threads,
+            "smem_bytes": self.smem_bytes,
+            "smem_layout": {name: [off, size] for name, off, size in self.smem},
+        }
+
+
+def _layout(buffers: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
+    out, offset = [], 0
+    for name, size in buffers:
+        out.append((name, offset, size))
+        offset = _align(offset + size)
+    return tuple(out)
+
+
+def _layout_bytes(buffers: list[tuple[str, int]]) -> int:
+    return max((off + size for _, off, size in _layout(buffers)), default=0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Tiles, grid and shared memory of one algorithm, schedule and direction."""
+
+    algorithm: str
+    schedule: str
+    direction: str  # "fwd" | "bwd"
+    N_q: int
+    N_k: int
+    d: int
+    dtype: str
+    sram_bytes: int
+    batch: int
+    heads: int
+    tiles: tuple[tuple[str, int], ...]
+    stages: tuple[Stage, ...]
+
+    @property
+    def tile(self) -> dict[str, int]:
+        return dict(self.tiles)
+
+    @property
+    def bh(self) -> int:
+        return self.batch * self.heads
+
+    @property
+    def smem_bytes(self) -> int:
+        return max(s.smem_bytes for s in self.stages)
+
+    @property
+    def itemsize(self) -> int:
+        return itemsize(self.dtype)
+
+    @property
+    def sram_elements(self) -> int:
+        return self.sram_bytes // self.itemsize
+
+    def tensor_itemsize(self, tensor: str) -> int:
+        return ACC_ITEMSIZE if tensor in FLOAT32_TENSORS else self.itemsize
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def label(self) -> str:
+        return f"{self.algorithm}/{self.schedule}/{self.direction}"
+
+    def describe_tiles(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.tiles)
+
+    def as_dict(self) -> dict:
+        return {
+            "algorithm": self.algorithm,
+            "schedule": self.schedule,
+            "pass": self.direction,
+            "tiles": dict(self.tiles),
+            "smem_bytes": self.smem_bytes,
+            "stages": [s.as_dict() for s in self.stages],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# shared-memory layouts per kernel family (bytes as functions of tiles)
+
+def _gemm_buffers(bm: int, bn: int, bk: int, e: int) -> list[tuple[str, int]]:
+    # A and B tiles, double-buffered so the next k-slice loads while this one multiplies
+    return [("A", GEMM_PIPELINE_STAGES * bm * bk * e), ("B", GEMM_PIPELINE_STAGES * bk * bn * e)]
+
+
+def _rowwise_buffers() -> list[tuple[str, int]]:
+    # one 8-byte partial per warp for block reductions
+    return [("partials", ROWWISE_THREADS // 32 * 8)]
+
+
+def _flash_fwd_buffers(br: int, bc: int, d: int, e: int) -> list[tuple[str, int]]:
+    f = ACC_ITEMSIZE
+    return [("Q", br * d * e), ("K", bc * d * e), ("V", bc * d * e), ("O", br * d * f),
+            ("S", br * bc * f), ("m", br * f), ("l", br * f)]
+
+
+def _two_pass_stats_buffers(br: int, bc: int, d: int, e: int) -> list[tuple[str, int]]:
+    f = ACC_ITEMSIZE
+    return [("Q", br * d * e), ("K", bc * d * e), ("S", br * bc * f), ("m", br * f), ("l", br * f)]
+
+
+def _two_pass_store_output_buffers(br: int, bc: int, d: int, e: int) -> list[tuple[str, int]]:
+    f = ACC_ITEMSIZE
+    return [("S", br * bc * f), ("V", bc * d * e), ("O", br * d * f), ("m", br * f), ("l", br * f)]
+
+
+def _flash_bwd_buffers(br: int, bc: int, d: int, e: int) -> list[tuple[str, int]]:
+    f = ACC_ITEMSIZE
+    return [("K", bc * d * e), ("V", bc * d * e), ("dK", bc * d * f), ("dV", bc * d * f),
+            ("Q", br * d * e), ("dO", br * d * e), ("P", br * bc * f), ("dS", br * bc * f),
+            ("lse", br * f), ("D", br * f)]
+
+
+_BLOCK_BUFFERS: dict[tuple[str, str, str], list[Callable[[int, int, int, int], list]]] = {
+    ("flash", "kv_outer", "fwd"): [_flash_fwd_buffers],
+    ("flash", "q_outer", "fwd"): [_flash_fwd_buffers],
+    ("two_pass", "store", "fwd"): [_two_pass_stats_buffers, _two_pass_store_output_buffers],
+    ("two_pass", "recompute", "fwd"): [_two_pass_stats_buffers, _flash_fwd_buffers],
+    ("flash", "kv_outer", "bwd"): [_flash_bwd_buffers],
+}
+_Q_RESIDENT = {("flash", "q_outer", "fwd"), ("two_pass", "store", "fwd"),
+               ("two_pass", "recompute", "fwd")}
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+def check_problem(N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1) -> str:
+    for name, value in (("N_q", N_q), ("N_k", N_k), ("batch", batch), ("heads", heads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not isinstance(d, int) or not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
+        raise ValueError(
+            f"unsupported head dimension d={d!r}: expected a multiple of {D_MULTIPLE} "
+            f"from {D_MIN} to {D_MAX}"
+        )
+    return check_dtype(dtype)
+
+
+def check_schedule(algorithm: str, schedule: str | None, direction: str) -> str:
+    if direction not in ("fwd", "bwd"):
+        raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+    allowed = SCHEDULES.get((algorithm, direction))
+    if allowed is None:
+        raise ValueError(f"algorithm {algorithm!r} has no {direction} pass")
+    if schedule is None:
+        schedule = DEFAULT_SCHEDULE[algorithm] if DEFAULT_SCHEDULE[algorithm] in allowed else allowed[0]
+    if schedule not in allowed:
+        raise ValueError(
+            f"unknown schedule {schedule!r} for {algorithm} {direction}: expected one of {', '.join(allowed)}"
+        )
+    return schedule
+
+
+class SramTooSmall(ValueError):
+    """No tiling of this plan fits in M; ``min_bytes`` is the smallest M that works."""
+
+    def __init__(self, label: str, sram_bytes: int, min_bytes: int, detail: str):
+        self.min_bytes = min_bytes
+        super().__init__(
+            f"--sram {sram_bytes} bytes is too small for {label} ({detail}); "
+            f"the smallest M that works is {min_bytes} bytes"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# tile selection
+
+def _fit_largest(upper: int, fits: Callable[[int], bool]) -> int:
+    """Largest x in [1, upper] with fits(x) (monotone: fits(x) implies fits(x - 1)), else 0."""
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _block_tiles(key: tuple[str, str, str], d: int, e: int, sram: int) -> tuple[int, int]:
+    """(B_r, B_c) by the paper's rule, shrunk until every stage's buffers fit in ``sram``."""
+    families = _BLOCK_BUFFERS[key]
+
+    def smem(br: int, bc: int) -> int:
+        return max(_layout_bytes(f(br, bc, d, e)) for f in families)
+
+    label = "/".join(key)
+    min_bytes = smem(1, 1)
+    if min_bytes > sram:
+        raise SramTooSmall(label, sram, min_bytes, f"d={d}, {e}-byte elements, tiles B_r=B_c=1")
+    big = max(1, _cdiv(sram // e, 4 * d))
+    small = min(big, d)
+    if key in _Q_RESIDENT:
+        # the Q block (B_r rows) is resident; K/V stream in blocks of B_c <= B_r
+        for bc in range(small, 0, -1):
+            br = _fit_largest(big, lambda r, bc=bc: smem(r, bc) <= sram)
+            if br >= bc:
+                return br, bc
+    else:
+        # the K/V block (B_c rows) is resident; Q/O stream in blocks of B_r <= B_c
+        for br in range(small, 0, -1):
+            bc = _fit_largest(big, lambda c, br=br: smem(br, c) <= sram)
+            if bc >= br:
+                return br, bc
+    raise AssertionError("unreachable: B_r = B_c = 1 fits")  # pragma: no cover
+
+
+def _gemm_tiles(e: int, sram: int, label: str) -> tuple[int, int, int]:
+    for t in GEMM_TILES:
+        for bk in (GEMM_BK, 16, 8):
+            if max(_layout_bytes(_gemm_buffers(t, t, bk, e)), _layout_bytes(_rowwise_buffers())) <= sram:
+                return t, t, bk
+    t, bk = GEMM_TILES[-1], 8
+    need = max(_layout_bytes(_gemm_buffers(t, t, bk, e)), _layout_bytes(_rowwise_buffers()))
+    raise SramTooSmall(label, sram, need, f"{e}-byte elements, tiles {t}x{t}x{bk}")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def make_plan(
+    algorithm: str,
+    schedule: str | None = None,
+    *,
+    N_q: int,
+    N_k: int | None = None,
+    d: int,
+    dtype: str = "float32",
+    sram: int,
+    batch: int = 1,
+    heads: int = 1,
+    direction: str = "fwd",
+    smem_limit: int | None = None,
+) -> Plan:
+    """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
+
+    ``sram`` is M in bytes; ``smem_limit`` is the GPU's per-block shared-memory limit (bytes).
+    Raises ValueError (SramTooSmall when no tiling fits, naming the smallest M that works).
+    """
+    N_k = N_q if N_k is None else N_k
+    dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
+    schedule = check_schedule(algorithm, schedule, direction)
+    if not isinstance(sram, int) or sram <= 0:
+        raise ValueError(f"sram must be a positive number of bytes, got {sram!r}")
+    if smem_limit is not None and sram > smem_limit:
+        raise ValueError(
+            f"--sram {sram} bytes exceeds the GPU's per-block shared-memory limit of {smem_limit} bytes"
+        )
+    e = itemsize(dtype)
+    bh = batch * heads
+    key = (algorithm, schedule, direction)
+    common = dict(algorithm=algorithm, schedule=schedule, direction=direction, N_q=N_q, N_k=N_k,
+                  d=d, dtype=dtype, sram_bytes=sram, batch=batch, heads=heads)
+
+    if algorithm == "standard":
+        bm, bn, bk = _gemm_tiles(e, sram, "/".join(key))
+        gemm_smem = _layout(_gemm_buffers(bm, bn, bk, e))
+        row_smem = _layout(_rowwise_buffers())
+
+        def gemm(name: str, m: int, n: int) -> Stage:
+            return Stage(name, "gemm", (_cdiv(n, bn), _cdiv(m, bm), bh), THREADS, gemm_smem)
+
+        def rowwise(name: str) -> Stage:
+            return Stage(name, name, (N_q, 1, bh), ROWWISE_THREADS, row_smem)
+
+        if direction == "fwd":
+            stages = (gemm("qk", N_q, N_k), rowwise("rowmax"), rowwise("rowsum"),
+                      rowwise("normalize"), gemm("pv", N_q, d))
+        else:
+            stages = (gemm("dv", N_k, d), gemm("dp", N_q, N_k), rowwise("rowdot"), rowwise("ds"),
+                      gemm("dq", N_q, d), gemm("dk", N_k, d))
+        tiles = (("BM", bm), ("BN", bn), ("BK", bk), ("rows_per_block", 1))
+        return Plan(**common, tiles=tiles, stages=stages)
+
+    br, bc = _block_tiles(key, d, e, sram)
+    tr, tc = _cdiv(N_q, br), _cdiv(N_k, bc)
+    fams = [_layout(f(br, bc, d, e)) for f in _BLOCK_BUFFERS[key]]
+    if key == ("flash", "kv_outer", "fwd"):
+        # Algorithm 1 literally: one block per (batch, head) owns the sequential j loop, so K_j and
+        # V_j are read once; O, l, m start in HBM (the init stage) and make a round trip per j.
+        stages = (Stage("init", "flash_init", (N_q, 1, bh), ROWWISE_THREADS, _layout(_rowwise_buffers())),
+                  Stage("main", "flash_kv_outer", (1, 1, bh), THREADS, fams[0]))
+    elif key == ("flash", "q_outer", "fwd"):
+        stages = (Stage("main", "flash_q_outer", (tr, 1, bh), THREADS, fams[0]),)
+    elif algorithm == "two_pass":
+        second = "two_pass_store_output" if schedule == "store" else "two_pass_recompute_output"
+        stages = (Stage("stats", f"two_pass_stats_{schedule}", (tr, 1, bh), THREADS, fams[0]),
+                  Stage("output", second, (tr, 1, bh), THREADS, fams[1]))
+    else:  # flash backward
+        row_smem = _layout(_rowwise_buffers())
+        stages = (Stage("prep", "flash_bwd_prep", (N_q, 1, bh), ROWWISE_THREADS, row_smem),
+                  Stage("main", "flash_bwd_kv_outer", (tc, 1, bh), THREADS, fams[0]),
+                  Stage("dq", "flash_bwd_dq", (N_q, 1, bh), ROWWISE_THREADS, row_smem))
+    tiles = (("Br", br), ("Bc", bc), ("Tr", tr), ("Tc", tc))
+    plan = Plan(**common, tiles=tiles, stages=stages)
+    assert plan.smem_bytes <= sram, (plan.smem_bytes, sram)
+    return plan
+
+
+def all_plans(
+    *,
+    N_q: int,
+    N_k: int | None = None,
+    d: int,
+    dtype: str = "float32",
+    sram: int,
+    batch: int = 1,
+    heads: int = 1,
+    backward: bool = False,
+    smem_limit: int | None = None,
+) -> list[Plan]:
+    """Every algorithm and schedule (forward, plus backward when asked), in display order."""
+    directions = ("fwd", "bwd") if backward else ("fwd",)
+    plans = []
+    for algorithm in ALGORITHMS:
+        for direction in directions:
+            for schedule in SCHEDULES.get((algorithm, direction), ()):
+                plans.append(make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype,
+                                       sram=sram, batch=batch, heads=heads, direction=direction,
+                                       smem_limit=smem_limit))
+    return plans
+
+
+def min_sram(algorithm: str, schedule: str | None = None, *, d: int, dtype: str = "float32",
+             direction: str = "fwd") -> int:
+    """The smallest M (bytes) for which :func:`make_plan` finds a tiling."""
+    try:
+        make_plan(algorithm, schedule, N_q=1, d=d, dtype=dtype, sram=1, direction=direction)
+    except SramTooSmall as exc:
+        return exc.min_bytes
+    return 1  # pragma: no cover

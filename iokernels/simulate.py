@@ -1,0 +1,314 @@
+"""CPU simulator: each plan executed tile by tile in numpy, in the order the kernels run it.
+
+It is the executable specification of every schedule. Arithmetic is float64 (so outputs match the
+reference to ~1e-13), while bytes are counted at the plan's storage dtypes, by DESIGN.md's rules:
+every :meth:`Hbm.load`/:meth:`Hbm.store` counts the elements it actually moves, re-reads included;
+ragged edge tiles count only their in-range elements; an atomic add counts a read and a write.
+Thread blocks that run side by side on the GPU are independent, so the simulator may process
+rows of independent blocks together (row-wise stages) and always vectorizes over batch*heads.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import reference
+from .plan import Plan
+from .tensors import TENSORS
+
+ALL = slice(None)
+
+
+class Hbm:
+    """Global memory of one simulated run: named float64 arrays and per-stage byte counters."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.arrays: dict[str, np.ndarray] = {}
+        self.counts: dict[str, dict[str, list[int]]] = {}
+        self._stage: dict[str, list[int]] | None = None
+
+    def put(self, name: str, array: np.ndarray) -> None:
+        """Place an input in HBM (the upload is not a kernel access, so it is not counted)."""
+        self.arrays[name] = np.array(array, dtype=np.float64)
+
+    def alloc(self, name: str, shape: tuple[int, ...]) -> None:
+        """Allocate an output poisoned with NaN, so an element no stage writes shows up."""
+        self.arrays[name] = np.full(shape, np.nan)
+
+    def begin(self, stage: str) -> None:
+        self._stage = self.counts.setdefault(stage, defaultdict(lambda: [0, 0]))
+
+    def _count(self, name: str, elements: int, read: int, write: int) -> None:
+        size = elements * self.plan.tensor_itemsize(name)
+        self._stage[name][0] += read * size
+        self._stage[name][1] += write * size
+
+    def load(self, name: str, index: tuple) -> np.ndarray:
+        tile = np.array(self.arrays[name][index])
+        self._count(name, tile.size, 1, 0)
+        return tile
+
+    def store(self, name: str, index: tuple, value: np.ndarray) -> None:
+        target = self.arrays[name][index]
+        target[...] = value
+        self._count(name, target.size, 0, 1)
+
+    def atomic_add(self, name: str, index: tuple, value: np.ndarray) -> None:
+        target = self.arrays[name][index]
+        target += value
+        self._count(name, target.size, 1, 1)
+
+
+def _blocks(n: int, b: int) -> list[slice]:
+    return [slice(i, min(i + b, n)) for i in range(0, n, b)]
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2)
+
+
+# ---------------------------------------------------------------------------------------------
+# standard attention (paper Algorithms 0 and 3)
+
+def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float = 1.0,
+          a_t: bool = False, b_t: bool = False) -> None:
+    """C = alpha * A B, A (m x k), B (k x n); ``a_t``/``b_t``: the operand is stored transposed."""
+    tile = hbm.plan.tile
+    for ms in _blocks(m, tile["BM"]):
+        for ns in _blocks(n, tile["BN"]):
+            acc = 0.0
+            for ks in _blocks(k, tile["BK"]):
+                at = _t(hbm.load(a, (ALL, ks, ms))) if a_t else hbm.load(a, (ALL, ms, ks))
+                bt = _t(hbm.load(b, (ALL, ns, ks))) if b_t else hbm.load(b, (ALL, ks, ns))
+                acc = acc + at @ bt
+            hbm.store(c, (ALL, ms, ns), alpha * acc)
+
+
+def _standard_fwd(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    mat, vec = (ALL, ALL, ALL), (ALL, ALL)
+    hbm.begin("qk")
+    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True)
+    hbm.begin("rowmax")
+    hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
+    hbm.begin("rowsum")
+    m = hbm.load("m", vec)[..., None]
+    hbm.store("l", vec, np.exp(hbm.load("S", mat) - m).sum(axis=-1))
+    hbm.begin("normalize")
+    m, l = hbm.load("m", vec)[..., None], hbm.load("l", vec)[..., None]
+    hbm.store("P", mat, np.exp(hbm.load("S", mat) - m) / l)
+    hbm.begin("pv")
+    _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k)
+
+
+def _standard_bwd(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    mat, vec = (ALL, ALL, ALL), (ALL, ALL)
+    hbm.begin("dv")
+    _gemm(hbm, "P", "dO", "dV", p.N_k, p.d, p.N_q, a_t=True)
+    hbm.begin("dp")
+    _gemm(hbm, "dO", "V", "dP", p.N_q, p.N_k, p.d, b_t=True)
+    hbm.begin("rowdot")
+    hbm.store("D", vec, (hbm.load("P", mat) * hbm.load("dP", mat)).sum(axis=-1))
+    hbm.begin("ds")
+    prob, dp, dd = hbm.load("P", mat), hbm.load("dP", mat), hbm.load("D", vec)
+    hbm.store("dS", mat, prob * (dp - dd[..., None]))
+    hbm.begin("dq")
+    _gemm(hbm, "dS", "K", "dQ", p.N_q, p.d, p.N_k, scale)
+    hbm.begin("dk")
+    _gemm(hbm, "dS", "Q", "dK", p.N_k, p.d, p.N_q, scale, a_t=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# online softmax, two passes (Milakov & Gimelshein)
+
+def _two_pass(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    store = p.schedule == "store"
+    t = p.tile
+    hbm.begin("stats")
+    for rs in _blocks(p.N_q, t["Br"]):
+        q = hbm.load("Q", (ALL, rs, ALL))  # resident for the whole sweep over K
+        m = np.full(q.shape[:-1], -np.inf)
+        l = np.zeros(q.shape[:-1])
+        for cs in _blocks(p.N_k, t["Bc"]):
+            s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
+            if store:
+                hbm.store("S", (ALL, rs, cs), s)
+            m_new = np.maximum(m, s.max(axis=-1))
+            l = l * np.exp(m - m_new) + np.exp(s - m_new[..., None]).sum(axis=-1)
+            m = m_new
+        hbm.store("m", (ALL, rs), m)
+        hbm.store("l", (ALL, rs), l)
+    hbm.begin("output")
+    for rs in _blocks(p.N_q, t["Br"]):
+        m, l = hbm.load("m", (ALL, rs))[..., None], hbm.load("l", (ALL, rs))[..., None]
+        q = None if store else hbm.load("Q", (ALL, rs, ALL))
+        acc = 0.0
+        for cs in _blocks(p.N_k, t["Bc"]):
+            if store:
+                s = hbm.load("S", (ALL, rs, cs))
+            else:
+                s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
+            acc = acc + (np.exp(s - m) / l) @ hbm.load("V", (ALL, cs, ALL))
+        hbm.store("O", (ALL, rs, ALL), acc)
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttention forward: Algorithm 1 (kv_outer) and the FlashAttention-2 order (q_outer)
+
+def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    t = p.tile
+    hbm.begin("init")
+    hbm.store("O", (ALL, ALL, ALL), 0.0)
+    hbm.store("l", (ALL, ALL), 0.0)
+    hbm.store("m", (ALL, ALL), -np.inf)
+    hbm.begin("main")
+    for cs in _blocks(p.N_k, t["Bc"]):
+        k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+        for rs in _blocks(p.N_q, t["Br"]):
+            q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("O", (ALL, rs, ALL))
+            l, m = hbm.load("l", (ALL, rs)), hbm.load("m", (ALL, rs))
+            s = scale * (q @ _t(k))
+            m_tile = s.max(axis=-1)
+            p_tile = np.exp(s - m_tile[..., None])
+            l_tile = p_tile.sum(axis=-1)
+            m_new = np.maximum(m, m_tile)
+            a, b = np.exp(m - m_new), np.exp(m_tile - m_new)
+            l_new = a * l + b * l_tile
+            o = ((l * a)[..., None] * o + b[..., None] * (p_tile @ v)) / l_new[..., None]
+            hbm.store("O", (ALL, rs, ALL), o)
+            hbm.store("l", (ALL, rs), l_new)
+            hbm.store("m", (ALL, rs), m_new)
+
+
+def _flash_q_outer(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    t = p.tile
+    hbm.begin("main")
+    for rs in _blocks(p.N_q, t["Br"]):
+        q = hbm.load("Q", (ALL, rs, ALL))  # resident; O accumulates on chip, written once
+        m = np.full(q.shape[:-1], -np.inf)
+        l = np.zeros(q.shape[:-1])
+        acc = np.zeros(q.shape)
+        for cs in _blocks(p.N_k, t["Bc"]):
+            s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
+            m_new = np.maximum(m, s.max(axis=-1))
+            prob = np.exp(s - m_new[..., None])
+            alpha = np.exp(m - m_new)
+            l = alpha * l + prob.sum(axis=-1)
+            acc = alpha[..., None] * acc + prob @ hbm.load("V", (ALL, cs, ALL))
+            m = m_new
+        hbm.store("O", (ALL, rs, ALL), acc / l[..., None])
+        hbm.store("lse", (ALL, rs), m + np.log(l))
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttention backward (Algorithm 4 in the FlashAttention-2 arrangement)
+
+def _flash_bwd(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    t = p.tile
+    rows = (ALL, ALL, ALL)
+    hbm.begin("prep")
+    hbm.store("D", (ALL, ALL), (hbm.load("dO", rows) * hbm.load("O", rows)).sum(axis=-1))
+    hbm.store("dQacc", rows, 0.0)
+    hbm.begin("main")
+    for cs in _blocks(p.N_k, t["Bc"]):
+        k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+        dk, dv = np.zeros(k.shape), np.zeros(v.shape)
+        for rs in _blocks(p.N_q, t["Br"]):
+            q, do = hbm.load("Q", (ALL, rs, ALL)), hbm.load("dO", (ALL, rs, ALL))
+            lse, dd = hbm.load("lse", (ALL, rs)), hbm.load("D", (ALL, rs))
+            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
+            dv += _t(prob) @ do
+            ds = prob * (do @ _t(v) - dd[..., None])
+            hbm.atomic_add("dQacc", (ALL, rs, ALL), scale * (ds @ k))
+            dk += scale * (_t(ds) @ q)
+        hbm.store("dK", (ALL, cs, ALL), dk)
+        hbm.store("dV", (ALL, cs, ALL), dv)
+    hbm.begin("dq")
+    hbm.store("dQ", rows, hbm.load("dQacc", rows))
+
+
+_RUNNERS: dict[tuple[str, str, str], Callable[[Hbm, float], None]] = {
+    ("standard", "default", "fwd"): _standard_fwd,
+    ("standard", "default", "bwd"): _standard_bwd,
+    ("two_pass", "store", "fwd"): _two_pass,
+    ("two_pass", "recompute", "fwd"): _two_pass,
+    ("flash", "kv_outer", "fwd"): _flash_kv_outer,
+    ("flash", "q_outer", "fwd"): _flash_q_outer,
+    ("flash", "kv_outer", "bwd"): _flash_bwd,
+}
+
+_OUTPUTS = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}
+_WORKSPACE = {  # tensor -> which dimension pair it spans: (rows, cols)
+    "O": ("q", "d"), "S": ("q", "k"), "P": ("q", "k"), "m": ("q",), "l": ("q",), "lse": ("q",),
+    "D": ("q",), "dP": ("q", "k"), "dS": ("q", "k"), "dQ": ("q", "d"), "dK": ("k", "d"),
+    "dV": ("k", "d"), "dQacc": ("q", "d"),
+}
+
+
+@dataclass(frozen=True)
+class SimResult:
+    plan: Plan
+    outputs: dict[str, np.ndarray]  # shape (batch*heads, N, d)
+    counts: dict[str, dict[str, tuple[int, int]]]  # stage -> tensor -> (read, written) bytes
+
+
+def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None) -> dict[str, np.ndarray]:
+    """Random inputs of shape (batch*heads, N, d); for a backward plan also O, lse, P and dO."""
+    rng = np.random.default_rng(seed)
+    bh = plan.bh
+    q = rng.standard_normal((bh, plan.N_q, plan.d))
+    k = rng.standard_normal((bh, plan.N_k, plan.d))
+    v = rng.standard_normal((bh, plan.N_k, plan.d))
+    inputs = {"Q": q, "K": k, "V": v}
+    if plan.direction == "bwd":
+        scale = reference.default_scale(plan.d) if scale is None else scale
+        o, lse = reference.forward(q, k, v, scale)
+        inputs.update(O=o, lse=lse, dO=rng.standard_normal(o.shape),
+                      P=np.exp(scale * (q @ _t(k)) - lse[..., None]))
+    return inputs
+
+
+def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None) -> SimResult:
+    """Run ``plan`` on ``inputs`` (from :func:`make_inputs`), counting every HBM access."""
+    scale = reference.default_scale(plan.d) if scale is None else scale
+    hbm = Hbm(plan)
+    for name, array in inputs.items():
+        hbm.put(name, array)
+    extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
+    for name, dims in _WORKSPACE.items():
+        if name not in hbm.arrays:
+            hbm.alloc(name, (plan.bh, *(extent[x] for x in dims)))
+    _RUNNERS[(plan.algorithm, plan.schedule, plan.direction)](hbm, scale)
+    counts = {stage: {t: (rw[0], rw[1]) for t, rw in sorted(c.items(), key=lambda kv: TENSORS.index(kv[0]))}
+              for stage, c in hbm.counts.items()}
+    return SimResult(plan, {n: hbm.arrays[n] for n in _OUTPUTS[plan.direction]}, counts)
+
+
+def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
+                      ) -> dict[str, np.ndarray]:
+    """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
+    if plan.direction == "fwd":
+        return {"O": reference.forward(inputs["Q"], inputs["K"], inputs["V"], scale)[0]}
+    dq, dk, dv = reference.backward(inputs["Q"], inputs["K"], inputs["V"], inputs["dO"], scale)
+    return {"dQ": dq, "dK": dk, "dV": dv}
+
+
+def max_relative_error(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> float:
+    """max over outputs of max|got - want| / max|want| (NaN anywhere gives inf)."""
+    worst = 0.0
+    for name, w in want.items():
+        g = got[name]
+        if not np.all(np.isfinite(g)):
+            return float("inf")
+        worst = max(worst, float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-300)))
+    return worst
