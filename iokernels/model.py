@@ -181,12 +181,13 @@ def _ideal_tiles(algorithm: str, schedule: str, direction: str) -> dict:
 
 
 def theta_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
-    """Total bytes without ceilings, with the paper's tile rule B = M/4d in place of the plan's.
+    """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
     For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
     """
     read, write = total_exprs(algorithm, schedule, direction)
-    expr = (read + write).replace(sp.ceiling, lambda x: x)
+    # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
+    expr = (read + write).replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
     return sp.simplify(expr.subs(_ideal_tiles(algorithm, schedule, direction)))
 
 

@@ -161,8 +161,8 @@ def _gemm_buffers(bm: int, bn: int, bk: int, e: int) -> list[tuple[str, int]]:
 
 
 def _rowwise_buffers() -> list[tuple[str, int]]:
-    # one 8-byte partial per warp for block reductions
-    return [("partials", ROWWISE_THREADS // 32 * 8)]
+    # one 16-byte pair of partials per warp: block reductions, and the counters' flush scratch
+    return [("partials", ROWWISE_THREADS // 32 * 16)]
 
 
 def _flash_fwd_buffers(br: int, bc: int, d: int, e: int) -> list[tuple[str, int]]:
@@ -392,13 +392,19 @@ def all_plans(
 ) -> list[Plan]:
     """Every algorithm and schedule (forward, plus backward when asked), in display order."""
     directions = ("fwd", "bwd") if backward else ("fwd",)
-    plans = []
+    plans, too_small = [], []
     for algorithm in ALGORITHMS:
         for direction in directions:
             for schedule in SCHEDULES.get((algorithm, direction), ()):
-                plans.append(make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype,
-                                       sram=sram, batch=batch, heads=heads, direction=direction,
-                                       smem_limit=smem_limit))
+                try:
+                    plans.append(make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype,
+                                           sram=sram, batch=batch, heads=heads, direction=direction,
+                                           smem_limit=smem_limit))
+                except SramTooSmall as exc:
+                    too_small.append((exc.min_bytes, f"{algorithm}/{schedule}/{direction}"))
+    if too_small:
+        need, label = max(too_small)
+        raise SramTooSmall(f"every algorithm (largest need: {label})", sram, need, f"d={d}, {dtype}")
     return plans
 
 

@@ -48,7 +48,7 @@ def list_sources() -> list[str]:
 
 def read_source(name: str) -> str:
     """Text of the ``.cu`` or ``.cuh`` file ``name`` in :data:`KERNEL_DIR`."""
-    available = list_sources() + [HEADER]
+    available = [*list_sources(), HEADER]
     if name not in available:
         raise ValueError(f"unknown kernel source {name!r}; available: {', '.join(available)}")
     return (KERNEL_DIR / name).read_text(encoding="utf-8")
@@ -62,13 +62,13 @@ def compile_variants(name: str) -> list[CompileVariant]:
 
 
 def flush_scratch_bytes(threads: int) -> int:
-    """Shared memory ``iok_flush`` reuses in a counting build: one u64 per warp.
+    """Shared memory ``iok_flush`` reuses in a counting build: a (read, written) pair of u64 per warp.
 
     The counting build needs at least this much dynamic shared memory; the plain build none.
     """
     if threads < 1:
         raise ValueError(f"threads per block must be >= 1, got {threads}")
-    return (threads + 31) // 32 * 8
+    return (threads + 31) // 32 * 16
 
 
 def _define_line(key: str, value: int | str) -> str:

@@ -5,9 +5,10 @@
 //
 // Kernel conventions:
 //   - the last parameter is `unsigned long long* __restrict__ iok_counters` in both builds, so one
-//     launcher serves both: 2 * IOK_NUM_TENSORS zeroed u64 in the counting build, may be null in the
-//     plain build;
-//   - every global load, store and atomic goes through iok_ld / iok_st / iok_atomic_add<IOK_T_x>;
+//     launcher serves both: 2 * IOK_NUM_TENSORS zeroed u64 in the counting build (read bytes of
+//     tensor T at [2*T], written bytes at [2*T+1]), may be null in the plain build;
+//   - `IokCounters<IOK_T_Q, IOK_T_O> c;` names the tensors the kernel moves;
+//   - every global load, store and atomic on them goes through iok_ld / iok_st / iok_atomic_add<IOK_T_x>;
 //   - all threads of the block call iok_flush(c, iok_counters, smem) once, last.
 #pragma once
 
@@ -18,134 +19,151 @@
 #error "IOK_NUM_TENSORS is defined by iokernels.kernels.build_source; compile its output, not this file"
 #endif
 
+// Scratch iok_flush needs: one (read, written) pair of u64 per warp.
+#define IOK_FLUSH_SCRATCH_BYTES(nthreads) ((((nthreads) + 31) / 32) * 16)
+
+// Position of tensor T in the pack Ts, or -1.
+template <int T, int... Ts>
+__host__ __device__ constexpr int iok_slot()
+{
+    constexpr int ids[] = {Ts...};
+    for (int i = 0; i < static_cast<int>(sizeof...(Ts)); ++i) {
+        if (ids[i] == T) return i;
+    }
+    return -1;
+}
+
+template <int... Ts>
+__host__ __device__ constexpr bool iok_valid_tensors()
+{
+    constexpr int ids[] = {Ts...};
+    for (int i = 0; i < static_cast<int>(sizeof...(Ts)); ++i) {
+        if (ids[i] < 0 || ids[i] >= IOK_NUM_TENSORS) return false;
+        for (int j = 0; j < i; ++j) {
+            if (ids[j] == ids[i]) return false;
+        }
+    }
+    return true;
+}
+
 // Makes a parameter a non-deduced context: the stored type comes from the pointer alone, so
 // iok_st<IOK_T_O>(c, half_ptr, float_value) converts instead of failing deduction.
 template <typename X> struct iok_same { using type = X; };
 
-// Scratch iok_flush needs: one u64 per warp.
-#define IOK_FLUSH_SCRATCH_BYTES(nthreads) ((((nthreads) + 31) / 32) * 8)
-
+// Counters only for the tensors a kernel names: a flush costs barriers per tensor, so all
+// IOK_NUM_TENSORS of them in every kernel would be slow and bloat the code.
 #ifdef IOK_COUNT
-
-// Per-thread counters in registers; the tensor index is a template argument everywhere, so the
-// arrays are only ever indexed statically and never spill to local memory.
+template <int... Ts>
 struct IokCounters {
-    unsigned long long r[IOK_NUM_TENSORS] = {};
-    unsigned long long w[IOK_NUM_TENSORS] = {};
+    static_assert(sizeof...(Ts) > 0 && iok_valid_tensors<Ts...>(), "IokCounters<IOK_T_...>: distinct tensors");
+    enum : bool { counting = true };  // an enumerator, so no device variable is emitted
+    // Per thread, in registers: slots are template constants, never indexed at run time.
+    unsigned long long r[sizeof...(Ts)] = {};
+    unsigned long long w[sizeof...(Ts)] = {};
 };
+#else
+template <int... Ts>
+struct IokCounters {  // plain build: empty, the helpers below are the bare accesses
+    static_assert(sizeof...(Ts) > 0 && iok_valid_tensors<Ts...>(), "IokCounters<IOK_T_...>: distinct tensors");
+    enum : bool { counting = false };
+};
+#endif
 
-template <int T, typename X>
-__device__ __forceinline__ X iok_ld(IokCounters& c, const X* p)
+// Rule 6: each helper counts in the same code path as its access.
+template <int T, typename X, int... Ts>
+__device__ __forceinline__ X iok_ld(IokCounters<Ts...>& c, const X* p)
 {
-    static_assert(T >= 0 && T < IOK_NUM_TENSORS, "tensor index out of range");
-    c.r[T] += sizeof(X);
+    constexpr int slot = iok_slot<T, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) c.r[slot] += sizeof(X);
     return *p;
 }
 
-template <int T, typename X>
-__device__ __forceinline__ void iok_st(IokCounters& c, X* p, typename iok_same<X>::type v)
+template <int T, typename X, int... Ts>
+__device__ __forceinline__ void iok_st(IokCounters<Ts...>& c, X* p, typename iok_same<X>::type v)
 {
-    static_assert(T >= 0 && T < IOK_NUM_TENSORS, "tensor index out of range");
-    c.w[T] += sizeof(X);
+    constexpr int slot = iok_slot<T, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) c.w[slot] += sizeof(X);
     *p = v;
 }
 
 // Rule 4: a read-modify-write of b bytes counts b read and b written.
-template <int T, typename X>
-__device__ __forceinline__ X iok_atomic_add(IokCounters& c, X* p, typename iok_same<X>::type v)
+template <int T, typename X, int... Ts>
+__device__ __forceinline__ X iok_atomic_add(IokCounters<Ts...>& c, X* p, typename iok_same<X>::type v)
 {
-    static_assert(T >= 0 && T < IOK_NUM_TENSORS, "tensor index out of range");
-    c.r[T] += sizeof(X);
-    c.w[T] += sizeof(X);
+    constexpr int slot = iok_slot<T, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) {
+        c.r[slot] += sizeof(X);
+        c.w[slot] += sizeof(X);
+    }
     return atomicAdd(p, v);
 }
 
-// Block sum of one counter; thread 0 adds it to *dst. Called by every thread of the block.
-__device__ __forceinline__ void iok_flush_one(unsigned long long v, unsigned long long* dst,
-                                              unsigned long long* scratch)
-{
-    // A counter that is zero at compile time is zero in every thread: skip it uniformly, so the
-    // barriers below are paid only for the tensors the kernel touches.
-    if (__builtin_constant_p(v) && v == 0) return;
+#ifdef IOK_COUNT
 
+// Adds the block's sums of r and w to dst[0] and dst[1] from thread 0. Called by every thread.
+__device__ __forceinline__ void iok_flush_pair(unsigned long long r, unsigned long long w, unsigned long long* dst,
+                                               ulonglong2* scratch)
+{
     const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
     const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const unsigned lane = tid & 31u;
-    const unsigned warp = tid >> 5;
-    const unsigned nwarps = (nthreads + 31u) >> 5;
-
-    // The last warp may be partial: values shuffled from lanes past its end are ignored.
-    unsigned lanes = min(32u, nthreads - warp * 32u);
-    unsigned mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
+    const unsigned lanes = min(32u, nthreads - (tid & ~31u));  // the last warp may be partial
+    const unsigned mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
 #pragma unroll
     for (unsigned off = 16; off > 0; off >>= 1) {
-        const unsigned long long u = __shfl_down_sync(mask, v, off);
-        if (lane + off < lanes) v += u;
-    }
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();  // per-warp partials visible to warp 0
-    if (warp == 0) {
-        lanes = min(32u, nthreads);
-        mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
-        v = lane < nwarps ? scratch[lane] : 0ull;
-#pragma unroll
-        for (unsigned off = 16; off > 0; off >>= 1) {
-            const unsigned long long u = __shfl_down_sync(mask, v, off);
-            if (lane + off < lanes) v += u;
+        const unsigned long long ur = __shfl_down_sync(mask, r, off);
+        const unsigned long long uw = __shfl_down_sync(mask, w, off);
+        if (lane + off < lanes) {  // a lane past the warp's end holds garbage
+            r += ur;
+            w += uw;
         }
-        if (lane == 0 && v != 0) atomicAdd(dst, v);  // rule 5: once per block, not per element
     }
-    __syncthreads();  // warp 0 has read scratch before the next counter overwrites it
+    if (lane == 0) scratch[tid >> 5] = make_ulonglong2(r, w);
+    __syncthreads();  // per-warp partials visible to thread 0
+    if (tid == 0) {
+        for (unsigned i = 1; i < (nthreads + 31u) >> 5; ++i) {
+            r += scratch[i].x;
+            w += scratch[i].y;
+        }
+        // Rule 5: once per block, not per element.
+        if (r != 0) atomicAdd(dst, r);
+        if (w != 0) atomicAdd(dst + 1, w);
+    }
+    __syncthreads();  // thread 0 has read scratch before the next pair overwrites it
 }
 
-template <int T = 0>
-__device__ __forceinline__ void iok_flush_from(IokCounters& c, unsigned long long* g,
-                                               unsigned long long* scratch)
+template <int I, int... Ts>
+__device__ __forceinline__ void iok_flush_from(const IokCounters<Ts...>& c, unsigned long long* g, ulonglong2* scratch)
 {
-    if constexpr (T < IOK_NUM_TENSORS) {
-        iok_flush_one(c.r[T], g + 2 * T, scratch);
-        iok_flush_one(c.w[T], g + 2 * T + 1, scratch);
-        iok_flush_from<T + 1>(c, g, scratch);
+    if constexpr (I < static_cast<int>(sizeof...(Ts))) {
+        constexpr int ids[] = {Ts...};
+        iok_flush_pair(c.r[I], c.w[I], g + 2 * ids[I], scratch);
+        iok_flush_from<I + 1>(c, g, scratch);
     }
 }
 
 // Adds the block's bytes to global_counters[2*T] (read) and [2*T+1] (written).
 // Every thread of the block calls it once, after its last counted access. scratch_smem is the
 // kernel's own shared memory, reused (the first barrier waits until the block is done with it):
-// it must be 8-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes.
-__device__ __forceinline__ void iok_flush(IokCounters& c, unsigned long long* global_counters,
+// it must be 16-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes.
+// Costs 1 + 2 * (tensors named) barriers.
+template <int... Ts>
+__device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long long* global_counters,
                                           void* scratch_smem)
 {
     __syncthreads();  // the kernel may still be reading the shared memory used as scratch
-    iok_flush_from(c, global_counters, static_cast<unsigned long long*>(scratch_smem));
+    iok_flush_from<0>(c, global_counters, static_cast<ulonglong2*>(scratch_smem));
 }
 
-#else  // plain build: no counting code, the helpers are the bare access
-
-struct IokCounters {};
-
-template <int T, typename X>
-__device__ __forceinline__ X iok_ld(IokCounters&, const X* p)
-{
-    static_assert(T >= 0 && T < IOK_NUM_TENSORS, "tensor index out of range");
-    return *p;
-}
-
-template <int T, typename X>
-__device__ __forceinline__ void iok_st(IokCounters&, X* p, typename iok_same<X>::type v)
-{
-    static_assert(T >= 0 && T < IOK_NUM_TENSORS, "tensor index out of range");
-    *p = v;
-}
-
-template <int T, typename X>
-__device__ __forceinline__ X iok_atomic_add(IokCounters&, X* p, typename iok_same<X>::type v)
-{
-    static_assert(T >= 0 && T < IOK_NUM_TENSORS, "tensor index out of range");
-    return atomicAdd(p, v);
-}
+#else
 
 // No barrier either: kernels must not rely on iok_flush to synchronize.
-__device__ __forceinline__ void iok_flush(IokCounters&, unsigned long long*, void*) {}
+template <int... Ts>
+__device__ __forceinline__ void iok_flush(IokCounters<Ts...>&, unsigned long long*, void*)
+{
+}
 
 #endif  // IOK_COUNT

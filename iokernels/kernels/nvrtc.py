@@ -137,9 +137,7 @@ def compile_to_cubin(
             lowered[expr] = mangled.decode()
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    return CompileResult(
-        cubin=cubin, ptx=ptx, log=log_text, lowered_names=lowered, resources=parse_ptxas_log(log_text)
-    )
+    return CompileResult(cubin=cubin, ptx=ptx, log=log_text, lowered_names=lowered, resources=parse_ptxas_log(log_text))
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")

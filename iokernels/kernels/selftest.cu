@@ -20,7 +20,7 @@ __global__ void iok_selftest(const T* __restrict__ q, T* __restrict__ o, float* 
 {
     extern __shared__ __align__(16) unsigned char smem[];
     float* tile = reinterpret_cast<float*>(smem);
-    IokCounters c;
+    IokCounters<IOK_T_Q, IOK_T_O, IOK_T_dQacc> c;  // the tensors this kernel moves
 
     const int row0 = blockIdx.x * BLOCK_ROWS;
     const int n = min(BLOCK_ROWS, rows - row0) * cols;  // the last tile is ragged: load only real rows

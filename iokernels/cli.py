@@ -1,0 +1,186 @@
+"""Command line: ``iokernels model``, ``iokernels specs`` and ``iokernels compare``.
+
+Errors a user can cause (bad sizes, dtypes, head dims, an M that fits no tiling or exceeds the GPU's
+shared memory, an unknown GPU) print one line on stderr and exit with code 2. Logs go to stderr so
+``--json`` output on stdout stays one clean JSON document.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from . import model
+from .plan import all_plans
+from .report import build, render
+from .specs import DEFAULT_GPU, current_device_spec, list_specs, resolve_spec, table_notes
+from .units import check_dtype, format_bytes, parse_size
+
+SIZE_HELP = "bytes, or with a unit: 192KB, 192KiB, 1MB (KB, MB are binary: 1 KB = 1024 bytes, same as KiB)"
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"iokernels: error: {self.format_message()}", err=True)
+
+
+class Cli(click.Group):
+    """A group whose usage errors are one line on stderr, exit code 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("iokernels: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            click.echo(f"iokernels: error: {exc.format_message()}", err=True)
+            sys.exit(2)
+
+
+def user_errors(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise UserError(str(exc)) from exc
+    return wrapper
+
+
+def problem_options(fn: Callable) -> Callable:
+    options = [
+        click.option("--N", "n", type=int, default=None, help="sequence length (sets N_q and N_k)"),
+        click.option("--Nq", "n_q", type=int, default=None, help="query length (default: --N)"),
+        click.option("--Nk", "n_k", type=int, default=None, help="key/value length (default: --N)"),
+        click.option("--d", "d", type=int, default=64, show_default=True, help="head dimension"),
+        click.option("--sram", default="192KB", show_default=True, help=f"M, shared memory per block: {SIZE_HELP}"),
+        click.option("--dtype", default="float32", show_default=True, help="float32, float16 or bfloat16"),
+        click.option("--batch", type=int, default=1, show_default=True),
+        click.option("--heads", type=int, default=1, show_default=True),
+        click.option("--gpu", default=None,
+                     help=f"GPU spec by name (see `iokernels specs`); default: the current device, else {DEFAULT_GPU}"),
+        click.option("--backward", is_flag=True, help="also the backward passes"),
+        click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward):
+    n_q = n if n_q is None else n_q
+    n_k = n if n_k is None else n_k
+    if n_q is None or n_k is None:
+        raise ValueError("give --N, or both --Nq and --Nk")
+    spec = resolve_spec(gpu)
+    sram_bytes = parse_size(sram)
+    limit = spec.smem_per_block_bytes
+    if limit and sram_bytes > limit:
+        raise ValueError(f"--sram {sram_bytes} bytes exceeds the per-block shared-memory limit of {spec.name}, "
+                         f"{limit} bytes ({format_bytes(limit)}); choose a smaller --sram or another --gpu")
+    plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
+                      heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None)
+    return plans, spec
+
+
+def _emit(doc: dict, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(doc, indent=1, default=float) if as_json else text)
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="iokernels")
+def cli() -> None:
+    """Attention kernels that count their HBM bytes, beside an exact model of those bytes."""
+
+
+@cli.command("model")
+@problem_options
+@click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
+@click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
+@user_errors
+def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, detail, latex) -> None:
+    """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
+    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
+    doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True))
+                       for p in plans}
+    lines = [render(doc, detail=detail, measured=False), ""]
+    totals = {(r["algorithm"], r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
+    for p in plans:
+        t = totals[(p.algorithm, p.schedule, p.direction)]
+        lines.append(f"{p.label}: {t['flops']:.4g} FLOPs, {t['intensity_flops_per_byte']:.1f} FLOP/B, "
+                     f"extra memory {format_bytes(t['footprint_bytes'])}, "
+                     f"roofline {t['roofline_seconds'] * 1e3:.3f} ms on {spec.name}")
+    lines.append("")
+    lines.append("formulas (bytes; N_q, N_k, d, BH = batch*heads, e = bytes per element, M in elements, "
+                 "B_r, B_c, BM, BN tiles):")
+    for p in plans:
+        for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail):
+            lines.append(f"[{p.label}] {label}:")
+            lines.extend("    " + x for x in formula.splitlines())
+    _emit(doc, as_json, "\n".join(lines))
+
+
+@cli.command("specs")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@user_errors
+def specs_cmd(as_json: bool) -> None:
+    """The GPU specification table (and the current device, when there is one)."""
+    specs = list(list_specs())
+    device = current_device_spec()
+    if device is not None:
+        specs.append(device)
+    rows = [s.as_row() for s in specs]
+    doc = {"header": {"notes": table_notes(), "current_device": device.name if device else None}, "rows": rows}
+    headers = ["key", "name", "SMs", "smem/SM", "smem/block", "L1+smem/SM", "L2", "HBM GB/s",
+               "tensor TFLOP/s", "fp32 TFLOP/s", "unverified"]
+    body = [[s.key, s.name + (" (this device)" if s.from_device else ""), str(s.sms or "?"),
+             format_bytes(s.smem_per_sm_bytes), format_bytes(s.smem_per_block_bytes),
+             format_bytes(s.l1_smem_per_sm_bytes), format_bytes(s.l2_bytes),
+             f"{s.hbm_bytes_per_s / 1e9:.0f}", f"{s.tensor_flops / 1e12:.0f}", f"{s.fp32_flops / 1e12:.1f}",
+             ",".join(s.unverified) or "-"] for s in specs]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))
+                     for r in [headers, ["-" * w for w in widths], *body])
+    _emit(doc, as_json, text + "\n\n" + table_notes())
+
+
+@cli.command("compare")
+@problem_options
+@click.option("--detail", is_flag=True, help="per-tensor rows")
+@click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
+@user_errors
+def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, detail, simulate, seed) -> None:
+    """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor."""
+    from .compare import compare
+
+    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    if simulate:
+        reason = "--simulate"
+    elif current_device_spec() is None:
+        reason = "no CUDA device found"
+    else:
+        reason = "GPU kernels not in this release yet"
+    click.echo(f"iokernels: simulating {len(plans)} plans on the CPU ...", err=True)
+    doc = compare(plans, spec, reason=reason, seed=seed)
+    _emit(doc, as_json, render(doc, detail=detail, measured=True))
+
+
+def main() -> None:
+    cli(prog_name="iokernels")
+
+
+if __name__ == "__main__":
+    main()
