@@ -35,9 +35,34 @@ def _selftest_variants() -> list[CompileVariant]:
     return [CompileVariant({"BLOCK_ROWS": rows}, instances) for rows in (1, 4)]
 
 
+# Problems whose plans cover the kernels' compile-time variety: every head-dim extreme, every dtype,
+# small and large M (tiles come from the plans; nothing here names a tile size).
+REPRESENTATIVE_PROBLEMS: tuple[dict, ...] = (
+    {"d": 16, "dtype": "float32", "sram": 48 * 1024},
+    {"d": 64, "dtype": "float16", "sram": 192 * 1024},
+    {"d": 256, "dtype": "bfloat16", "sram": 227 * 1024},
+)
+
+
+def _plan_variants(source: str) -> list[CompileVariant]:
+    from iokernels.plan import all_plans
+
+    from .stages import plan_kernels
+
+    modules: dict[tuple, set[str]] = {}
+    for problem in REPRESENTATIVE_PROBLEMS:
+        for plan in all_plans(N_q=1000, N_k=1000, backward=True, **problem):
+            for _, ref in plan_kernels(plan):
+                if ref.source == source:
+                    modules.setdefault(ref.defines, set()).add(ref.name_expression)
+    return [CompileVariant(dict(defines), tuple(sorted(names))) for defines, names in modules.items()]
+
+
 # Source name -> its compile variants. A callable, so entries built from plans import them lazily.
 COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
+    **{source: (lambda source=source: _plan_variants(source))
+       for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu")},
 }
 
 
