@@ -5,6 +5,8 @@ Import is cheap and works without cupy or a GPU: plans, the model and the simula
 
 from __future__ import annotations
 
+from .api import attention, attention_backward
+from .gpu import count_io
 from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, all_plans, make_plan, min_sram
 from .reference import default_scale
 from .units import parse_size
@@ -18,6 +20,9 @@ __all__ = [
     "SramTooSmall",
     "__version__",
     "all_plans",
+    "attention",
+    "attention_backward",
+    "count_io",
     "default_scale",
     "make_plan",
     "min_sram",

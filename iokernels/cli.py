@@ -161,20 +161,24 @@ def specs_cmd(as_json: bool) -> None:
 @click.option("--detail", is_flag=True, help="per-tensor rows")
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
+@click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
 @user_errors
-def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, detail, simulate, seed) -> None:
+def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, detail, simulate, seed,
+                repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor."""
     from .compare import compare
 
+    device = None if simulate else current_device_spec()
+    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
+        raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
+                         "simulate another GPU's tiling")
     plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
-    if simulate:
-        reason = "--simulate"
-    elif current_device_spec() is None:
-        reason = "no CUDA device found"
-    else:
-        reason = "GPU kernels not in this release yet"
-    click.echo(f"iokernels: simulating {len(plans)} plans on the CPU ...", err=True)
-    doc = compare(plans, spec, reason=reason, seed=seed)
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    reason = "--simulate" if simulate else "no CUDA device found"
+    where = "on the GPU" if device is not None else "on the CPU simulator"
+    click.echo(f"iokernels: running {len(plans)} plans {where} ...", err=True)
+    doc = compare(plans, spec, on_gpu=device is not None, reason=reason, seed=seed, repeats=repeats)
     _emit(doc, as_json, render(doc, detail=detail, measured=True))
 
 

@@ -1,11 +1,18 @@
 """Run every plan and put measured bytes next to the model's prediction.
 
-The GPU path arrives with the kernels; until then, and whenever ``simulate=True`` or no GPU is
-present, the plans run through the CPU simulator, and the report says so in its header.
+On a GPU the counting build of each plan's kernels runs once (bytes, and the output checked against
+the float64 reference), then the plain build is timed (CUDA events, warm-up, median). Without a GPU,
+or with ``--simulate``, the plans run through the CPU simulator, and the report says so in its header.
 """
 
 from __future__ import annotations
 
+import datetime
+import platform
+
+import numpy as np
+
+from . import reference
 from .plan import Plan
 from .report import Measured, build
 from .simulate import make_inputs, max_relative_error, reference_outputs, simulate
@@ -37,12 +44,63 @@ def run_simulated(plan: Plan, seed: int = 0) -> Measured:
     return Measured(counts=result.counts, max_rel_err=err)
 
 
-def compare(plans: list[Plan], spec: GpuSpec, *, reason: str, seed: int = 0) -> dict:
-    """The report document for ``plans``: simulated bytes beside the model's.
+def run_gpu(plan: Plan, seed: int = 0, repeats: int = 10, reference_check: bool = True) -> Measured:
+    """Counting build once (bytes, output check), then the plain build timed."""
+    from . import gpu
 
-    ``reason`` says in the header why the simulator ran (``--simulate``, no GPU, ...).
-    """
-    check_simulator_size(plans)
-    measured = {p.label: run_simulated(p, seed) for p in plans}
-    note = f"CPU simulator ({reason}): bytes counted tile by tile in numpy, no timings"
-    return build(plans, spec, "simulator", measured, note)
+    inputs, host = gpu.make_device_inputs(plan, seed)
+    run = gpu.run_plan(plan, inputs, counting=True)
+    err = None
+    if reference_check:
+        if plan.direction == "fwd":
+            want = {"O": reference.forward(host["Q"], host["K"], host["V"])[0]}
+        else:
+            dq, dk, dv = reference.backward(host["Q"], host["K"], host["V"], host["dO"])
+            want = {"dQ": dq, "dK": dk, "dV": dv}
+        got = {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in want}
+        err = max_relative_error(got, want)
+    outputs = sum(int(run.buffers[n].nbytes) for n in gpu.OUTPUTS[plan.direction])
+    extra, counts = run.workspace_bytes - outputs, run.counts
+    del run  # free the workspace before timing
+    seconds, stage_seconds = gpu.time_plan(plan, inputs, repeats=repeats)
+    return Measured(counts=counts, seconds=seconds, stage_seconds=stage_seconds, max_rel_err=err,
+                    peak_memory_bytes=extra)
+
+
+def environment() -> dict:
+    """GPU, versions and date, for results that are committed."""
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        props = rt.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"]
+        env.update(gpu=name.decode() if isinstance(name, bytes) else str(name), cupy=cupy.__version__,
+                   cuda_runtime=rt.runtimeGetVersion(), cuda_driver=rt.driverGetVersion())
+    except Exception:  # no cupy or no device: the CPU-only fields stay
+        pass
+    return env
+
+
+def compare(plans: list[Plan], spec: GpuSpec, *, on_gpu: bool, reason: str = "", seed: int = 0,
+            repeats: int = 10) -> dict:
+    """The report document for ``plans``: measured bytes (GPU counters, or the simulator's) beside
+    the model's, with timings on the GPU."""
+    if on_gpu:
+        from .gpu import underfill_note
+
+        measured = {p.label: run_gpu(p, seed, repeats) for p in plans}
+        notes = [n for n in (underfill_note(p, spec.sms) for p in plans) if n]
+        note = "GPU: counting build for bytes, plain build timed (CUDA events, median of " \
+               f"{repeats} after 3 warm-ups)"
+        doc = build(plans, spec, "gpu", measured, note)
+        doc["header"]["warnings"] = notes
+    else:
+        check_simulator_size(plans)
+        measured = {p.label: run_simulated(p, seed) for p in plans}
+        doc = build(plans, spec, "simulator", measured,
+                    f"CPU simulator ({reason}): bytes counted tile by tile in numpy, no timings")
+    doc["header"]["environment"] = environment()
+    return doc

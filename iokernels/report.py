@@ -123,9 +123,10 @@ def _ratios(totals: dict[str, dict]) -> list[dict]:
             if label.endswith(direction) and not label.startswith("standard"):
                 measured = (base["measured_bytes"] / row["measured_bytes"]
                             if base["measured_bytes"] and row["measured_bytes"] else None)
+                time = base["seconds"] / row["seconds"] if base["seconds"] and row["seconds"] else None
                 out.append({"numerator": base["algorithm"] + "/" + base["schedule"] + "/" + direction,
                             "denominator": label, "predicted": base["predicted_bytes"] / row["predicted_bytes"],
-                            "measured": measured})
+                            "measured": measured, "time": time})
     return out
 
 
@@ -156,6 +157,10 @@ def header_text(doc: dict) -> str:
         f"= {h['sram_elements']:,} elements of {h['dtype']} (the paper's M is in elements)",
         "plans:",
     ]
+    env = h.get("environment") or {}
+    if env.get("gpu"):
+        lines.insert(1, f"device: {env['gpu']}  cupy {env.get('cupy')}  CUDA runtime {env.get('cuda_runtime')}  "
+                        f"driver {env.get('cuda_driver')}  {env.get('date')}")
     for p in h["plans"]:
         tiles = ", ".join(f"{k}={v}" for k, v in p["tiles"].items())
         stages = "; ".join(f"{s['name']} grid={'x'.join(map(str, s['grid']))} smem={s['smem_bytes']:,}"
@@ -180,13 +185,23 @@ def render(doc: dict, *, detail: bool = False, measured: bool = True) -> str:
             if srow["tensor"] == "total" or detail:
                 body.append(_cells(srow, srow["stage"], measured))
     right = set(range(5, len(headers)))
-    out = [header_text(doc), "", _table(headers, body, right)]
+    out = [header_text(doc), *(f"warning: {w}" for w in doc["header"].get("warnings") or []), "",
+           _table(headers, body, right)]
     ratios = doc["header"].get("ratios") or []
     if ratios:
         out.append("")
+        out.append("bytes (and time) of standard over each other algorithm:")
         for r in ratios:
             m = "-" if r["measured"] is None else f"{r['measured']:.2f}x"
-            out.append(f"{r['numerator']} / {r['denominator']}: predicted {r['predicted']:.2f}x, measured {m}")
+            t = "" if r.get("time") is None else f", time {r['time']:.2f}x"
+            out.append(f"  {r['numerator']} / {r['denominator']}: predicted {r['predicted']:.2f}x, measured {m}{t}")
+    mem = [r for r in doc["rows"] if r["tensor"] == "total" and r.get("peak_memory_bytes") is not None]
+    if mem:
+        out.append("")
+        out.append("device memory beyond inputs and outputs (measured from the memory pool / model footprint):")
+        for r in mem:
+            out.append(f"  {r['algorithm']}/{r['schedule']}/{r['pass']}: {format_bytes(r['peak_memory_bytes'])} "
+                       f"/ {format_bytes(r['footprint_bytes'])}")
     return "\n".join(out)
 
 

@@ -1,0 +1,139 @@
+"""``iokernels.attention`` and ``iokernels.attention_backward``: exact attention on cupy or numpy arrays."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._cupy import require_cupy
+from .plan import D_MAX, D_MIN, D_MULTIPLE, make_plan
+from .units import parse_size
+
+DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H100/H200 SM
+_DTYPES = {"float32": "float32", "float16": "float16"}
+
+
+def _module_of(x: Any) -> str:
+    mod = type(x).__module__.split(".")[0]
+    if mod not in ("numpy", "cupy"):
+        raise TypeError(f"expected numpy or cupy arrays, got {type(x).__module__}.{type(x).__name__}")
+    return mod
+
+
+def _check(arrays: dict[str, Any], n_names: dict[str, str]) -> tuple[str, str, tuple[int, ...], int, int, int]:
+    """Validate shapes (..., N, d) and dtypes before anything touches the GPU."""
+    mods = {_module_of(x) for x in arrays.values()}
+    if len(mods) != 1:
+        raise TypeError(f"mixed array types: {', '.join(sorted(mods))}; pass all numpy or all cupy arrays")
+    dtypes = {name: str(x.dtype) for name, x in arrays.items()}
+    if len(set(dtypes.values())) != 1:
+        raise TypeError(f"mixed dtypes: {dtypes}; pass one dtype for all")
+    dtype = next(iter(dtypes.values()))
+    if dtype not in _DTYPES:
+        raise TypeError(f"unsupported dtype {dtype}: expected float32 or float16")
+    q = arrays["q"]
+    if q.ndim < 2:
+        raise ValueError(f"q must have shape (..., N, d), got {q.shape}")
+    lead, d = tuple(q.shape[:-2]), q.shape[-1]
+    extents: dict[str, int] = {}
+    for name, x in arrays.items():
+        if x.ndim != q.ndim or tuple(x.shape[:-2]) != lead:
+            raise ValueError(f"shape mismatch: {name} {tuple(x.shape)} vs q {tuple(q.shape)} "
+                             "(leading batch/head dims must be equal)")
+        if x.shape[-1] != d:
+            raise ValueError(f"shape mismatch: {name} has head dim {x.shape[-1]}, q has {d}")
+        extent, key = x.shape[-2], n_names[name]
+        if extents.setdefault(key, extent) != extent:
+            raise ValueError(f"shape mismatch: {name} {tuple(x.shape)} has {extent} rows, expected {extents[key]}")
+    if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
+        raise ValueError(f"unsupported head dimension d={d}: expected a multiple of {D_MULTIPLE} "
+                         f"from {D_MIN} to {D_MAX}")
+    n_q, n_k = extents["q"], extents["k"]
+    if n_q < 1 or n_k < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got N_q={n_q}, N_k={n_k}")
+    return mods.pop(), _DTYPES[dtype], lead, n_q, n_k, d
+
+
+def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram):
+    from .specs import current_device_spec
+
+    spec = current_device_spec()
+    limit = spec.smem_per_block_bytes if spec else None
+    sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
+    if limit is not None and sram is None:
+        sram_bytes = min(sram_bytes, limit)
+    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes,
+                     batch=math.prod(lead), heads=1, direction=direction, smem_limit=limit)
+
+
+def _to_device(cp, x, shape):
+    return cp.ascontiguousarray(cp.asarray(x)).reshape(shape)
+
+
+def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
+              causal: bool = False, scale: float | None = None, sram: int | str | None = None,
+              return_lse: bool = False) -> Any:
+    """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
+
+    Shapes: q (..., N_q, d), k and v (..., N_k, d), any number of equal leading batch/head dims;
+    d a multiple of 8 from 16 to 256; float32 or float16 (all the same). numpy inputs are copied to
+    the GPU and the result comes back as numpy; cupy in, cupy out (non-contiguous inputs are copied).
+
+    algorithm: "flash" (default; schedule "q_outer", the FlashAttention-2 order, or "kv_outer", the
+    paper's Algorithm 1), "two_pass" ("store" or "recompute") or "standard". scale defaults to
+    1/sqrt(d). sram: M, the shared memory per block the plan may use (bytes or "96KB"; default 96 KB,
+    capped at the device's limit). return_lse: also return the row logsumexp (..., N_q), float32.
+    Returns O (..., N_q, d) in the input dtype [, lse].
+    """
+    if causal:
+        raise NotImplementedError("causal masking is not implemented yet")
+    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"})
+    cp = require_cupy()
+    from . import gpu
+
+    plan = _plan(algorithm, schedule, "fwd", n_q, n_k, d, dtype, lead, sram)
+    bh = plan.bh
+    inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh, n_k, d)),
+              "V": _to_device(cp, v, (bh, n_k, d))}
+    run = gpu.run_plan(plan, inputs, scale=scale)
+    out = run.buffers["O"].reshape((*lead, n_q, d))
+    if return_lse:
+        b = run.buffers
+        lse = b["lse"] if "lse" in b else b["m"] + cp.log(b["l"])
+        lse = lse.reshape((*lead, n_q))
+        return (cp.asnumpy(out), cp.asnumpy(lse)) if mod == "numpy" else (out, lse)
+    return cp.asnumpy(out) if mod == "numpy" else out
+
+
+def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
+                       scale: float | None = None, sram: int | str | None = None) -> tuple[Any, Any, Any]:
+    """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
+
+    Shapes as :func:`attention`; o and do (..., N_q, d); lse (..., N_q) float32, from
+    ``attention(..., return_lse=True)``. algorithm "flash" (FlashAttention-2 backward: D pre-pass,
+    K/V-outer pass, dQ accumulated in float32) or "standard" (paper Algorithm 3; recomputes P with
+    the standard forward first). Returns dq, dk, dv in the input dtype, numpy or cupy like the inputs.
+    """
+    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
+                                           {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"})
+    lse_shape = (*lead, n_q)
+    if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
+        raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
+    cp = require_cupy()
+    from . import gpu
+
+    plan = _plan(algorithm, None, "bwd", n_q, n_k, d, dtype, lead, sram)
+    bh = plan.bh
+    inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh, n_k, d)),
+              "V": _to_device(cp, v, (bh, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}
+    if algorithm == "standard":
+        fwd = _plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram)
+        inputs["P"] = gpu.run_plan(fwd, {n: inputs[n] for n in ("Q", "K", "V")}, scale=scale).buffers["P"]
+    else:
+        inputs["O"] = _to_device(cp, o, (bh, n_q, d))
+        inputs["lse"] = _to_device(cp, lse, (bh, n_q))
+    needed = set(gpu.plan_tensors(plan))
+    run = gpu.run_plan(plan, {n: x for n, x in inputs.items() if n in needed}, scale=scale)
+    grads = [run.buffers[n].reshape(shape) for n, shape in
+             (("dQ", (*lead, n_q, d)), ("dK", (*lead, n_k, d)), ("dV", (*lead, n_k, d)))]
+    return tuple(cp.asnumpy(g) for g in grads) if mod == "numpy" else tuple(grads)

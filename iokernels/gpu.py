@@ -1,0 +1,328 @@
+"""Run plans on the GPU through cupy: compile (memoized per device), allocate, launch, count, time.
+
+One launcher for every algorithm: each plan stage names its kernel (``kernels/stages.py``), and
+:data:`ARGS` below names its arguments; grids, threads and shared memory come from the plan.
+bfloat16 tensors live in cupy as raw ``uint16`` bits (cupy has no bfloat16 dtype).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from . import reference
+from ._cupy import require_cupy
+from .kernels import build_source
+from .kernels.stages import GEMMS, KernelRef, kernel_ref
+from .plan import FLOAT32_TENSORS, Plan, Stage
+from .tensors import NUM_TENSORS, TENSORS
+
+Counts = dict[str, dict[str, tuple[int, int]]]
+
+# (rows, cols) of each tensor: q = N_q, k = N_k, d = head dim; a missing cols means a vector per row
+SHAPES: dict[str, tuple[str, ...]] = {
+    "Q": ("q", "d"), "K": ("k", "d"), "V": ("k", "d"), "O": ("q", "d"), "dO": ("q", "d"),
+    "S": ("q", "k"), "P": ("q", "k"), "dP": ("q", "k"), "dS": ("q", "k"),
+    "m": ("q",), "l": ("q",), "lse": ("q",), "D": ("q",),
+    "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"),
+}
+
+# kernel -> its arguments before the counters: tensor names, or n_q / n_k / d / scale
+ARGS: dict[str, tuple[str, ...]] = {
+    "rowmax": ("S", "m", "n_k"),
+    "rowsum": ("S", "m", "l", "n_k"),
+    "normalize": ("S", "m", "l", "P", "n_k"),
+    "rowdot": ("P", "dP", "D", "n_k"),
+    "ds": ("P", "dP", "D", "dS", "n_k"),
+    "flash_init": ("O", "m", "l", "d"),
+    "flash_bwd_prep": ("dO", "O", "D", "dQacc", "d"),
+    "flash_bwd_dq": ("dQacc", "dQ", "d"),
+    "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
+    "flash_kv_outer": ("Q", "K", "V", "O", "m", "l", "n_q", "n_k", "scale"),
+    "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
+    "two_pass_stats_recompute": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
+    "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),
+    "two_pass_recompute_output": ("Q", "K", "V", "m", "l", "O", "n_q", "n_k", "scale"),
+    "flash_bwd_kv_outer": ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
+}
+# gemm stage -> (M, N, K) of C = alpha A B, and whether alpha is the softmax scale
+GEMM_SIZES: dict[str, tuple[str, str, str, bool]] = {
+    "qk": ("n_q", "n_k", "d", True), "pv": ("n_q", "d", "n_k", False), "dv": ("n_k", "d", "n_q", False),
+    "dp": ("n_q", "n_k", "d", False), "dq": ("n_q", "d", "n_k", True), "dk": ("n_k", "d", "n_q", True),
+}
+
+INPUTS = {"fwd": ("Q", "K", "V"), "bwd": ("Q", "K", "V", "O", "dO", "lse", "P")}
+OUTPUTS = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}
+BF16_NAN = 0x7FC0
+
+
+def storage_dtype(plan_dtype: str) -> np.dtype:
+    return np.dtype({"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[plan_dtype])
+
+
+def _tensor_dtype(plan: Plan, name: str) -> np.dtype:
+    return np.dtype(np.float32) if name in FLOAT32_TENSORS else storage_dtype(plan.dtype)
+
+
+def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
+    extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
+    return (plan.bh, *(extent[x] for x in SHAPES[name]))
+
+
+def stage_tensors(stage: Stage) -> tuple[str, ...]:
+    if stage.kernel == "gemm":
+        return GEMMS[stage.name][2:]
+    return tuple(a for a in ARGS[stage.kernel] if a in SHAPES)
+
+
+def plan_tensors(plan: Plan) -> list[str]:
+    seen: list[str] = []
+    for stage in plan.stages:
+        seen += [t for t in stage_tensors(stage) if t not in seen]
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# dtype conversion on the device (bfloat16 as uint16 bits, round to nearest even)
+
+def to_device(x: Any, dtype: str) -> Any:
+    """A float array (numpy or cupy, any float dtype) as a cupy array of the plan's storage dtype."""
+    cp = require_cupy()
+    x32 = cp.asarray(x, dtype=cp.float32)
+    if dtype != "bfloat16":
+        return cp.ascontiguousarray(x32.astype(storage_dtype(dtype)))
+    bits = x32.view(cp.uint32)
+    rounded = (bits + cp.uint32(0x7FFF) + ((bits >> 16) & cp.uint32(1))) >> 16
+    return cp.ascontiguousarray(rounded.astype(cp.uint16))
+
+
+def to_float64(x: Any, dtype: str) -> np.ndarray:
+    """A device array of storage dtype ``dtype`` as a float64 numpy array."""
+    cp = require_cupy()
+    if dtype == "bfloat16" and x.dtype == cp.uint16:
+        x = (x.astype(cp.uint32) << 16).view(cp.float32)
+    return cp.asnumpy(x).astype(np.float64)
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to ``dtype`` on the host, as :func:`to_device` does on the GPU."""
+    x32 = np.asarray(x, dtype=np.float32)
+    if dtype == "float32":
+        return x32.astype(np.float64)
+    if dtype == "float16":
+        return x32.astype(np.float16).astype(np.float64)
+    bits = x32.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint32) << 16
+    return rounded.view(np.float32).astype(np.float64)
+
+
+def poison(x: Any, dtype: np.dtype) -> None:
+    """Fill with NaN so an element no kernel writes fails the check."""
+    if dtype == np.uint16:
+        x.fill(BF16_NAN)
+    else:
+        x.fill(np.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# compilation, memoized per device
+
+@cache
+def _function(ref: KernelRef, counting: bool, device_id: int, smem_bytes: int) -> Any:
+    cp = require_cupy()
+    with cp.cuda.Device(device_id):
+        module = cp.RawModule(code=build_source(ref.source, ref.define_dict, counting),
+                              options=("-std=c++17",), name_expressions=[ref.name_expression])
+        fn = module.get_function(ref.name_expression)
+        if smem_bytes > 48 * 1024:  # above 48 KB a kernel must opt in
+            fn.max_dynamic_shared_size_bytes = smem_bytes
+    return fn
+
+
+def kernel_function(plan: Plan, stage: Stage, counting: bool) -> Any:
+    cp = require_cupy()
+    return _function(kernel_ref(plan, stage), counting, cp.cuda.Device().id, stage.smem_bytes)
+
+
+def compile_plan(plan: Plan, counting: bool = False) -> None:
+    for stage in plan.stages:
+        kernel_function(plan, stage, counting)
+
+
+# ---------------------------------------------------------------------------------------------
+# launching
+
+@dataclass
+class GpuRun:
+    plan: Plan
+    buffers: dict[str, Any]
+    counts: Counts | None = None
+    workspace_bytes: int = 0
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        return {name: self.buffers[name] for name in OUTPUTS[self.plan.direction]}
+
+
+@dataclass
+class _IoLog:
+    records: list[dict] = field(default_factory=list)
+
+
+_IO_LOGS: list[_IoLog] = []
+
+
+@contextlib.contextmanager
+def count_io() -> Iterator[list[dict]]:
+    """Inside this block every launch uses the counting build; yields the list of records, one per
+    kernel launch and tensor: ``{"plan", "stage", "kernel", "tensor", "read_bytes", "write_bytes"}``."""
+    log = _IoLog()
+    _IO_LOGS.append(log)
+    try:
+        yield log.records
+    finally:
+        _IO_LOGS.remove(log)
+
+
+def counting_active() -> bool:
+    return bool(_IO_LOGS)
+
+
+def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float) -> list[Any]:
+    values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
+              "scale": np.float32(scale)}
+    if stage.kernel == "gemm":
+        _, _, a, b, c = GEMMS[stage.name]
+        m, n, k, scaled = GEMM_SIZES[stage.name]
+        return [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
+                np.float32(scale if scaled else 1.0)]
+    return [buffers[a] if a in SHAPES else values[a] for a in ARGS[stage.kernel]]
+
+
+def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Device buffers for every tensor the plan touches; inputs are used as given (checked)."""
+    cp = require_cupy()
+    pool = cp.get_default_memory_pool()
+    before = pool.used_bytes()
+    buffers: dict[str, Any] = {}
+    for name in plan_tensors(plan):
+        shape, dtype = tensor_shape(plan, name), _tensor_dtype(plan, name)
+        if name in inputs:
+            x = inputs[name]
+            if tuple(x.shape) != shape or x.dtype != dtype or not x.flags.c_contiguous:
+                raise ValueError(f"input {name}: expected a C-contiguous {dtype} array of shape {shape}, "
+                                 f"got {x.dtype} {tuple(x.shape)}")
+            buffers[name] = x
+        else:
+            buffers[name] = cp.empty(shape, dtype=dtype)
+            poison(buffers[name], dtype)
+    return buffers, pool.used_bytes() - before
+
+
+def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float, counting: bool,
+                 counters: Any = None) -> None:
+    fn = kernel_function(plan, stage, counting)
+    args = _stage_args(plan, stage, buffers, scale)
+    fn(stage.grid, (stage.threads,), (*args, counters if counting else np.uint64(0)),
+       shared_mem=stage.smem_bytes)
+
+
+def _counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
+    out = {}
+    for i, tensor in enumerate(TENSORS):
+        r, w = int(raw[2 * i]), int(raw[2 * i + 1])
+        if r or w:
+            out[tensor] = (r, w)
+    return out
+
+
+def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None
+             ) -> GpuRun:
+    """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's
+    storage dtype (see :func:`to_device`); outputs and workspace are poisoned with NaN first.
+    With ``counting`` (default: inside :func:`count_io`) the counting build runs and per-stage,
+    per-tensor bytes come back in ``counts``."""
+    cp = require_cupy()
+    counting = counting_active() if counting is None else counting
+    scale = reference.default_scale(plan.d) if scale is None else scale
+    buffers, workspace = allocate(plan, inputs)
+    counts: Counts | None = {} if counting else None
+    for stage in plan.stages:
+        counters = cp.zeros(2 * NUM_TENSORS, dtype=cp.uint64) if counting else None
+        launch_stage(plan, stage, buffers, scale, counting, counters)
+        if counting:
+            counts[stage.name] = _counts_from(cp.asnumpy(counters))
+            for log in _IO_LOGS:
+                for tensor, (r, w) in counts[stage.name].items():
+                    log.records.append({"plan": plan.label, "stage": stage.name, "kernel": stage.kernel,
+                                        "tensor": tensor, "read_bytes": r, "write_bytes": w})
+    return GpuRun(plan, buffers, counts, workspace)
+
+
+def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, warmup: int = 3, repeats: int = 10,
+              scale: float | None = None) -> tuple[float, dict[str, float]]:
+    """Median seconds of the whole plan and of each stage (CUDA events), after ``warmup`` runs."""
+    cp = require_cupy()
+    scale = reference.default_scale(plan.d) if scale is None else scale
+    buffers, _ = allocate(plan, inputs)
+    counters = cp.zeros(2 * NUM_TENSORS, dtype=cp.uint64) if counting else None
+    compile_plan(plan, counting)
+    totals, per_stage = [], {s.name: [] for s in plan.stages}
+    for rep in range(warmup + repeats):
+        events = [cp.cuda.Event() for _ in range(len(plan.stages) + 1)]
+        events[0].record()
+        for i, stage in enumerate(plan.stages):
+            launch_stage(plan, stage, buffers, scale, counting, counters)
+            events[i + 1].record()
+        events[-1].synchronize()
+        if rep >= warmup:
+            totals.append(cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3)
+            for i, stage in enumerate(plan.stages):
+                per_stage[stage.name].append(cp.cuda.get_elapsed_time(events[i], events[i + 1]) / 1e3)
+    return statistics.median(totals), {k: statistics.median(v) for k, v in per_stage.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs and checks shared by tests, compare and benchmarks
+
+def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None
+                       ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Random inputs on the device (storage dtype) and the same values, rounded, as float64 on the host.
+
+    For a backward plan O, lse and P come from the float64 reference on the rounded Q, K, V.
+    ``magnitude`` multiplies Q and K (logits scale with its square).
+    """
+    rng = np.random.default_rng(seed)
+    bh, d = plan.bh, plan.d
+    host = {"Q": round_to(magnitude * rng.standard_normal((bh, plan.N_q, d)), plan.dtype),
+            "K": round_to(magnitude * rng.standard_normal((bh, plan.N_k, d)), plan.dtype),
+            "V": round_to(rng.standard_normal((bh, plan.N_k, d)), plan.dtype)}
+    if plan.direction == "bwd":
+        scale = reference.default_scale(d) if scale is None else scale
+        o, lse = reference.forward(host["Q"], host["K"], host["V"], scale)
+        s = scale * (host["Q"] @ np.swapaxes(host["K"], -1, -2))
+        host.update(O=round_to(o, plan.dtype), lse=lse, dO=round_to(rng.standard_normal(o.shape), plan.dtype),
+                    P=round_to(np.exp(s - lse[..., None]), plan.dtype))
+    device = {}
+    for name in INPUTS[plan.direction]:
+        if name in plan_tensors(plan):
+            dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
+            device[name] = to_device(host[name], dtype)
+    return device, host
+
+
+def underfill_note(plan: Plan, sms: int | None) -> str | None:
+    """A warning naming the stages that launch fewer thread blocks than the GPU has SMs."""
+    if not sms:
+        return None
+    small = [f"{s.name} {s.blocks}" for s in plan.stages if s.blocks < sms]
+    if small:
+        return (f"{plan.label}: grid underfills the {sms} SMs ({', '.join(small)} blocks); "
+                "raise --batch/--heads to fill it")
+    return None

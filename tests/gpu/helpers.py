@@ -1,0 +1,30 @@
+"""Same-precision naive attention on the host: the yardstick of flash-attention's tolerance idiom."""
+
+import numpy as np
+
+from iokernels import reference
+from iokernels.gpu import round_to
+
+
+def naive_forward(q, k, v, dtype, scale=None):
+    """Standard attention storing S, P and O in ``dtype`` (accumulating in higher precision)."""
+    scale = reference.default_scale(q.shape[-1]) if scale is None else scale
+    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dtype)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = round_to(p / p.sum(axis=-1, keepdims=True), dtype)
+    return round_to(p @ v, dtype)
+
+
+def naive_backward(q, k, v, do, dtype, scale=None):
+    scale = reference.default_scale(q.shape[-1]) if scale is None else scale
+    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dtype)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = round_to(p / p.sum(axis=-1, keepdims=True), dtype)
+    dv = round_to(np.swapaxes(p, -1, -2) @ do, dtype)
+    dp = round_to(do @ np.swapaxes(v, -1, -2), dtype)
+    ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dtype)
+    return round_to(scale * (ds @ k), dtype), round_to(scale * (np.swapaxes(ds, -1, -2) @ q), dtype), dv
+
+
+def rel_err(got, want):
+    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-3))

@@ -1,0 +1,33 @@
+"""Bad input to the library fails before anything reaches the GPU (runs without one)."""
+
+import numpy as np
+import pytest
+
+import iokernels
+
+Q = np.zeros((2, 3, 10, 64), np.float32)
+
+
+@pytest.mark.parametrize("args, error, message", [
+    ((Q, Q, Q.astype(np.float16)), TypeError, "mixed dtypes"),
+    ((Q.astype(np.int32),) * 3, TypeError, "unsupported dtype int32"),
+    ((Q, Q[..., :32], Q), ValueError, "head dim 32"),
+    ((Q, Q, Q[:1]), ValueError, "leading batch/head dims"),
+    ((Q, Q, Q[..., :5, :]), ValueError, "rows"),
+    ((Q[..., :60],) * 3, ValueError, "unsupported head dimension d=60"),
+    ((Q[0, 0, 0],) * 3, ValueError, r"shape \(\.\.\., N, d\)"),
+    ((Q, Q, [[1.0]]), TypeError, "numpy or cupy"),
+])
+def test_bad_input(args, error, message):
+    with pytest.raises(error, match=message):
+        iokernels.attention(*args)
+
+
+def test_causal_is_not_implemented_yet():
+    with pytest.raises(NotImplementedError, match="causal"):
+        iokernels.attention(Q, Q, Q, causal=True)
+
+
+def test_backward_checks_lse():
+    with pytest.raises(ValueError, match="lse must be float32 of shape"):
+        iokernels.attention_backward(Q, Q, Q, Q, Q, np.zeros((2, 3, 9), np.float32))
