@@ -31,6 +31,12 @@ class UserError(click.ClickException):
         click.echo(f"iokernels: error: {self.format_message()}", err=True)
 
 
+class EnvironmentProblem(UserError):
+    """What this machine lacks (cupy, a GPU): one line, exit code 1."""
+
+    exit_code = 1
+
+
 class Cli(click.Group):
     """A group whose usage errors are one line on stderr, exit code 2."""
 
@@ -45,7 +51,7 @@ class Cli(click.Group):
             sys.exit(1)
         except click.ClickException as exc:
             click.echo(f"iokernels: error: {exc.format_message()}", err=True)
-            sys.exit(2)
+            sys.exit(exc.exit_code)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -55,6 +61,8 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except (ValueError, TypeError) as exc:
             raise UserError(str(exc)) from exc
+        except RuntimeError as exc:
+            raise EnvironmentProblem(str(exc)) from exc
     return wrapper
 
 
@@ -180,6 +188,22 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_jso
     click.echo(f"iokernels: running {len(plans)} plans {where} ...", err=True)
     doc = compare(plans, spec, on_gpu=device is not None, reason=reason, seed=seed, repeats=repeats)
     _emit(doc, as_json, render(doc, detail=detail, measured=True))
+
+
+@cli.command("kernel-bench")
+@problem_options
+@click.option("--repeats", type=int, default=20, show_default=True, help="timed runs per stage")
+@user_errors
+def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, repeats) -> None:
+    """Each kernel stage against the GPU's copy bandwidth and cupy.matmul; counting vs plain build."""
+    from . import bench
+    from ._cupy import require_cupy
+
+    require_cupy()
+    plans, _ = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    click.echo(f"iokernels: benchmarking {len(plans)} plans ...", err=True)
+    doc = bench.kernel_bench(plans, repeats=repeats)
+    _emit(doc, as_json, bench.render(doc))
 
 
 def main() -> None:

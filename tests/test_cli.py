@@ -121,3 +121,14 @@ def test_console_script_exit_code():
     proc = subprocess.run([sys.executable, "-m", "iokernels.cli", "model", "--N", "-5"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "N_q" in proc.stderr
+
+
+def test_kernel_bench_without_cupy_is_one_line():
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("cupy installed")
+    except ImportError:
+        pass
+    result = CliRunner().invoke(cli, ["kernel-bench", "--N", "64"])
+    assert result.exit_code == 1 and "cupy is not installed" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
