@@ -18,7 +18,8 @@ from .compare import environment
 from .kernels.stages import GEMMS
 from .plan import Plan
 
-ROWWISE = {"rowmax", "rowsum", "normalize", "rowdot", "ds", "flash_init", "flash_bwd_prep", "flash_bwd_dq"}
+ROWWISE = {"rowmax", "rowsum", "normalize", "rowdot", "ds", "flash_init", "flash_finalize", "flash_bwd_prep",
+           "flash_bwd_dq"}
 
 
 def _median_seconds(fn, warmup: int, repeats: int) -> float:

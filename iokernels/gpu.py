@@ -30,7 +30,7 @@ SHAPES: dict[str, tuple[str, ...]] = {
     "Q": ("q", "d"), "K": ("k", "d"), "V": ("k", "d"), "O": ("q", "d"), "dO": ("q", "d"),
     "S": ("q", "k"), "P": ("q", "k"), "dP": ("q", "k"), "dS": ("q", "k"),
     "m": ("q",), "l": ("q",), "lse": ("q",), "D": ("q",),
-    "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"),
+    "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
 }
 
 # kernel -> its arguments before the counters: tensor names, or n_q / n_k / d / scale
@@ -40,11 +40,12 @@ ARGS: dict[str, tuple[str, ...]] = {
     "normalize": ("S", "m", "l", "P", "n_k"),
     "rowdot": ("P", "dP", "D", "n_k"),
     "ds": ("P", "dP", "D", "dS", "n_k"),
-    "flash_init": ("O", "m", "l", "d"),
+    "flash_init": ("Oacc", "m", "l", "d"),
+    "flash_finalize": ("Oacc", "O", "d"),
     "flash_bwd_prep": ("dO", "O", "D", "dQacc", "d"),
     "flash_bwd_dq": ("dQacc", "dQ", "d"),
     "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
-    "flash_kv_outer": ("Q", "K", "V", "O", "m", "l", "n_q", "n_k", "scale"),
+    "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),

@@ -96,9 +96,11 @@ def _two_pass(schedule: str) -> dict[str, _Stage]:
 
 def _flash_kv_outer_fwd() -> dict[str, _Stage]:
     main = _Stage().read("K", N_k * d).read("V", N_k * d).read("Q", N_q * d * T_c)
-    for tensor, width in (("O", d), ("l", 1), ("m", 1)):
+    for tensor, width in (("l", 1), ("m", 1), ("Oacc", d)):  # O's round trips, in float32
         main.read(tensor, N_q * width * T_c).write(tensor, N_q * width * T_c)
-    return {"init": _Stage().write("O", N_q * d).write("m", N_q).write("l", N_q), "main": main}
+    return {"init": _Stage().write("m", N_q).write("l", N_q).write("Oacc", N_q * d),
+            "main": main,
+            "finalize": _Stage().write("O", N_q * d).read("Oacc", N_q * d)}
 
 
 def _flash_q_outer_fwd() -> dict[str, _Stage]:
@@ -148,12 +150,12 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("standard", "default", "bwd"): ("dP", "dS", "D"),
     ("two_pass", "store", "fwd"): ("S", "m", "l"),
     ("two_pass", "recompute", "fwd"): ("m", "l"),
-    ("flash", "kv_outer", "fwd"): ("m", "l"),
+    ("flash", "kv_outer", "fwd"): ("m", "l", "Oacc"),
     ("flash", "q_outer", "fwd"): ("lse",),
     ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
 }
 _SHAPES = {"S": N_q * N_k, "P": N_q * N_k, "dP": N_q * N_k, "dS": N_q * N_k,
-           "m": N_q, "l": N_q, "lse": N_q, "D": N_q, "dQacc": N_q * d}
+           "m": N_q, "l": N_q, "lse": N_q, "D": N_q, "dQacc": N_q * d, "Oacc": N_q * d}
 
 
 def io_exprs(algorithm: str, schedule: str, direction: str) -> IoTable:

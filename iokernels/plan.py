@@ -40,7 +40,7 @@ GEMM_PIPELINE_STAGES = 2
 SMEM_ALIGN = 16
 
 # Tensors stored in float32 whatever the input dtype; all others use the input dtype.
-FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc"})
+FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc"})
 
 
 def _align(n: int) -> int:
@@ -359,8 +359,12 @@ def make_plan(
     if key == ("flash", "kv_outer", "fwd"):
         # Algorithm 1 literally: one block per (batch, head) owns the sequential j loop, so K_j and
         # V_j are read once; O, l, m start in HBM (the init stage) and make a round trip per j.
-        stages = (Stage("init", "flash_init", (N_q, 1, bh), ROWWISE_THREADS, _layout(_rowwise_buffers())),
-                  Stage("main", "flash_kv_outer", (1, 1, bh), THREADS, fams[0]))
+        # O travels as a float32 accumulator (Oacc), so float16/bfloat16 runs accumulate in float32
+        # like every other schedule; the finalize stage rounds it to the output dtype once.
+        row_smem = _layout(_rowwise_buffers())
+        stages = (Stage("init", "flash_init", (N_q, 1, bh), ROWWISE_THREADS, row_smem),
+                  Stage("main", "flash_kv_outer", (1, 1, bh), THREADS, fams[0]),
+                  Stage("finalize", "flash_finalize", (N_q, 1, bh), ROWWISE_THREADS, row_smem))
     elif key == ("flash", "q_outer", "fwd"):
         stages = (Stage("main", "flash_q_outer", (tr, 1, bh), THREADS, fams[0]),)
     elif algorithm == "two_pass":

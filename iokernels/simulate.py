@@ -166,14 +166,14 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     t = p.tile
     hbm.begin("init")
-    hbm.store("O", (ALL, ALL, ALL), 0.0)
-    hbm.store("l", (ALL, ALL), 0.0)
     hbm.store("m", (ALL, ALL), -np.inf)
+    hbm.store("l", (ALL, ALL), 0.0)
+    hbm.store("Oacc", (ALL, ALL, ALL), 0.0)
     hbm.begin("main")
     for cs in _blocks(p.N_k, t["Bc"]):
         k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
         for rs in _blocks(p.N_q, t["Br"]):
-            q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("O", (ALL, rs, ALL))
+            q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("Oacc", (ALL, rs, ALL))
             l, m = hbm.load("l", (ALL, rs)), hbm.load("m", (ALL, rs))
             s = scale * (q @ _t(k))
             m_tile = s.max(axis=-1)
@@ -183,9 +183,11 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
             a, b = np.exp(m - m_new), np.exp(m_tile - m_new)
             l_new = a * l + b * l_tile
             o = ((l * a)[..., None] * o + b[..., None] * (p_tile @ v)) / l_new[..., None]
-            hbm.store("O", (ALL, rs, ALL), o)
+            hbm.store("Oacc", (ALL, rs, ALL), o)
             hbm.store("l", (ALL, rs), l_new)
             hbm.store("m", (ALL, rs), m_new)
+    hbm.begin("finalize")
+    hbm.store("O", (ALL, ALL, ALL), hbm.load("Oacc", (ALL, ALL, ALL)))
 
 
 def _flash_q_outer(hbm: Hbm, scale: float) -> None:
@@ -251,7 +253,7 @@ _OUTPUTS = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}
 _WORKSPACE = {  # tensor -> which dimension pair it spans: (rows, cols)
     "O": ("q", "d"), "S": ("q", "k"), "P": ("q", "k"), "m": ("q",), "l": ("q",), "lse": ("q",),
     "D": ("q",), "dP": ("q", "k"), "dS": ("q", "k"), "dQ": ("q", "d"), "dK": ("k", "d"),
-    "dV": ("k", "d"), "dQacc": ("q", "d"),
+    "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
-    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc",
+    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -57,6 +59,20 @@ def compiled(source: str, variant: int, arch: str, counting: bool) -> CompileRes
         name=source,
         name_expressions=v.name_expressions,
     )
+
+
+def _try_compile(job: tuple) -> None:
+    with contextlib.suppress(KernelCompileError):  # the test that owns the job reports it
+        compiled(*job)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _precompile_in_parallel() -> None:
+    """NVRTC releases the GIL: compile every case on all cores up front, the tests then read the cache."""
+    if HAVE_NVRTC:
+        jobs = [(c.values[0], c.values[1], c.values[2], counting) for c in CASES for counting in (True, False)]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            list(pool.map(_try_compile, jobs))
 
 
 def test_nvrtc_installed_in_ci() -> None:

@@ -66,13 +66,16 @@ def test_flash_beats_standard_by_the_predicted_factor_at_large_n():
 
 
 def test_theta_constants_follow_the_schedules():
-    # leading N²d²/M term (M in elements): kv_outer re-reads Q and O and re-writes O once per K/V
-    # block (3 x 4 = 12 with B_c = M/4d); q_outer re-reads K and V once per Q block (2 x 4 = 8)
+    # leading N²d²/M term (M in elements): kv_outer re-reads Q once per K/V block (4 with B_c = M/4d);
+    # q_outer re-reads K and V once per Q block (2 x 4 = 8)
     lead = model.N_q * model.N_k * model.d**2 * model.e / model.M
-    for key, coefficient in {("flash", "kv_outer", "fwd"): 12, ("flash", "q_outer", "fwd"): 8,
+    for key, coefficient in {("flash", "kv_outer", "fwd"): 4, ("flash", "q_outer", "fwd"): 8,
                              ("two_pass", "recompute", "fwd"): 12, ("flash", "kv_outer", "bwd"): 8}.items():
         theta = sp.expand(model.theta_expr(*key) / model.BH)
         assert theta.coeff(lead) == coefficient, key
+    # Algorithm 1's O round trips travel as a float32 accumulator: 2 x 4 bytes x 4 per K/V block
+    kv = sp.expand(model.theta_expr("flash", "kv_outer", "fwd") / model.BH)
+    assert kv.coeff(model.N_q * model.N_k * model.d**2 / model.M) == 32 + 4 * model.e  # Oacc + Q
     standard = sp.expand(model.theta_expr("standard", "default", "fwd").subs({model.BN: 128, model.BM: 128,
                                                                            model.d: 64}) / model.BH)
     # S written, read 3x, P written and read once (d <= BN); Q, K and V re-read once per 128-wide tile

@@ -23,6 +23,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "rowdot": ("rowwise.cu", "rowdot"),
     "ds": ("rowwise.cu", "ds"),
     "flash_init": ("rowwise.cu", "flash_init"),
+    "flash_finalize": ("rowwise.cu", "flash_finalize"),
     "flash_bwd_prep": ("rowwise.cu", "flash_bwd_prep"),
     "flash_bwd_dq": ("rowwise.cu", "flash_bwd_dq"),
     "flash_q_outer": ("flash_fwd.cu", "flash_q_outer"),
@@ -70,7 +71,7 @@ def stage_defines(plan: Plan, stage: Stage) -> dict[str, int | str]:
     defines: dict[str, int | str] = {"THREADS": stage.threads, **smem_defines(stage)}
     if stage.kernel == "gemm":
         defines.update(BM=tile["BM"], BN=tile["BN"], BK=tile["BK"])
-    elif "Br" in tile and stage.kernel not in {"flash_init", "flash_bwd_prep", "flash_bwd_dq"}:
+    elif "Br" in tile and stage.kernel not in {"flash_init", "flash_finalize", "flash_bwd_prep", "flash_bwd_dq"}:
         defines.update(HEAD_D=plan.d, BR=tile["Br"], BC=tile["Bc"])
     return defines
 

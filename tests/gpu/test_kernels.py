@@ -9,7 +9,7 @@ from iokernels import gpu, model, reference
 from iokernels.plan import SCHEDULES, make_plan
 from iokernels.simulate import simulate
 
-from .helpers import naive_backward, naive_forward, rel_err
+from .helpers import naive_backward, naive_forward, problem_scale, rel_err
 
 KEYS = [(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss]
 KB = 1024
@@ -63,9 +63,10 @@ def test_counters_and_outputs(key, case):
     else:
         dq, dk, dv = reference.backward(host["Q"], host["K"], host["V"], host["dO"])
         want = {"dQ": dq, "dK": dk, "dV": dv}
+    scale = problem_scale(want)
     if plan.dtype == "float32":
         for name in want:
-            assert rel_err(got[name], want[name]) < 1e-5, name
+            assert rel_err(got[name], want[name], scale) < 1e-5, name
     else:
         # flash-attention's idiom: at most 2x the error of a same-precision naive computation
         if plan.direction == "fwd":
@@ -74,8 +75,9 @@ def test_counters_and_outputs(key, case):
             naive = dict(zip(("dQ", "dK", "dV"),
                              naive_backward(host["Q"], host["K"], host["V"], host["dO"], plan.dtype), strict=True))
         for name in want:
-            bound = 2 * rel_err(naive[name], want[name]) + 1e-6
-            assert rel_err(got[name], want[name]) <= bound, (name, rel_err(got[name], want[name]), bound)
+            bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
+            err = rel_err(got[name], want[name], scale)
+            assert err <= bound, (name, err, bound)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -85,11 +87,16 @@ def test_large_logits_stay_finite(key, dtype):
     plan = _plan(key, (300, 200, 64, dtype, 64 * KB, 1, 2))
     inputs, host = gpu.make_device_inputs(plan, seed=_seed("big", key, dtype), magnitude=10.0)
     run = gpu.run_plan(plan, inputs)
-    for name, x in _outputs(run, plan).items():
+    got = _outputs(run, plan)
+    for name, x in got.items():
         assert np.all(np.isfinite(x)), name
     if plan.direction == "fwd":
         want = reference.forward(host["Q"], host["K"], host["V"])[0]
-        assert rel_err(_outputs(run, plan)["O"], want) < (1e-3 if dtype == "float32" else 5e-2)
+        if dtype == "float32":  # S = τQKᵀ itself carries float32 rounding of |S| ~ 100s
+            assert rel_err(got["O"], want) < 1e-3
+        else:  # S stored at |S| ~ 100 in half precision: the same-precision idiom
+            naive = naive_forward(host["Q"], host["K"], host["V"], dtype)
+            assert rel_err(got["O"], want) <= 2 * rel_err(naive, want) + 1e-6
 
 
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
@@ -100,4 +107,7 @@ def test_plain_build_counts_nothing_and_agrees(key):
     plain = gpu.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
-        np.testing.assert_array_equal(x, counted[name])
+        if name == "dQ" and plan.algorithm == "flash":  # float atomics from several K/V blocks: any order
+            np.testing.assert_allclose(x, counted[name], rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(x, counted[name])

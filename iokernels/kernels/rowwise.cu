@@ -1,0 +1,471 @@
+// Row-wise kernels: the softmax passes of standard attention and the per-row set-up and finishing
+// of the flash kernels (docs/KERNELS.md, rowwise.cu).
+//
+// One block of THREADS threads per row: row = blockIdx.x of gridDim.x rows per batch*head,
+// bh = blockIdx.z. Rows stream in 16-byte chunks when every row starts 16-byte aligned (aligned base,
+// n a multiple of the chunk), element by element otherwise; both count the same bytes. Each thread
+// loads ROW_ROUND chunks of a row before it uses any, so a whole row of 4096 is in flight at once.
+// A row's scalars (m, l, D) are loaded once, by thread 0, and broadcast through shared memory.
+// The flash kernels here move rows of d <= 256: a chunk or two per thread, so their loops stay
+// rolled (unrolling them only costs registers).
+#include "common.cuh"
+
+#if !defined(THREADS) || !defined(SMEM_PARTIALS) || !defined(SMEM_BYTES)
+#error "rowwise.cu needs THREADS, SMEM_PARTIALS and SMEM_BYTES from the plan"
+#endif
+
+constexpr int ROW_WARPS = THREADS / 32;
+constexpr int ROW_ROUND = 4;  // chunks per thread per tensor in flight
+// Blocks per SM: a block has one row (8-16 KB at n = 4096) in flight, so bandwidth needs many of them.
+// The softmax passes fit 8 (32 registers) in the plain build; the counters take more registers.
+#ifdef IOK_COUNT
+constexpr int ROW_MIN_BLOCKS_SOFTMAX = 4;
+#else
+constexpr int ROW_MIN_BLOCKS_SOFTMAX = 8;
+#endif
+constexpr int ROW_MIN_BLOCKS = 4;
+
+static_assert(THREADS % 32 == 0, "whole warps");
+// PARTIALS: one float per warp for block reductions, then two broadcast scalars
+static_assert(SMEM_PARTIALS % 16 == 0 && SMEM_PARTIALS + ROW_WARPS * 16 <= SMEM_BYTES,
+              "PARTIALS ends within SMEM_BYTES");
+static_assert((ROW_WARPS + 2) * 4 <= ROW_WARPS * 16, "PARTIALS holds the warp partials and two scalars");
+static_assert(SMEM_BYTES >= IOK_FLUSH_SCRATCH_BYTES(THREADS), "iok_flush reuses PARTIALS");
+
+__device__ __forceinline__ size_t row_index()
+{
+    return static_cast<size_t>(blockIdx.z) * gridDim.x + blockIdx.x;
+}
+
+__device__ __forceinline__ float row_neg_inf()
+{
+    return __int_as_float(0xff800000);
+}
+
+template <typename T>
+struct RowVec {
+    static constexpr int N = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte chunk
+};
+
+// True when rows of n elements starting at p are all 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ bool row_vector_ok(const T* p, int n)
+{
+    return reinterpret_cast<size_t>(p) % 16 == 0 && n % RowVec<T>::N == 0;
+}
+
+template <typename T>
+__device__ __forceinline__ void row_unpack(const uint4& v, float (&f)[RowVec<T>::N])
+{
+    T t[RowVec<T>::N];
+    memcpy(t, &v, 16);
+#pragma unroll
+    for (int e = 0; e < RowVec<T>::N; ++e) f[e] = static_cast<float>(t[e]);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 row_pack(const float (&f)[RowVec<T>::N])
+{
+    T t[RowVec<T>::N];
+#pragma unroll
+    for (int e = 0; e < RowVec<T>::N; ++e) t[e] = T(f[e]);
+    uint4 v;
+    memcpy(&v, t, 16);
+    return v;
+}
+
+// Chunk of round `base` that slot r of this thread handles.
+__device__ __forceinline__ int row_chunk(int base, int r)
+{
+    return base + r * THREADS + static_cast<int>(threadIdx.x);
+}
+
+// Loads this thread's chunks of one round of a row (chunks: the row's count of 16-byte chunks).
+template <int TI, typename T, typename Counters>
+__device__ __forceinline__ void row_load_round(Counters& c, const T* row, int chunks, int base,
+                                               uint4 (&v)[ROW_ROUND])
+{
+#pragma unroll
+    for (int r = 0; r < ROW_ROUND; ++r) {
+        const int q = row_chunk(base, r);
+        v[r] = q < chunks ? iok_ld<TI>(c, reinterpret_cast<const uint4*>(row) + q) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+struct RowMax {
+    static __device__ __forceinline__ float op(float a, float b) { return fmaxf(a, b); }
+};
+struct RowSum {
+    static __device__ __forceinline__ float op(float a, float b) { return a + b; }
+};
+
+// Block-wide reduction; the result reaches every thread. partials[0, ROW_WARPS) is its scratch.
+template <typename Op>
+__device__ __forceinline__ float row_reduce(float x, float* partials)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x = Op::op(x, __shfl_xor_sync(0xffffffffu, x, off));
+    if ((threadIdx.x & 31u) == 0) partials[threadIdx.x >> 5] = x;
+    __syncthreads();  // every warp's partial written
+    x = partials[0];
+#pragma unroll
+    for (int w = 1; w < ROW_WARPS; ++w) x = Op::op(x, partials[w]);
+    return x;
+}
+
+// m = max_j S[row, j]
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
+rowmax(const T* __restrict__ S, float* __restrict__ m, int n, unsigned long long* __restrict__ iok_counters)
+{
+    constexpr int V = RowVec<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
+    IokCounters<IOK_T_S, IOK_T_m> c;
+    const size_t row = row_index();
+    const T* s = S + row * n;
+
+    float x = row_neg_inf();
+    if (row_vector_ok(S, n)) {
+        const int chunks = n / V;
+        for (int base = 0; base < chunks; base += THREADS * ROW_ROUND) {
+            uint4 v[ROW_ROUND];
+            row_load_round<IOK_T_S>(c, s, chunks, base, v);
+#pragma unroll
+            for (int r = 0; r < ROW_ROUND; ++r) {
+                if (row_chunk(base, r) >= chunks) continue;
+                float f[V];
+                row_unpack<T>(v[r], f);
+#pragma unroll
+                for (int e = 0; e < V; ++e) x = fmaxf(x, f[e]);
+            }
+        }
+    } else {
+        for (int j = threadIdx.x; j < n; j += THREADS) x = fmaxf(x, static_cast<float>(iok_ld<IOK_T_S>(c, s + j)));
+    }
+    x = row_reduce<RowMax>(x, partials);
+    if (threadIdx.x == 0) iok_st<IOK_T_m>(c, m + row, x);
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// l = sum_j exp(S[row, j] - m)
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
+rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__ l, int n,
+       unsigned long long* __restrict__ iok_counters)
+{
+    constexpr int V = RowVec<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
+    float* scalars = partials + ROW_WARPS;
+    IokCounters<IOK_T_S, IOK_T_m, IOK_T_l> c;
+    const size_t row = row_index();
+    const T* s = S + row * n;
+    const bool vector = row_vector_ok(S, n);
+    const int chunks = vector ? n / V : 0;
+
+    // the row's first round is in flight while thread 0 fetches m
+    uint4 v[ROW_ROUND];
+    if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
+    if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_m>(c, m + row);
+    __syncthreads();  // m visible to all
+    const float mr = scalars[0];
+
+    float x = 0.0f;
+    if (vector) {
+        for (int base = 0;;) {
+#pragma unroll
+            for (int r = 0; r < ROW_ROUND; ++r) {
+                if (row_chunk(base, r) >= chunks) continue;
+                float f[V];
+                row_unpack<T>(v[r], f);
+#pragma unroll
+                for (int e = 0; e < V; ++e) x += expf(f[e] - mr);
+            }
+            base += THREADS * ROW_ROUND;
+            if (base >= chunks) break;
+            row_load_round<IOK_T_S>(c, s, chunks, base, v);
+        }
+    } else {
+        for (int j = threadIdx.x; j < n; j += THREADS) x += expf(static_cast<float>(iok_ld<IOK_T_S>(c, s + j)) - mr);
+    }
+    x = row_reduce<RowSum>(x, partials);
+    if (threadIdx.x == 0) iok_st<IOK_T_l>(c, l + row, x);
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// P = exp(S - m) / l
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
+normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __restrict__ l,
+          T* __restrict__ P, int n, unsigned long long* __restrict__ iok_counters)
+{
+    constexpr int V = RowVec<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* scalars = reinterpret_cast<float*>(smem + SMEM_PARTIALS) + ROW_WARPS;
+    IokCounters<IOK_T_S, IOK_T_P, IOK_T_m, IOK_T_l> c;
+    const size_t row = row_index();
+    const T* s = S + row * n;
+    T* p = P + row * n;
+    const bool vector = row_vector_ok(S, n) && row_vector_ok(P, n);
+    const int chunks = vector ? n / V : 0;
+
+    uint4 v[ROW_ROUND];
+    if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
+    if (threadIdx.x == 0) {
+        scalars[0] = iok_ld<IOK_T_m>(c, m + row);
+        scalars[1] = iok_ld<IOK_T_l>(c, l + row);
+    }
+    __syncthreads();  // m, l visible to all
+    const float mr = scalars[0];
+    const float inv_l = 1.0f / scalars[1];
+
+    if (vector) {
+        for (int base = 0;;) {
+#pragma unroll
+            for (int r = 0; r < ROW_ROUND; ++r) {
+                const int q = row_chunk(base, r);
+                if (q >= chunks) continue;
+                float f[V];
+                row_unpack<T>(v[r], f);
+#pragma unroll
+                for (int e = 0; e < V; ++e) f[e] = expf(f[e] - mr) * inv_l;
+                iok_st<IOK_T_P>(c, reinterpret_cast<uint4*>(p) + q, row_pack<T>(f));
+            }
+            base += THREADS * ROW_ROUND;
+            if (base >= chunks) break;
+            row_load_round<IOK_T_S>(c, s, chunks, base, v);
+        }
+    } else {
+        for (int j = threadIdx.x; j < n; j += THREADS) {
+            iok_st<IOK_T_P>(c, p + j, T(expf(static_cast<float>(iok_ld<IOK_T_S>(c, s + j)) - mr) * inv_l));
+        }
+    }
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// D = sum_j P[row, j] dP[row, j]
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D, int n,
+       unsigned long long* __restrict__ iok_counters)
+{
+    constexpr int V = RowVec<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
+    IokCounters<IOK_T_P, IOK_T_dP, IOK_T_D> c;
+    const size_t row = row_index();
+    const T* p = P + row * n;
+    const T* dp = dP + row * n;
+
+    float x = 0.0f;
+    if (row_vector_ok(P, n) && row_vector_ok(dP, n)) {
+        const int chunks = n / V;
+        for (int base = 0; base < chunks; base += THREADS * ROW_ROUND) {
+            uint4 vp[ROW_ROUND], vd[ROW_ROUND];
+            row_load_round<IOK_T_P>(c, p, chunks, base, vp);
+            row_load_round<IOK_T_dP>(c, dp, chunks, base, vd);
+#pragma unroll
+            for (int r = 0; r < ROW_ROUND; ++r) {
+                if (row_chunk(base, r) >= chunks) continue;
+                float fp[V], fd[V];
+                row_unpack<T>(vp[r], fp);
+                row_unpack<T>(vd[r], fd);
+#pragma unroll
+                for (int e = 0; e < V; ++e) x = fmaf(fp[e], fd[e], x);
+            }
+        }
+    } else {
+        for (int j = threadIdx.x; j < n; j += THREADS) {
+            x = fmaf(static_cast<float>(iok_ld<IOK_T_P>(c, p + j)), static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)), x);
+        }
+    }
+    x = row_reduce<RowSum>(x, partials);
+    if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// dS = P (dP - D)
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ D, T* __restrict__ dS, int n,
+   unsigned long long* __restrict__ iok_counters)
+{
+    constexpr int V = RowVec<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* scalars = reinterpret_cast<float*>(smem + SMEM_PARTIALS) + ROW_WARPS;
+    IokCounters<IOK_T_P, IOK_T_dP, IOK_T_D, IOK_T_dS> c;
+    const size_t row = row_index();
+    const T* p = P + row * n;
+    const T* dp = dP + row * n;
+    T* out = dS + row * n;
+    const bool vector = row_vector_ok(P, n) && row_vector_ok(dP, n) && row_vector_ok(dS, n);
+    const int chunks = vector ? n / V : 0;
+
+    uint4 vp[ROW_ROUND], vd[ROW_ROUND];
+    if (vector) {
+        row_load_round<IOK_T_P>(c, p, chunks, 0, vp);
+        row_load_round<IOK_T_dP>(c, dp, chunks, 0, vd);
+    }
+    if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_D>(c, D + row);
+    __syncthreads();  // D visible to all
+    const float dr = scalars[0];
+
+    if (vector) {
+        for (int base = 0;;) {
+#pragma unroll
+            for (int r = 0; r < ROW_ROUND; ++r) {
+                const int q = row_chunk(base, r);
+                if (q >= chunks) continue;
+                float fp[V], fd[V];
+                row_unpack<T>(vp[r], fp);
+                row_unpack<T>(vd[r], fd);
+#pragma unroll
+                for (int e = 0; e < V; ++e) fp[e] *= fd[e] - dr;
+                iok_st<IOK_T_dS>(c, reinterpret_cast<uint4*>(out) + q, row_pack<T>(fp));
+            }
+            base += THREADS * ROW_ROUND;
+            if (base >= chunks) break;
+            row_load_round<IOK_T_P>(c, p, chunks, base, vp);
+            row_load_round<IOK_T_dP>(c, dp, chunks, base, vd);
+        }
+    } else {
+        for (int j = threadIdx.x; j < n; j += THREADS) {
+            const float x = static_cast<float>(iok_ld<IOK_T_P>(c, p + j));
+            iok_st<IOK_T_dS>(c, out + j, T(x * (static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)) - dr)));
+        }
+    }
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// Oacc row = 0, m = -inf, l = 0: the state Algorithm 1 starts from (T only names the run's dtype)
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ l, int d,
+           unsigned long long* __restrict__ iok_counters)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    IokCounters<IOK_T_Oacc, IOK_T_m, IOK_T_l> c;
+    const size_t row = row_index();
+    float* o = Oacc + row * d;
+
+    if (row_vector_ok(Oacc, d)) {
+#pragma unroll 1
+        for (int q = threadIdx.x; q < d / 4; q += THREADS) {
+            iok_st<IOK_T_Oacc>(c, reinterpret_cast<float4*>(o) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        }
+    } else {
+#pragma unroll 1
+        for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_Oacc>(c, o + j, 0.0f);
+    }
+    if (threadIdx.x == 0) {
+        iok_st<IOK_T_m>(c, m + row, row_neg_inf());
+        iok_st<IOK_T_l>(c, l + row, 0.0f);
+    }
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// Y row = X row rounded to T (X float32, d elements); TX, TY: their tensors
+template <int TX, int TY, typename T, typename Counters>
+__device__ __forceinline__ void row_round(Counters& c, const float* __restrict__ X, T* __restrict__ Y, int d)
+{
+    constexpr int V = RowVec<T>::N;
+    const size_t row = row_index();
+    const float* x = X + row * d;
+    T* y = Y + row * d;
+
+    // a chunk of V elements of T is V / 4 float4 of X
+    if (row_vector_ok(Y, d) && row_vector_ok(X, d)) {
+#pragma unroll 1
+        for (int q = threadIdx.x; q < d / V; q += THREADS) {
+            float f[V];
+#pragma unroll
+            for (int i = 0; i < V / 4; ++i) {
+                const float4 v = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + q * (V / 4) + i);
+                f[4 * i] = v.x;
+                f[4 * i + 1] = v.y;
+                f[4 * i + 2] = v.z;
+                f[4 * i + 3] = v.w;
+            }
+            iok_st<TY>(c, reinterpret_cast<uint4*>(y) + q, row_pack<T>(f));
+        }
+    } else {
+#pragma unroll 1
+        for (int j = threadIdx.x; j < d; j += THREADS) iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + j)));
+    }
+}
+
+// O = Oacc, rounded to T
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, unsigned long long* __restrict__ iok_counters)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    IokCounters<IOK_T_O, IOK_T_Oacc> c;
+    row_round<IOK_T_Oacc, IOK_T_O>(c, Oacc, O, d);
+    iok_flush(c, iok_counters, smem);
+}
+
+// D = sum_j dO[row, j] O[row, j]; dQacc row = 0
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restrict__ D,
+               float* __restrict__ dQacc, int d, unsigned long long* __restrict__ iok_counters)
+{
+    constexpr int V = RowVec<T>::N;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
+    IokCounters<IOK_T_O, IOK_T_dO, IOK_T_D, IOK_T_dQacc> c;
+    const size_t row = row_index();
+    const T* dor = dO + row * d;
+    const T* o = O + row * d;
+    float* acc = dQacc + row * d;
+
+    float x = 0.0f;
+    if (row_vector_ok(dO, d) && row_vector_ok(O, d)) {
+#pragma unroll 1
+        for (int q = threadIdx.x; q < d / V; q += THREADS) {
+            float fd[V], fo[V];
+            row_unpack<T>(iok_ld<IOK_T_dO>(c, reinterpret_cast<const uint4*>(dor) + q), fd);
+            row_unpack<T>(iok_ld<IOK_T_O>(c, reinterpret_cast<const uint4*>(o) + q), fo);
+#pragma unroll
+            for (int e = 0; e < V; ++e) x = fmaf(fd[e], fo[e], x);
+        }
+    } else {
+#pragma unroll 1
+        for (int j = threadIdx.x; j < d; j += THREADS) {
+            const float a = static_cast<float>(iok_ld<IOK_T_dO>(c, dor + j));
+            x = fmaf(a, static_cast<float>(iok_ld<IOK_T_O>(c, o + j)), x);
+        }
+    }
+    if (row_vector_ok(dQacc, d)) {
+#pragma unroll 1
+        for (int q = threadIdx.x; q < d / 4; q += THREADS) {
+            iok_st<IOK_T_dQacc>(c, reinterpret_cast<float4*>(acc) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        }
+    } else {
+#pragma unroll 1
+        for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_dQacc>(c, acc + j, 0.0f);
+    }
+    x = row_reduce<RowSum>(x, partials);
+    if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
+
+    iok_flush(c, iok_counters, smem);
+}
+
+// dQ = dQacc, rounded to T
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, unsigned long long* __restrict__ iok_counters)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    IokCounters<IOK_T_dQ, IOK_T_dQacc> c;
+    row_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc, dQ, d);
+    iok_flush(c, iok_counters, smem);
+}
