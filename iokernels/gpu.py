@@ -18,7 +18,7 @@ import numpy as np
 
 from . import reference
 from ._cupy import require_cupy
-from .kernels import build_source
+from .kernels import COUNTER_SLOTS, build_source
 from .kernels.stages import GEMMS, KernelRef, kernel_ref
 from .plan import FLOAT32_TENSORS, Plan, Stage
 from .tensors import NUM_TENSORS, TENSORS
@@ -35,19 +35,19 @@ SHAPES: dict[str, tuple[str, ...]] = {
 
 # kernel -> its arguments before the counters: tensor names, or n_q / n_k / d / scale
 ARGS: dict[str, tuple[str, ...]] = {
-    "rowmax": ("S", "m", "n_k"),
-    "rowsum": ("S", "m", "l", "n_k"),
-    "normalize": ("S", "m", "l", "P", "n_k"),
-    "rowdot": ("P", "dP", "D", "n_k"),
-    "ds": ("P", "dP", "D", "dS", "n_k"),
-    "flash_init": ("Oacc", "m", "l", "d"),
-    "flash_finalize": ("Oacc", "O", "d"),
-    "flash_bwd_prep": ("dO", "O", "D", "dQacc", "d"),
-    "flash_bwd_dq": ("dQacc", "dQ", "d"),
+    "rowmax": ("S", "m", "n_k", "n_q"),
+    "rowsum": ("S", "m", "l", "n_k", "n_q"),
+    "normalize": ("S", "m", "l", "P", "n_k", "n_q"),
+    "rowdot": ("P", "dP", "D", "n_k", "n_q"),
+    "ds": ("P", "dP", "D", "dS", "n_k", "n_q"),
+    "flash_init": ("Oacc", "m", "l", "d", "n_q"),
+    "flash_finalize": ("Oacc", "O", "d", "n_q"),
+    "flash_bwd_prep": ("dO", "O", "D", "dQacc", "d", "n_q"),
+    "flash_bwd_dq": ("dQacc", "dQ", "d", "n_q"),
     "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
-    "two_pass_stats_recompute": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
+    "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
     "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),
     "two_pass_recompute_output": ("Q", "K", "V", "m", "l", "O", "n_q", "n_k", "scale"),
     "flash_bwd_kv_outer": ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
@@ -197,7 +197,7 @@ def counting_active() -> bool:
 
 def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float) -> list[Any]:
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
-              "scale": np.float32(scale)}
+              "scale": np.float32(scale), "null": np.uint64(0)}
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]
         m, n, k, scaled = GEMM_SIZES[stage.name]
@@ -234,7 +234,13 @@ def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float
        shared_mem=stage.smem_bytes)
 
 
+def new_counters() -> Any:
+    cp = require_cupy()
+    return cp.zeros(COUNTER_SLOTS * 2 * NUM_TENSORS, dtype=cp.uint64)
+
+
 def _counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
+    raw = raw.reshape(COUNTER_SLOTS, 2 * NUM_TENSORS).sum(axis=0, dtype=np.uint64)
     out = {}
     for i, tensor in enumerate(TENSORS):
         r, w = int(raw[2 * i]), int(raw[2 * i + 1])
@@ -255,7 +261,7 @@ def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None
     buffers, workspace = allocate(plan, inputs)
     counts: Counts | None = {} if counting else None
     for stage in plan.stages:
-        counters = cp.zeros(2 * NUM_TENSORS, dtype=cp.uint64) if counting else None
+        counters = new_counters() if counting else None
         launch_stage(plan, stage, buffers, scale, counting, counters)
         if counting:
             counts[stage.name] = _counts_from(cp.asnumpy(counters))
@@ -272,7 +278,7 @@ def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, war
     cp = require_cupy()
     scale = reference.default_scale(plan.d) if scale is None else scale
     buffers, _ = allocate(plan, inputs)
-    counters = cp.zeros(2 * NUM_TENSORS, dtype=cp.uint64) if counting else None
+    counters = new_counters() if counting else None
     compile_plan(plan, counting)
     totals, per_stage = [], {s.name: [] for s in plan.stages}
     for rep in range(warmup + repeats):

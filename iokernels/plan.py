@@ -34,6 +34,8 @@ DEFAULT_SCHEDULE = {"standard": "default", "two_pass": "store", "flash": "q_oute
 D_MIN, D_MAX, D_MULTIPLE = 16, 256, 8
 THREADS = 256
 ROWWISE_THREADS = 256
+ROW_ELEMENTS_PER_BLOCK = 4096  # row-wise kernels take several short rows per block, up to this many
+MAX_ROWS_PER_BLOCK = 16
 GEMM_TILES = (128, 64, 32, 16)
 GEMM_BK = 32
 GEMM_PIPELINE_STAGES = 2
@@ -56,6 +58,7 @@ class Stage:
     grid: tuple[int, int, int]
     threads: int
     smem: tuple[tuple[str, int, int], ...]  # (buffer, offset, bytes)
+    params: tuple[tuple[str, int], ...] = ()  # further compile-time constants of this kernel
 
     @property
     def smem_bytes(self) -> int:
@@ -73,6 +76,7 @@ class Stage:
             "threads": self.threads,
             "smem_bytes": self.smem_bytes,
             "smem_layout": {name: [off, size] for name, off, size in self.smem},
+            **dict(self.params),
         }
 
 
@@ -299,6 +303,14 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _rowwise_stage(name: str, kernel: str, n_rows: int, row_length: int, bh: int) -> Stage:
+    """A row-wise kernel: each block walks ROWS_PER_BLOCK rows (more when rows are short, so that
+    a block's work outweighs its start and its counter flush)."""
+    rows = max(1, min(MAX_ROWS_PER_BLOCK, ROW_ELEMENTS_PER_BLOCK // row_length))
+    return Stage(name, kernel, (_cdiv(n_rows, rows), 1, bh), ROWWISE_THREADS, _layout(_rowwise_buffers()),
+                 (("ROWS_PER_BLOCK", rows),))
+
+
 def make_plan(
     algorithm: str,
     schedule: str | None = None,
@@ -336,13 +348,12 @@ def make_plan(
     if algorithm == "standard":
         bm, bn, bk = _gemm_tiles(e, sram, "/".join(key))
         gemm_smem = _layout(_gemm_buffers(bm, bn, bk, e))
-        row_smem = _layout(_rowwise_buffers())
 
         def gemm(name: str, m: int, n: int) -> Stage:
             return Stage(name, "gemm", (_cdiv(n, bn), _cdiv(m, bm), bh), THREADS, gemm_smem)
 
         def rowwise(name: str) -> Stage:
-            return Stage(name, name, (N_q, 1, bh), ROWWISE_THREADS, row_smem)
+            return _rowwise_stage(name, name, N_q, N_k, bh)
 
         if direction == "fwd":
             stages = (gemm("qk", N_q, N_k), rowwise("rowmax"), rowwise("rowsum"),
@@ -350,7 +361,7 @@ def make_plan(
         else:
             stages = (gemm("dv", N_k, d), gemm("dp", N_q, N_k), rowwise("rowdot"), rowwise("ds"),
                       gemm("dq", N_q, d), gemm("dk", N_k, d))
-        tiles = (("BM", bm), ("BN", bn), ("BK", bk), ("rows_per_block", 1))
+        tiles = (("BM", bm), ("BN", bn), ("BK", bk))
         return Plan(**common, tiles=tiles, stages=stages)
 
     br, bc = _block_tiles(key, d, e, sram)
@@ -361,10 +372,9 @@ def make_plan(
         # V_j are read once; O, l, m start in HBM (the init stage) and make a round trip per j.
         # O travels as a float32 accumulator (Oacc), so float16/bfloat16 runs accumulate in float32
         # like every other schedule; the finalize stage rounds it to the output dtype once.
-        row_smem = _layout(_rowwise_buffers())
-        stages = (Stage("init", "flash_init", (N_q, 1, bh), ROWWISE_THREADS, row_smem),
+        stages = (_rowwise_stage("init", "flash_init", N_q, d, bh),
                   Stage("main", "flash_kv_outer", (1, 1, bh), THREADS, fams[0]),
-                  Stage("finalize", "flash_finalize", (N_q, 1, bh), ROWWISE_THREADS, row_smem))
+                  _rowwise_stage("finalize", "flash_finalize", N_q, d, bh))
     elif key == ("flash", "q_outer", "fwd"):
         stages = (Stage("main", "flash_q_outer", (tr, 1, bh), THREADS, fams[0]),)
     elif algorithm == "two_pass":
@@ -372,10 +382,9 @@ def make_plan(
         stages = (Stage("stats", f"two_pass_stats_{schedule}", (tr, 1, bh), THREADS, fams[0]),
                   Stage("output", second, (tr, 1, bh), THREADS, fams[1]))
     else:  # flash backward
-        row_smem = _layout(_rowwise_buffers())
-        stages = (Stage("prep", "flash_bwd_prep", (N_q, 1, bh), ROWWISE_THREADS, row_smem),
+        stages = (_rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh),
                   Stage("main", "flash_bwd_kv_outer", (tc, 1, bh), THREADS, fams[0]),
-                  Stage("dq", "flash_bwd_dq", (N_q, 1, bh), ROWWISE_THREADS, row_smem))
+                  _rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
     tiles = (("Br", br), ("Bc", bc), ("Tr", tr), ("Tc", tc))
     plan = Plan(**common, tiles=tiles, stages=stages)
     assert plan.smem_bytes <= sram, (plan.smem_bytes, sram)

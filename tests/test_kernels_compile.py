@@ -166,7 +166,7 @@ def test_build_source_prelude() -> None:
     for index, tensor in enumerate(TENSORS):
         assert f"#define IOK_T_{tensor} {index}\n" in plain
     assert f"#define IOK_NUM_TENSORS {len(TENSORS)}\n" in plain
-    assert "#define IOK_COUNT" not in plain
+    assert "#define IOK_COUNT 1" not in plain and "#define IOK_COUNTER_SLOTS" in plain
     assert "#define IOK_COUNT 1\n" in counting
     # common.cuh is inlined, not included: the text compiles with no include path of ours.
     assert '#include "common.cuh"' not in plain

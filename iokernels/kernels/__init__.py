@@ -16,6 +16,10 @@ from typing import NamedTuple
 
 from iokernels.tensors import NUM_TENSORS, TENSOR_INDEX
 
+# Counter slots per launch: each block adds its bytes to slot (block index % COUNTER_SLOTS), so that
+# the once-per-block atomics of large grids do not contend for one address; the launcher sums slots.
+COUNTER_SLOTS = 64
+
 KERNEL_DIR: Path = Path(__file__).resolve().parent
 HEADER = "common.cuh"
 
@@ -125,6 +129,7 @@ def build_source(name: str, defines: Mapping[str, int | str], counting: bool) ->
     kernel = _INCLUDE_HEADER.sub("", kernel)
     lines = [_define_line(k, v) for k, v in defines.items()]
     lines.append(f"#define IOK_NUM_TENSORS {NUM_TENSORS}")
+    lines.append(f"#define IOK_COUNTER_SLOTS {COUNTER_SLOTS}")
     lines += [f"#define IOK_T_{tensor} {index}" for tensor, index in TENSOR_INDEX.items()]
     if counting:
         lines.append("#define IOK_COUNT 1")

@@ -5,8 +5,9 @@
 //
 // Kernel conventions:
 //   - the last parameter is `unsigned long long* __restrict__ iok_counters` in both builds, so one
-//     launcher serves both: 2 * IOK_NUM_TENSORS zeroed u64 in the counting build (read bytes of
-//     tensor T at [2*T], written bytes at [2*T+1]), may be null in the plain build;
+//     launcher serves both: IOK_COUNTER_SLOTS * 2 * IOK_NUM_TENSORS zeroed u64 in the counting build
+//     (slot s = block index % IOK_COUNTER_SLOTS; read bytes of tensor T at [s][2*T], written bytes at
+//     [s][2*T+1]; the launcher sums the slots), may be null in the plain build;
 //   - `IokCounters<IOK_T_Q, IOK_T_O> c;` names the tensors the kernel moves;
 //   - every global load, store and atomic on them goes through iok_ld / iok_st / iok_atomic_add<IOK_T_x>;
 //   - all threads of the block call iok_flush(c, iok_counters, smem) once, last.
@@ -145,7 +146,9 @@ __device__ __forceinline__ void iok_flush_from(const IokCounters<Ts...>& c, unsi
     }
 }
 
-// Adds the block's bytes to global_counters[2*T] (read) and [2*T+1] (written).
+// Adds the block's bytes to its slot of global_counters: [slot][2*T] (read) and [slot][2*T+1]
+// (written), slot = linear block index % IOK_COUNTER_SLOTS. Blocks spread over the slots so that
+// tens of thousands of them do not serialise on one address (the launcher sums the slots).
 // Every thread of the block calls it once, after its last counted access. scratch_smem is the
 // kernel's own shared memory, reused (the first barrier waits until the block is done with it):
 // it must be 16-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes.
@@ -155,7 +158,9 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
                                           void* scratch_smem)
 {
     __syncthreads();  // the kernel may still be reading the shared memory used as scratch
-    iok_flush_from<0>(c, global_counters, static_cast<ulonglong2*>(scratch_smem));
+    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    unsigned long long* slot = global_counters + (block % IOK_COUNTER_SLOTS) * (2 * IOK_NUM_TENSORS);
+    iok_flush_from<0>(c, slot, static_cast<ulonglong2*>(scratch_smem));
 }
 
 #else

@@ -1,27 +1,27 @@
 // Row-wise kernels: the softmax passes of standard attention and the per-row set-up and finishing
 // of the flash kernels (docs/KERNELS.md, rowwise.cu).
 //
-// One block of THREADS threads per row: row = blockIdx.x of gridDim.x rows per batch*head,
-// bh = blockIdx.z. Rows stream in 16-byte chunks when every row starts 16-byte aligned (aligned base,
-// n a multiple of the chunk), element by element otherwise; both count the same bytes. Each thread
+// A block of THREADS threads takes ROWS_PER_BLOCK consecutive rows, one after another, of the n_rows
+// rows of batch*head bh = blockIdx.z (several when rows are short: fewer, fuller blocks). Rows stream
+// in 16-byte chunks when every row starts 16-byte aligned (aligned base, n a multiple of the chunk), element by element otherwise; both count the same bytes. Each thread
 // loads ROW_ROUND chunks of a row before it uses any, so a whole row of 4096 is in flight at once.
 // A row's scalars (m, l, D) are loaded once, by thread 0, and broadcast through shared memory.
 // The flash kernels here move rows of d <= 256: a chunk or two per thread, so their loops stay
 // rolled (unrolling them only costs registers).
 #include "common.cuh"
 
-#if !defined(THREADS) || !defined(SMEM_PARTIALS) || !defined(SMEM_BYTES)
-#error "rowwise.cu needs THREADS, SMEM_PARTIALS and SMEM_BYTES from the plan"
+#if !defined(THREADS) || !defined(SMEM_PARTIALS) || !defined(SMEM_BYTES) || !defined(ROWS_PER_BLOCK)
+#error "rowwise.cu needs THREADS, SMEM_PARTIALS, SMEM_BYTES and ROWS_PER_BLOCK from the plan"
 #endif
 
 constexpr int ROW_WARPS = THREADS / 32;
 constexpr int ROW_ROUND = 4;  // chunks per thread per tensor in flight
 // Blocks per SM: a block has one row (8-16 KB at n = 4096) in flight, so bandwidth needs many of them.
-// The softmax passes fit 8 (32 registers) in the plain build; the counters take more registers.
+// The softmax passes fit 6 (40 registers) in the plain build; the counters take more registers.
 #ifdef IOK_COUNT
 constexpr int ROW_MIN_BLOCKS_SOFTMAX = 4;
 #else
-constexpr int ROW_MIN_BLOCKS_SOFTMAX = 8;
+constexpr int ROW_MIN_BLOCKS_SOFTMAX = 6;
 #endif
 constexpr int ROW_MIN_BLOCKS = 4;
 
@@ -31,11 +31,6 @@ static_assert(SMEM_PARTIALS % 16 == 0 && SMEM_PARTIALS + ROW_WARPS * 16 <= SMEM_
               "PARTIALS ends within SMEM_BYTES");
 static_assert((ROW_WARPS + 2) * 4 <= ROW_WARPS * 16, "PARTIALS holds the warp partials and two scalars");
 static_assert(SMEM_BYTES >= IOK_FLUSH_SCRATCH_BYTES(THREADS), "iok_flush reuses PARTIALS");
-
-__device__ __forceinline__ size_t row_index()
-{
-    return static_cast<size_t>(blockIdx.z) * gridDim.x + blockIdx.x;
-}
 
 __device__ __forceinline__ float row_neg_inf()
 {
@@ -116,35 +111,40 @@ __device__ __forceinline__ float row_reduce(float x, float* partials)
 // m = max_j S[row, j]
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
-rowmax(const T* __restrict__ S, float* __restrict__ m, int n, unsigned long long* __restrict__ iok_counters)
+rowmax(const T* __restrict__ S, float* __restrict__ m, int n, int n_rows, unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
     IokCounters<IOK_T_S, IOK_T_m> c;
-    const size_t row = row_index();
-    const T* s = S + row * n;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        const T* s = S + row * n;
 
-    float x = row_neg_inf();
-    if (row_vector_ok(S, n)) {
-        const int chunks = n / V;
-        for (int base = 0; base < chunks; base += THREADS * ROW_ROUND) {
-            uint4 v[ROW_ROUND];
-            row_load_round<IOK_T_S>(c, s, chunks, base, v);
+        float x = row_neg_inf();
+        if (row_vector_ok(S, n)) {
+            const int chunks = n / V;
+            for (int base = 0; base < chunks; base += THREADS * ROW_ROUND) {
+                uint4 v[ROW_ROUND];
+                row_load_round<IOK_T_S>(c, s, chunks, base, v);
 #pragma unroll
-            for (int r = 0; r < ROW_ROUND; ++r) {
-                if (row_chunk(base, r) >= chunks) continue;
-                float f[V];
-                row_unpack<T>(v[r], f);
+                for (int r = 0; r < ROW_ROUND; ++r) {
+                    if (row_chunk(base, r) >= chunks) continue;
+                    float f[V];
+                    row_unpack<T>(v[r], f);
 #pragma unroll
-                for (int e = 0; e < V; ++e) x = fmaxf(x, f[e]);
+                    for (int e = 0; e < V; ++e) x = fmaxf(x, f[e]);
+                }
             }
+        } else {
+            for (int j = threadIdx.x; j < n; j += THREADS) x = fmaxf(x, static_cast<float>(iok_ld<IOK_T_S>(c, s + j)));
         }
-    } else {
-        for (int j = threadIdx.x; j < n; j += THREADS) x = fmaxf(x, static_cast<float>(iok_ld<IOK_T_S>(c, s + j)));
+        x = row_reduce<RowMax>(x, partials);
+        if (threadIdx.x == 0) iok_st<IOK_T_m>(c, m + row, x);
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
-    x = row_reduce<RowMax>(x, partials);
-    if (threadIdx.x == 0) iok_st<IOK_T_m>(c, m + row, x);
 
     iok_flush(c, iok_counters, smem);
 }
@@ -152,7 +152,7 @@ rowmax(const T* __restrict__ S, float* __restrict__ m, int n, unsigned long long
 // l = sum_j exp(S[row, j] - m)
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
-rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__ l, int n,
+rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__ l, int n, int n_rows,
        unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
@@ -160,38 +160,45 @@ rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__
     float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
     float* scalars = partials + ROW_WARPS;
     IokCounters<IOK_T_S, IOK_T_m, IOK_T_l> c;
-    const size_t row = row_index();
-    const T* s = S + row * n;
-    const bool vector = row_vector_ok(S, n);
-    const int chunks = vector ? n / V : 0;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        const T* s = S + row * n;
+        const bool vector = row_vector_ok(S, n);
+        const int chunks = vector ? n / V : 0;
 
-    // the row's first round is in flight while thread 0 fetches m
-    uint4 v[ROW_ROUND];
-    if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
-    if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_m>(c, m + row);
-    __syncthreads();  // m visible to all
-    const float mr = scalars[0];
+        // the row's first round is in flight while thread 0 fetches m
+        uint4 v[ROW_ROUND];
+        if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
+        if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_m>(c, m + row);
+        __syncthreads();  // m visible to all
+        const float mr = scalars[0];
 
-    float x = 0.0f;
-    if (vector) {
-        for (int base = 0;;) {
+        float x = 0.0f;
+        if (vector) {
+            for (int base = 0;;) {
 #pragma unroll
-            for (int r = 0; r < ROW_ROUND; ++r) {
-                if (row_chunk(base, r) >= chunks) continue;
-                float f[V];
-                row_unpack<T>(v[r], f);
+                for (int r = 0; r < ROW_ROUND; ++r) {
+                    if (row_chunk(base, r) >= chunks) continue;
+                    float f[V];
+                    row_unpack<T>(v[r], f);
 #pragma unroll
-                for (int e = 0; e < V; ++e) x += expf(f[e] - mr);
+                    for (int e = 0; e < V; ++e) x += expf(f[e] - mr);
+                }
+                base += THREADS * ROW_ROUND;
+                if (base >= chunks) break;
+                row_load_round<IOK_T_S>(c, s, chunks, base, v);
             }
-            base += THREADS * ROW_ROUND;
-            if (base >= chunks) break;
-            row_load_round<IOK_T_S>(c, s, chunks, base, v);
+        } else {
+            for (int j = threadIdx.x; j < n; j += THREADS) {
+                x += expf(static_cast<float>(iok_ld<IOK_T_S>(c, s + j)) - mr);
+            }
         }
-    } else {
-        for (int j = threadIdx.x; j < n; j += THREADS) x += expf(static_cast<float>(iok_ld<IOK_T_S>(c, s + j)) - mr);
+        x = row_reduce<RowSum>(x, partials);
+        if (threadIdx.x == 0) iok_st<IOK_T_l>(c, l + row, x);
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
-    x = row_reduce<RowSum>(x, partials);
-    if (threadIdx.x == 0) iok_st<IOK_T_l>(c, l + row, x);
 
     iok_flush(c, iok_counters, smem);
 }
@@ -200,48 +207,53 @@ rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
 normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __restrict__ l,
-          T* __restrict__ P, int n, unsigned long long* __restrict__ iok_counters)
+          T* __restrict__ P, int n, int n_rows, unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     float* scalars = reinterpret_cast<float*>(smem + SMEM_PARTIALS) + ROW_WARPS;
     IokCounters<IOK_T_S, IOK_T_P, IOK_T_m, IOK_T_l> c;
-    const size_t row = row_index();
-    const T* s = S + row * n;
-    T* p = P + row * n;
-    const bool vector = row_vector_ok(S, n) && row_vector_ok(P, n);
-    const int chunks = vector ? n / V : 0;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        const T* s = S + row * n;
+        T* p = P + row * n;
+        const bool vector = row_vector_ok(S, n) && row_vector_ok(P, n);
+        const int chunks = vector ? n / V : 0;
 
-    uint4 v[ROW_ROUND];
-    if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
-    if (threadIdx.x == 0) {
-        scalars[0] = iok_ld<IOK_T_m>(c, m + row);
-        scalars[1] = iok_ld<IOK_T_l>(c, l + row);
-    }
-    __syncthreads();  // m, l visible to all
-    const float mr = scalars[0];
-    const float inv_l = 1.0f / scalars[1];
+        uint4 v[ROW_ROUND];
+        if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
+        if (threadIdx.x == 0) {
+            scalars[0] = iok_ld<IOK_T_m>(c, m + row);
+            scalars[1] = iok_ld<IOK_T_l>(c, l + row);
+        }
+        __syncthreads();  // m, l visible to all
+        const float mr = scalars[0];
+        const float inv_l = 1.0f / scalars[1];
 
-    if (vector) {
-        for (int base = 0;;) {
+        if (vector) {
+            for (int base = 0;;) {
 #pragma unroll
-            for (int r = 0; r < ROW_ROUND; ++r) {
-                const int q = row_chunk(base, r);
-                if (q >= chunks) continue;
-                float f[V];
-                row_unpack<T>(v[r], f);
+                for (int r = 0; r < ROW_ROUND; ++r) {
+                    const int q = row_chunk(base, r);
+                    if (q >= chunks) continue;
+                    float f[V];
+                    row_unpack<T>(v[r], f);
 #pragma unroll
-                for (int e = 0; e < V; ++e) f[e] = expf(f[e] - mr) * inv_l;
-                iok_st<IOK_T_P>(c, reinterpret_cast<uint4*>(p) + q, row_pack<T>(f));
+                    for (int e = 0; e < V; ++e) f[e] = expf(f[e] - mr) * inv_l;
+                    iok_st<IOK_T_P>(c, reinterpret_cast<uint4*>(p) + q, row_pack<T>(f));
+                }
+                base += THREADS * ROW_ROUND;
+                if (base >= chunks) break;
+                row_load_round<IOK_T_S>(c, s, chunks, base, v);
             }
-            base += THREADS * ROW_ROUND;
-            if (base >= chunks) break;
-            row_load_round<IOK_T_S>(c, s, chunks, base, v);
+        } else {
+            for (int j = threadIdx.x; j < n; j += THREADS) {
+                iok_st<IOK_T_P>(c, p + j, T(expf(static_cast<float>(iok_ld<IOK_T_S>(c, s + j)) - mr) * inv_l));
+            }
         }
-    } else {
-        for (int j = threadIdx.x; j < n; j += THREADS) {
-            iok_st<IOK_T_P>(c, p + j, T(expf(static_cast<float>(iok_ld<IOK_T_S>(c, s + j)) - mr) * inv_l));
-        }
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
     iok_flush(c, iok_counters, smem);
@@ -250,41 +262,47 @@ normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __r
 // D = sum_j P[row, j] dP[row, j]
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
-rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D, int n,
+rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D, int n, int n_rows,
        unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
     IokCounters<IOK_T_P, IOK_T_dP, IOK_T_D> c;
-    const size_t row = row_index();
-    const T* p = P + row * n;
-    const T* dp = dP + row * n;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        const T* p = P + row * n;
+        const T* dp = dP + row * n;
 
-    float x = 0.0f;
-    if (row_vector_ok(P, n) && row_vector_ok(dP, n)) {
-        const int chunks = n / V;
-        for (int base = 0; base < chunks; base += THREADS * ROW_ROUND) {
-            uint4 vp[ROW_ROUND], vd[ROW_ROUND];
-            row_load_round<IOK_T_P>(c, p, chunks, base, vp);
-            row_load_round<IOK_T_dP>(c, dp, chunks, base, vd);
+        float x = 0.0f;
+        if (row_vector_ok(P, n) && row_vector_ok(dP, n)) {
+            const int chunks = n / V;
+            for (int base = 0; base < chunks; base += THREADS * ROW_ROUND) {
+                uint4 vp[ROW_ROUND], vd[ROW_ROUND];
+                row_load_round<IOK_T_P>(c, p, chunks, base, vp);
+                row_load_round<IOK_T_dP>(c, dp, chunks, base, vd);
 #pragma unroll
-            for (int r = 0; r < ROW_ROUND; ++r) {
-                if (row_chunk(base, r) >= chunks) continue;
-                float fp[V], fd[V];
-                row_unpack<T>(vp[r], fp);
-                row_unpack<T>(vd[r], fd);
+                for (int r = 0; r < ROW_ROUND; ++r) {
+                    if (row_chunk(base, r) >= chunks) continue;
+                    float fp[V], fd[V];
+                    row_unpack<T>(vp[r], fp);
+                    row_unpack<T>(vd[r], fd);
 #pragma unroll
-                for (int e = 0; e < V; ++e) x = fmaf(fp[e], fd[e], x);
+                    for (int e = 0; e < V; ++e) x = fmaf(fp[e], fd[e], x);
+                }
+            }
+        } else {
+            for (int j = threadIdx.x; j < n; j += THREADS) {
+                const float pj = static_cast<float>(iok_ld<IOK_T_P>(c, p + j));
+                x = fmaf(pj, static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)), x);
             }
         }
-    } else {
-        for (int j = threadIdx.x; j < n; j += THREADS) {
-            x = fmaf(static_cast<float>(iok_ld<IOK_T_P>(c, p + j)), static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)), x);
-        }
+        x = row_reduce<RowSum>(x, partials);
+        if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
-    x = row_reduce<RowSum>(x, partials);
-    if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
 
     iok_flush(c, iok_counters, smem);
 }
@@ -293,51 +311,57 @@ rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D,
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
 ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ D, T* __restrict__ dS, int n,
+   int n_rows,
    unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     float* scalars = reinterpret_cast<float*>(smem + SMEM_PARTIALS) + ROW_WARPS;
     IokCounters<IOK_T_P, IOK_T_dP, IOK_T_D, IOK_T_dS> c;
-    const size_t row = row_index();
-    const T* p = P + row * n;
-    const T* dp = dP + row * n;
-    T* out = dS + row * n;
-    const bool vector = row_vector_ok(P, n) && row_vector_ok(dP, n) && row_vector_ok(dS, n);
-    const int chunks = vector ? n / V : 0;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        const T* p = P + row * n;
+        const T* dp = dP + row * n;
+        T* out = dS + row * n;
+        const bool vector = row_vector_ok(P, n) && row_vector_ok(dP, n) && row_vector_ok(dS, n);
+        const int chunks = vector ? n / V : 0;
 
-    uint4 vp[ROW_ROUND], vd[ROW_ROUND];
-    if (vector) {
-        row_load_round<IOK_T_P>(c, p, chunks, 0, vp);
-        row_load_round<IOK_T_dP>(c, dp, chunks, 0, vd);
-    }
-    if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_D>(c, D + row);
-    __syncthreads();  // D visible to all
-    const float dr = scalars[0];
+        uint4 vp[ROW_ROUND], vd[ROW_ROUND];
+        if (vector) {
+            row_load_round<IOK_T_P>(c, p, chunks, 0, vp);
+            row_load_round<IOK_T_dP>(c, dp, chunks, 0, vd);
+        }
+        if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_D>(c, D + row);
+        __syncthreads();  // D visible to all
+        const float dr = scalars[0];
 
-    if (vector) {
-        for (int base = 0;;) {
+        if (vector) {
+            for (int base = 0;;) {
 #pragma unroll
-            for (int r = 0; r < ROW_ROUND; ++r) {
-                const int q = row_chunk(base, r);
-                if (q >= chunks) continue;
-                float fp[V], fd[V];
-                row_unpack<T>(vp[r], fp);
-                row_unpack<T>(vd[r], fd);
+                for (int r = 0; r < ROW_ROUND; ++r) {
+                    const int q = row_chunk(base, r);
+                    if (q >= chunks) continue;
+                    float fp[V], fd[V];
+                    row_unpack<T>(vp[r], fp);
+                    row_unpack<T>(vd[r], fd);
 #pragma unroll
-                for (int e = 0; e < V; ++e) fp[e] *= fd[e] - dr;
-                iok_st<IOK_T_dS>(c, reinterpret_cast<uint4*>(out) + q, row_pack<T>(fp));
+                    for (int e = 0; e < V; ++e) fp[e] *= fd[e] - dr;
+                    iok_st<IOK_T_dS>(c, reinterpret_cast<uint4*>(out) + q, row_pack<T>(fp));
+                }
+                base += THREADS * ROW_ROUND;
+                if (base >= chunks) break;
+                row_load_round<IOK_T_P>(c, p, chunks, base, vp);
+                row_load_round<IOK_T_dP>(c, dp, chunks, base, vd);
             }
-            base += THREADS * ROW_ROUND;
-            if (base >= chunks) break;
-            row_load_round<IOK_T_P>(c, p, chunks, base, vp);
-            row_load_round<IOK_T_dP>(c, dp, chunks, base, vd);
+        } else {
+            for (int j = threadIdx.x; j < n; j += THREADS) {
+                const float x = static_cast<float>(iok_ld<IOK_T_P>(c, p + j));
+                iok_st<IOK_T_dS>(c, out + j, T(x * (static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)) - dr)));
+            }
         }
-    } else {
-        for (int j = threadIdx.x; j < n; j += THREADS) {
-            const float x = static_cast<float>(iok_ld<IOK_T_P>(c, p + j));
-            iok_st<IOK_T_dS>(c, out + j, T(x * (static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)) - dr)));
-        }
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
     iok_flush(c, iok_counters, smem);
@@ -346,26 +370,31 @@ ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ 
 // Oacc row = 0, m = -inf, l = 0: the state Algorithm 1 starts from (T only names the run's dtype)
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
-flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ l, int d,
+flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ l, int d, int n_rows,
            unsigned long long* __restrict__ iok_counters)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_Oacc, IOK_T_m, IOK_T_l> c;
-    const size_t row = row_index();
-    float* o = Oacc + row * d;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        float* o = Oacc + row * d;
 
-    if (row_vector_ok(Oacc, d)) {
+        if (row_vector_ok(Oacc, d)) {
 #pragma unroll 1
-        for (int q = threadIdx.x; q < d / 4; q += THREADS) {
-            iok_st<IOK_T_Oacc>(c, reinterpret_cast<float4*>(o) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+            for (int q = threadIdx.x; q < d / 4; q += THREADS) {
+                iok_st<IOK_T_Oacc>(c, reinterpret_cast<float4*>(o) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+            }
+        } else {
+#pragma unroll 1
+            for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_Oacc>(c, o + j, 0.0f);
         }
-    } else {
-#pragma unroll 1
-        for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_Oacc>(c, o + j, 0.0f);
-    }
-    if (threadIdx.x == 0) {
-        iok_st<IOK_T_m>(c, m + row, row_neg_inf());
-        iok_st<IOK_T_l>(c, l + row, 0.0f);
+        if (threadIdx.x == 0) {
+            iok_st<IOK_T_m>(c, m + row, row_neg_inf());
+            iok_st<IOK_T_l>(c, l + row, 0.0f);
+        }
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
     iok_flush(c, iok_counters, smem);
@@ -373,10 +402,10 @@ flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ 
 
 // Y row = X row rounded to T (X float32, d elements); TX, TY: their tensors
 template <int TX, int TY, typename T, typename Counters>
-__device__ __forceinline__ void row_round(Counters& c, const float* __restrict__ X, T* __restrict__ Y, int d)
+__device__ __forceinline__ void row_round(Counters& c, const float* __restrict__ X, T* __restrict__ Y, int d,
+                                          size_t row)
 {
     constexpr int V = RowVec<T>::N;
-    const size_t row = row_index();
     const float* x = X + row * d;
     T* y = Y + row * d;
 
@@ -404,11 +433,16 @@ __device__ __forceinline__ void row_round(Counters& c, const float* __restrict__
 // O = Oacc, rounded to T
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
-flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, unsigned long long* __restrict__ iok_counters)
+flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, int n_rows,
+               unsigned long long* __restrict__ iok_counters)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_O, IOK_T_Oacc> c;
-    row_round<IOK_T_Oacc, IOK_T_O>(c, Oacc, O, d);
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        row_round<IOK_T_Oacc, IOK_T_O>(c, Oacc, O, d, static_cast<size_t>(blockIdx.z) * n_rows + r_in);
+    }
     iok_flush(c, iok_counters, smem);
 }
 
@@ -416,45 +450,50 @@ flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, unsigne
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
 flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restrict__ D,
-               float* __restrict__ dQacc, int d, unsigned long long* __restrict__ iok_counters)
+               float* __restrict__ dQacc, int d, int n_rows, unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
     float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
     IokCounters<IOK_T_O, IOK_T_dO, IOK_T_D, IOK_T_dQacc> c;
-    const size_t row = row_index();
-    const T* dor = dO + row * d;
-    const T* o = O + row * d;
-    float* acc = dQacc + row * d;
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+        const T* dor = dO + row * d;
+        const T* o = O + row * d;
+        float* acc = dQacc + row * d;
 
-    float x = 0.0f;
-    if (row_vector_ok(dO, d) && row_vector_ok(O, d)) {
+        float x = 0.0f;
+        if (row_vector_ok(dO, d) && row_vector_ok(O, d)) {
 #pragma unroll 1
-        for (int q = threadIdx.x; q < d / V; q += THREADS) {
-            float fd[V], fo[V];
-            row_unpack<T>(iok_ld<IOK_T_dO>(c, reinterpret_cast<const uint4*>(dor) + q), fd);
-            row_unpack<T>(iok_ld<IOK_T_O>(c, reinterpret_cast<const uint4*>(o) + q), fo);
+            for (int q = threadIdx.x; q < d / V; q += THREADS) {
+                float fd[V], fo[V];
+                row_unpack<T>(iok_ld<IOK_T_dO>(c, reinterpret_cast<const uint4*>(dor) + q), fd);
+                row_unpack<T>(iok_ld<IOK_T_O>(c, reinterpret_cast<const uint4*>(o) + q), fo);
 #pragma unroll
-            for (int e = 0; e < V; ++e) x = fmaf(fd[e], fo[e], x);
-        }
-    } else {
+                for (int e = 0; e < V; ++e) x = fmaf(fd[e], fo[e], x);
+            }
+        } else {
 #pragma unroll 1
-        for (int j = threadIdx.x; j < d; j += THREADS) {
-            const float a = static_cast<float>(iok_ld<IOK_T_dO>(c, dor + j));
-            x = fmaf(a, static_cast<float>(iok_ld<IOK_T_O>(c, o + j)), x);
+            for (int j = threadIdx.x; j < d; j += THREADS) {
+                const float a = static_cast<float>(iok_ld<IOK_T_dO>(c, dor + j));
+                x = fmaf(a, static_cast<float>(iok_ld<IOK_T_O>(c, o + j)), x);
+            }
         }
+        if (row_vector_ok(dQacc, d)) {
+#pragma unroll 1
+            for (int q = threadIdx.x; q < d / 4; q += THREADS) {
+                iok_st<IOK_T_dQacc>(c, reinterpret_cast<float4*>(acc) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+            }
+        } else {
+#pragma unroll 1
+            for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_dQacc>(c, acc + j, 0.0f);
+        }
+        x = row_reduce<RowSum>(x, partials);
+        if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
+        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
-    if (row_vector_ok(dQacc, d)) {
-#pragma unroll 1
-        for (int q = threadIdx.x; q < d / 4; q += THREADS) {
-            iok_st<IOK_T_dQacc>(c, reinterpret_cast<float4*>(acc) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-        }
-    } else {
-#pragma unroll 1
-        for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_dQacc>(c, acc + j, 0.0f);
-    }
-    x = row_reduce<RowSum>(x, partials);
-    if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
 
     iok_flush(c, iok_counters, smem);
 }
@@ -462,10 +501,15 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
 // dQ = dQacc, rounded to T
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
-flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, unsigned long long* __restrict__ iok_counters)
+flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_rows,
+             unsigned long long* __restrict__ iok_counters)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_dQ, IOK_T_dQacc> c;
-    row_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc, dQ, d);
+    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
+        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
+        if (r_in >= n_rows) break;  // the same for the whole block
+        row_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc, dQ, d, static_cast<size_t>(blockIdx.z) * n_rows + r_in);
+    }
     iok_flush(c, iok_counters, smem);
 }

@@ -68,7 +68,7 @@ def smem_defines(stage: Stage) -> dict[str, int]:
 
 def stage_defines(plan: Plan, stage: Stage) -> dict[str, int | str]:
     tile = plan.tile
-    defines: dict[str, int | str] = {"THREADS": stage.threads, **smem_defines(stage)}
+    defines: dict[str, int | str] = {"THREADS": stage.threads, **smem_defines(stage), **dict(stage.params)}
     if stage.kernel == "gemm":
         defines.update(BM=tile["BM"], BN=tile["BN"], BK=tile["BK"])
     elif "Br" in tile and stage.kernel not in {"flash_init", "flash_finalize", "flash_bwd_prep", "flash_bwd_dq"}:
