@@ -34,8 +34,8 @@ DEFAULT_SCHEDULE = {"standard": "default", "two_pass": "store", "flash": "q_oute
 D_MIN, D_MAX, D_MULTIPLE = 16, 256, 8
 THREADS = 256
 ROWWISE_THREADS = 256
-ROW_ELEMENTS_PER_BLOCK = 4096  # row-wise kernels take several short rows per block, up to this many
-MAX_ROWS_PER_BLOCK = 16
+ROW_ELEMENTS_PER_BLOCK = 32768  # row-wise kernels take several rows per block, up to this many elements
+MAX_ROWS_PER_BLOCK = 64
 GEMM_TILES = (128, 64, 32, 16)
 GEMM_BK = 32
 GEMM_PIPELINE_STAGES = 2
@@ -165,8 +165,9 @@ def _gemm_buffers(bm: int, bn: int, bk: int, e: int) -> list[tuple[str, int]]:
 
 
 def _rowwise_buffers() -> list[tuple[str, int]]:
-    # one 16-byte pair of partials per warp: block reductions, and the counters' flush scratch
-    return [("partials", ROWWISE_THREADS // 32 * 16)]
+    # 16 bytes per warp and per counted tensor (a row kernel moves at most 4): block reductions, and
+    # room for the counting build to flush all its counters behind a single barrier
+    return [("partials", ROWWISE_THREADS // 32 * 16 * 4)]
 
 
 def _flash_fwd_buffers(br: int, bc: int, d: int, e: int) -> list[tuple[str, int]]:

@@ -104,14 +104,10 @@ __device__ __forceinline__ X iok_atomic_add(IokCounters<Ts...>& c, X* p, typenam
 
 #ifdef IOK_COUNT
 
-// Adds the block's sums of r and w to dst[0] and dst[1] from thread 0. Called by every thread.
-__device__ __forceinline__ void iok_flush_pair(unsigned long long r, unsigned long long w, unsigned long long* dst,
-                                               ulonglong2* scratch)
+// Sum of r and w over this warp's live lanes, in lane 0 (the last warp of a block may be partial).
+__device__ __forceinline__ void iok_warp_sum(unsigned long long& r, unsigned long long& w, unsigned lane,
+                                             unsigned lanes)
 {
-    const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
-    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const unsigned lane = tid & 31u;
-    const unsigned lanes = min(32u, nthreads - (tid & ~31u));  // the last warp may be partial
     const unsigned mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
 #pragma unroll
     for (unsigned off = 16; off > 0; off >>= 1) {
@@ -122,45 +118,77 @@ __device__ __forceinline__ void iok_flush_pair(unsigned long long r, unsigned lo
             w += uw;
         }
     }
-    if (lane == 0) scratch[tid >> 5] = make_ulonglong2(r, w);
-    __syncthreads();  // per-warp partials visible to thread 0
-    if (tid == 0) {
-        for (unsigned i = 1; i < (nthreads + 31u) >> 5; ++i) {
-            r += scratch[i].x;
-            w += scratch[i].y;
-        }
-        // Rule 5: once per block, not per element.
-        if (r != 0) atomicAdd(dst, r);
-        if (w != 0) atomicAdd(dst + 1, w);
-    }
-    __syncthreads();  // thread 0 has read scratch before the next pair overwrites it
-}
-
-template <int I, int... Ts>
-__device__ __forceinline__ void iok_flush_from(const IokCounters<Ts...>& c, unsigned long long* g, ulonglong2* scratch)
-{
-    if constexpr (I < static_cast<int>(sizeof...(Ts))) {
-        constexpr int ids[] = {Ts...};
-        iok_flush_pair(c.r[I], c.w[I], g + 2 * ids[I], scratch);
-        iok_flush_from<I + 1>(c, g, scratch);
-    }
 }
 
 // Adds the block's bytes to its slot of global_counters: [slot][2*T] (read) and [slot][2*T+1]
 // (written), slot = linear block index % IOK_COUNTER_SLOTS. Blocks spread over the slots so that
 // tens of thousands of them do not serialise on one address (the launcher sums the slots).
 // Every thread of the block calls it once, after its last counted access. scratch_smem is the
-// kernel's own shared memory, reused (the first barrier waits until the block is done with it):
-// it must be 16-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes.
-// Costs 1 + 2 * (tensors named) barriers.
+// kernel's own shared memory, reused (the first barrier waits until the block is done with it); it
+// must be 16-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes. When the kernel
+// declares (SMEM_BYTES) room for every warp's partials of every tensor, all tensors reduce behind one
+// barrier; otherwise one tensor at a time through the minimal scratch (2 barriers per tensor).
 template <int... Ts>
 __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long long* global_counters,
                                           void* scratch_smem)
 {
-    __syncthreads();  // the kernel may still be reading the shared memory used as scratch
+    constexpr int NT = static_cast<int>(sizeof...(Ts));
+    constexpr int ids[] = {Ts...};
+    const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
+    const unsigned nwarps = (nthreads + 31u) >> 5;
+    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned lane = tid & 31u, warp = tid >> 5;
+    const unsigned lanes = min(32u, nthreads - (tid & ~31u));
     const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     unsigned long long* slot = global_counters + (block % IOK_COUNTER_SLOTS) * (2 * IOK_NUM_TENSORS);
-    iok_flush_from<0>(c, slot, static_cast<ulonglong2*>(scratch_smem));
+    ulonglong2* scratch = static_cast<ulonglong2*>(scratch_smem);
+
+#if defined(SMEM_BYTES) && defined(THREADS)
+    constexpr bool wide = SMEM_BYTES >= (THREADS + 31) / 32 * 16 * NT;
+#else
+    constexpr bool wide = false;
+#endif
+    __syncthreads();  // the kernel may still be reading the shared memory used as scratch
+    if constexpr (wide) {
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+            unsigned long long r = c.r[i], w = c.w[i];
+            iok_warp_sum(r, w, lane, lanes);
+            if (lane == 0) scratch[warp * NT + i] = make_ulonglong2(r, w);
+        }
+        __syncthreads();  // every warp's partials of every tensor visible
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+            if (tid == static_cast<unsigned>(i)) {  // one thread per tensor; static indices stay in registers
+                unsigned long long r = 0, w = 0;
+                for (unsigned k = 0; k < nwarps; ++k) {
+                    r += scratch[k * NT + i].x;
+                    w += scratch[k * NT + i].y;
+                }
+                // Rule 5: once per block, not per element.
+                if (r != 0) atomicAdd(slot + 2 * ids[i], r);
+                if (w != 0) atomicAdd(slot + 2 * ids[i] + 1, w);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NT; ++i) {
+            unsigned long long r = c.r[i], w = c.w[i];
+            iok_warp_sum(r, w, lane, lanes);
+            if (lane == 0) scratch[warp] = make_ulonglong2(r, w);
+            __syncthreads();  // per-warp partials visible to thread 0
+            if (tid == 0) {
+                for (unsigned k = 1; k < nwarps; ++k) {
+                    r += scratch[k].x;
+                    w += scratch[k].y;
+                }
+                // Rule 5: once per block, not per element.
+                if (r != 0) atomicAdd(slot + 2 * ids[i], r);
+                if (w != 0) atomicAdd(slot + 2 * ids[i] + 1, w);
+            }
+            __syncthreads();  // thread 0 has read scratch before the next tensor overwrites it
+        }
+    }
 }
 
 #else
