@@ -6,8 +6,7 @@
 // in 16-byte chunks when every row starts 16-byte aligned (aligned base, n a multiple of the chunk), element by element otherwise; both count the same bytes. Each thread
 // loads ROW_ROUND chunks of a row before it uses any, so a whole row of 4096 is in flight at once.
 // A row's scalars (m, l, D) are loaded once, by thread 0, and broadcast through shared memory.
-// The flash kernels here move rows of d <= 256: a chunk or two per thread, so their loops stay
-// rolled (unrolling them only costs registers).
+// The flash kernels here move short rows (d <= 256): a block's rows as one flat run (RowBlock).
 #include "common.cuh"
 
 #if !defined(THREADS) || !defined(SMEM_PARTIALS) || !defined(SMEM_BYTES) || !defined(ROWS_PER_BLOCK)
@@ -367,52 +366,44 @@ ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ 
     iok_flush(c, iok_counters, smem);
 }
 
-// Oacc row = 0, m = -inf, l = 0: the state Algorithm 1 starts from (T only names the run's dtype)
-template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
-flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ l, int d, int n_rows,
-           unsigned long long* __restrict__ iok_counters)
+// The flash set-up and finishing kernels move rows of d <= 256 elements: a block's ROWS_PER_BLOCK
+// consecutive rows form one contiguous run of rows * d elements, which all threads stream at once,
+// with no barrier between rows (a row-at-a-time loop would pay a round trip per short row).
+struct RowBlock {
+    size_t first;  // index of the block's first row among all batch*head rows
+    int rows;      // rows this block owns (the last block of a batch*head may have fewer)
+};
+
+__device__ __forceinline__ RowBlock row_block(int n_rows)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
-    IokCounters<IOK_T_Oacc, IOK_T_m, IOK_T_l> c;
-    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
-        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
-        if (r_in >= n_rows) break;  // the same for the whole block
-        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
-        float* o = Oacc + row * d;
-
-        if (row_vector_ok(Oacc, d)) {
-#pragma unroll 1
-            for (int q = threadIdx.x; q < d / 4; q += THREADS) {
-                iok_st<IOK_T_Oacc>(c, reinterpret_cast<float4*>(o) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-            }
-        } else {
-#pragma unroll 1
-            for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_Oacc>(c, o + j, 0.0f);
-        }
-        if (threadIdx.x == 0) {
-            iok_st<IOK_T_m>(c, m + row, row_neg_inf());
-            iok_st<IOK_T_l>(c, l + row, 0.0f);
-        }
-        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
-    }
-
-    iok_flush(c, iok_counters, smem);
+    const int r0 = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK;
+    return {static_cast<size_t>(blockIdx.z) * n_rows + r0, min(ROWS_PER_BLOCK, n_rows - r0)};
 }
 
-// Y row = X row rounded to T (X float32, d elements); TX, TY: their tensors
+// x[0, n) = 0, float32
+template <int TX, typename Counters>
+__device__ __forceinline__ void flat_zero(Counters& c, float* __restrict__ x, int n)
+{
+    if (row_vector_ok(x, n)) {
+#pragma unroll 1
+        for (int q = threadIdx.x; q < n / 4; q += THREADS) {
+            iok_st<TX>(c, reinterpret_cast<float4*>(x) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        }
+    } else {
+#pragma unroll 1
+        for (int j = threadIdx.x; j < n; j += THREADS) iok_st<TX>(c, x + j, 0.0f);
+    }
+}
+
+// y[0, n) = x[0, n) rounded to T (x float32); TX, TY: their tensors
 template <int TX, int TY, typename T, typename Counters>
-__device__ __forceinline__ void row_round(Counters& c, const float* __restrict__ X, T* __restrict__ Y, int d,
-                                          size_t row)
+__device__ __forceinline__ void flat_round(Counters& c, const float* __restrict__ x, T* __restrict__ y, int n)
 {
     constexpr int V = RowVec<T>::N;
-    const float* x = X + row * d;
-    T* y = Y + row * d;
-
-    // a chunk of V elements of T is V / 4 float4 of X
-    if (row_vector_ok(Y, d) && row_vector_ok(X, d)) {
+    // a chunk of V elements of T is V / 4 float4 of x
+    if (row_vector_ok(y, n) && row_vector_ok(x, n)) {
 #pragma unroll 1
-        for (int q = threadIdx.x; q < d / V; q += THREADS) {
+        for (int q = threadIdx.x; q < n / V; q += THREADS) {
             float f[V];
 #pragma unroll
             for (int i = 0; i < V / 4; ++i) {
@@ -426,8 +417,26 @@ __device__ __forceinline__ void row_round(Counters& c, const float* __restrict__
         }
     } else {
 #pragma unroll 1
-        for (int j = threadIdx.x; j < d; j += THREADS) iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + j)));
+        for (int j = threadIdx.x; j < n; j += THREADS) iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + j)));
     }
+}
+
+// Oacc rows = 0, m = -inf, l = 0: the state Algorithm 1 starts from (T only names the run's dtype)
+template <typename T>
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ l, int d, int n_rows,
+           unsigned long long* __restrict__ iok_counters)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    IokCounters<IOK_T_Oacc, IOK_T_m, IOK_T_l> c;
+    const RowBlock b = row_block(n_rows);
+    flat_zero<IOK_T_Oacc>(c, Oacc + b.first * d, b.rows * d);
+#pragma unroll 1
+    for (int r = threadIdx.x; r < b.rows; r += THREADS) {
+        iok_st<IOK_T_m>(c, m + b.first + r, row_neg_inf());
+        iok_st<IOK_T_l>(c, l + b.first + r, 0.0f);
+    }
+    iok_flush(c, iok_counters, smem);
 }
 
 // O = Oacc, rounded to T
@@ -438,36 +447,34 @@ flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, int n_r
 {
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_O, IOK_T_Oacc> c;
-    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
-        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
-        if (r_in >= n_rows) break;  // the same for the whole block
-        row_round<IOK_T_Oacc, IOK_T_O>(c, Oacc, O, d, static_cast<size_t>(blockIdx.z) * n_rows + r_in);
-    }
+    const RowBlock b = row_block(n_rows);
+    flat_round<IOK_T_Oacc, IOK_T_O>(c, Oacc + b.first * d, O + b.first * d, b.rows * d);
     iok_flush(c, iok_counters, smem);
 }
 
-// D = sum_j dO[row, j] O[row, j]; dQacc row = 0
+// D = sum_j dO[row, j] O[row, j], a warp per row; dQacc rows = 0
+// (2 blocks per SM at least: the counting build needs more than 64 registers)
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, 2)
 flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restrict__ D,
                float* __restrict__ dQacc, int d, int n_rows, unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
-    float* partials = reinterpret_cast<float*>(smem + SMEM_PARTIALS);
     IokCounters<IOK_T_O, IOK_T_dO, IOK_T_D, IOK_T_dQacc> c;
-    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
-        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
-        if (r_in >= n_rows) break;  // the same for the whole block
-        const size_t row = static_cast<size_t>(blockIdx.z) * n_rows + r_in;
+    const RowBlock b = row_block(n_rows);
+    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+    const bool vector = row_vector_ok(dO, d) && row_vector_ok(O, d);
+
+#pragma unroll 1
+    for (int r = warp; r < b.rows; r += ROW_WARPS) {
+        const size_t row = b.first + r;
         const T* dor = dO + row * d;
         const T* o = O + row * d;
-        float* acc = dQacc + row * d;
-
         float x = 0.0f;
-        if (row_vector_ok(dO, d) && row_vector_ok(O, d)) {
+        if (vector) {
 #pragma unroll 1
-            for (int q = threadIdx.x; q < d / V; q += THREADS) {
+            for (int q = lane; q < d / V; q += 32) {
                 float fd[V], fo[V];
                 row_unpack<T>(iok_ld<IOK_T_dO>(c, reinterpret_cast<const uint4*>(dor) + q), fd);
                 row_unpack<T>(iok_ld<IOK_T_O>(c, reinterpret_cast<const uint4*>(o) + q), fo);
@@ -476,25 +483,16 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
             }
         } else {
 #pragma unroll 1
-            for (int j = threadIdx.x; j < d; j += THREADS) {
+            for (int j = lane; j < d; j += 32) {
                 const float a = static_cast<float>(iok_ld<IOK_T_dO>(c, dor + j));
                 x = fmaf(a, static_cast<float>(iok_ld<IOK_T_O>(c, o + j)), x);
             }
         }
-        if (row_vector_ok(dQacc, d)) {
-#pragma unroll 1
-            for (int q = threadIdx.x; q < d / 4; q += THREADS) {
-                iok_st<IOK_T_dQacc>(c, reinterpret_cast<float4*>(acc) + q, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
-            }
-        } else {
-#pragma unroll 1
-            for (int j = threadIdx.x; j < d; j += THREADS) iok_st<IOK_T_dQacc>(c, acc + j, 0.0f);
-        }
-        x = row_reduce<RowSum>(x, partials);
-        if (threadIdx.x == 0) iok_st<IOK_T_D>(c, D + row, x);
-        __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+        if (lane == 0) iok_st<IOK_T_D>(c, D + row, x);
     }
-
+    flat_zero<IOK_T_dQacc>(c, dQacc + b.first * d, b.rows * d);
     iok_flush(c, iok_counters, smem);
 }
 
@@ -506,10 +504,7 @@ flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_r
 {
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_dQ, IOK_T_dQacc> c;
-    for (int rr = 0; rr < ROWS_PER_BLOCK; ++rr) {
-        const int r_in = static_cast<int>(blockIdx.x) * ROWS_PER_BLOCK + rr;
-        if (r_in >= n_rows) break;  // the same for the whole block
-        row_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc, dQ, d, static_cast<size_t>(blockIdx.z) * n_rows + r_in);
-    }
+    const RowBlock b = row_block(n_rows);
+    flat_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
     iok_flush(c, iok_counters, smem);
 }
