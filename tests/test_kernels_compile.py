@@ -252,3 +252,12 @@ def test_parse_ptxas_log() -> None:
         "big": KernelResources(registers=255, stack_frame=24, spill_stores=24, spill_loads=20, shared=4096),
     }
     assert parse_ptxas_log("") == {}
+
+
+def test_own_headers_are_inlined_with_line_directives() -> None:
+    text = build_source("flash_fwd.cu", compile_variants("flash_fwd.cu")[0].defines, counting=False)
+    assert '#include "tiles.cuh"' not in text
+    assert '#line 1 "tiles.cuh"' in text and read_source("tiles.cuh").strip() in text
+    after = text.index('#line 1 "flash_fwd.cu"')
+    include_line = read_source("flash_fwd.cu").splitlines().index('#include "tiles.cuh"') + 1
+    assert f'#line {include_line + 1} "flash_fwd.cu"' in text[after:]

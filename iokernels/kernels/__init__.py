@@ -24,6 +24,7 @@ KERNEL_DIR: Path = Path(__file__).resolve().parent
 HEADER = "common.cuh"
 
 _INCLUDE_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"common\.cuh"[ \t]*$', re.MULTILINE)
+_INCLUDE_OWN = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"(\w+\.cuh)"[ \t]*$', re.MULTILINE)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -75,9 +76,14 @@ def list_sources() -> list[str]:
     return sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
 
 
+def list_headers() -> list[str]:
+    """Names of the headers (``*.cuh``) shipped in :data:`KERNEL_DIR`, sorted."""
+    return sorted(p.name for p in KERNEL_DIR.glob("*.cuh"))
+
+
 def read_source(name: str) -> str:
     """Text of the ``.cu`` or ``.cuh`` file ``name`` in :data:`KERNEL_DIR`."""
-    available = [*list_sources(), HEADER]
+    available = [*list_sources(), *list_headers()]
     if name not in available:
         raise ValueError(f"unknown kernel source {name!r}; available: {', '.join(available)}")
     return (KERNEL_DIR / name).read_text(encoding="utf-8")
@@ -115,6 +121,21 @@ def _define_line(key: str, value: int | str) -> str:
     return f"#define {key} {text}"
 
 
+def _inline_headers(name: str, kernel: str) -> str:
+    """Replace each ``#include "x.cuh"`` of our own headers by the header's text, with ``#line``
+    directives before and after so compiler messages keep pointing at the real files and lines."""
+    out, last = [], 0
+    for match in _INCLUDE_OWN.finditer(kernel):
+        header = match.group(1)
+        if header == HEADER:
+            continue
+        line_after = kernel.count("\n", 0, match.end()) + 2
+        out += [kernel[last:match.start()], f'#line 1 "{header}"\n', read_source(header).rstrip("\n"),
+                f'\n#line {line_after} "{name}"']
+        last = match.end()
+    return "".join(out) + kernel[last:]
+
+
 def build_source(name: str, defines: Mapping[str, int | str], counting: bool) -> str:
     """The full translation unit for kernel source ``name``.
 
@@ -127,6 +148,7 @@ def build_source(name: str, defines: Mapping[str, int | str], counting: bool) ->
     kernel = read_source(name)
     # Blank, not removed, so the kernel's line numbers stay right.
     kernel = _INCLUDE_HEADER.sub("", kernel)
+    kernel = _inline_headers(name, kernel)
     lines = [_define_line(k, v) for k, v in defines.items()]
     lines.append(f"#define IOK_NUM_TENSORS {NUM_TENSORS}")
     lines.append(f"#define IOK_COUNTER_SLOTS {COUNTER_SLOTS}")
