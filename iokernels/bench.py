@@ -15,11 +15,8 @@ from typing import Any
 
 from . import gpu, model
 from .compare import environment
-from .kernels.stages import GEMMS
+from .kernels.stages import GEMMS, ROWWISE
 from .plan import Plan
-
-ROWWISE = {"rowmax", "rowsum", "normalize", "rowdot", "ds", "flash_init", "flash_finalize", "flash_bwd_prep",
-           "flash_bwd_dq"}
 
 
 def _median_seconds(fn, warmup: int, repeats: int) -> float:

@@ -12,11 +12,11 @@ import platform
 
 import numpy as np
 
-from . import reference
 from .plan import Plan
 from .report import Measured, build
 from .simulate import make_inputs, max_relative_error, reference_outputs, simulate
 from .specs import GpuSpec
+from .tensors import OUTPUTS
 
 SIM_MEMORY_LIMIT = 6 * 1024**3  # bytes of float64 arrays the simulator may hold at once
 
@@ -52,14 +52,10 @@ def run_gpu(plan: Plan, seed: int = 0, repeats: int = 10, reference_check: bool 
     run = gpu.run_plan(plan, inputs, counting=True)
     err = None
     if reference_check:
-        if plan.direction == "fwd":
-            want = {"O": reference.forward(host["Q"], host["K"], host["V"])[0]}
-        else:
-            dq, dk, dv = reference.backward(host["Q"], host["K"], host["V"], host["dO"])
-            want = {"dQ": dq, "dK": dk, "dV": dv}
+        want = reference_outputs(plan, host)
         got = {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in want}
         err = max_relative_error(got, want)
-    outputs = sum(int(run.buffers[n].nbytes) for n in gpu.OUTPUTS[plan.direction])
+    outputs = sum(int(run.buffers[n].nbytes) for n in OUTPUTS[plan.direction])
     extra, counts = run.workspace_bytes - outputs, run.counts
     del run  # free the workspace before timing
     seconds, stage_seconds = gpu.time_plan(plan, inputs, repeats=repeats)

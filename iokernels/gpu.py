@@ -21,17 +21,8 @@ from ._cupy import require_cupy
 from .kernels import COUNTER_SLOTS, build_source
 from .kernels.stages import GEMMS, KernelRef, kernel_ref
 from .plan import FLOAT32_TENSORS, Plan, Stage
-from .tensors import NUM_TENSORS, TENSORS
-
-Counts = dict[str, dict[str, tuple[int, int]]]
-
-# (rows, cols) of each tensor: q = N_q, k = N_k, d = head dim; a missing cols means a vector per row
-SHAPES: dict[str, tuple[str, ...]] = {
-    "Q": ("q", "d"), "K": ("k", "d"), "V": ("k", "d"), "O": ("q", "d"), "dO": ("q", "d"),
-    "S": ("q", "k"), "P": ("q", "k"), "dP": ("q", "k"), "dS": ("q", "k"),
-    "m": ("q",), "l": ("q",), "lse": ("q",), "D": ("q",),
-    "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
-}
+from .simulate import make_inputs
+from .tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 
 # kernel -> its arguments before the counters: tensor names, or n_q / n_k / d / scale
 ARGS: dict[str, tuple[str, ...]] = {
@@ -59,7 +50,6 @@ GEMM_SIZES: dict[str, tuple[str, str, str, bool]] = {
 }
 
 INPUTS = {"fwd": ("Q", "K", "V"), "bwd": ("Q", "K", "V", "O", "dO", "lse", "P")}
-OUTPUTS = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}
 BF16_NAN = 0x7FC0
 
 
@@ -73,13 +63,13 @@ def _tensor_dtype(plan: Plan, name: str) -> np.dtype:
 
 def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
-    return (plan.bh, *(extent[x] for x in SHAPES[name]))
+    return (plan.bh, *(extent[x] for x in DIMS[name]))
 
 
 def stage_tensors(stage: Stage) -> tuple[str, ...]:
     if stage.kernel == "gemm":
         return GEMMS[stage.name][2:]
-    return tuple(a for a in ARGS[stage.kernel] if a in SHAPES)
+    return tuple(a for a in ARGS[stage.kernel] if a in DIMS)
 
 
 def plan_tensors(plan: Plan) -> list[str]:
@@ -109,18 +99,6 @@ def to_float64(x: Any, dtype: str) -> np.ndarray:
     if dtype == "bfloat16" and x.dtype == cp.uint16:
         x = (x.astype(cp.uint32) << 16).view(cp.float32)
     return cp.asnumpy(x).astype(np.float64)
-
-
-def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round float64 values to ``dtype`` on the host, as :func:`to_device` does on the GPU."""
-    x32 = np.asarray(x, dtype=np.float32)
-    if dtype == "float32":
-        return x32.astype(np.float64)
-    if dtype == "float16":
-        return x32.astype(np.float16).astype(np.float64)
-    bits = x32.view(np.uint32)
-    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint32) << 16
-    return rounded.view(np.float32).astype(np.float64)
 
 
 def poison(x: Any, dtype: np.dtype) -> None:
@@ -166,10 +144,6 @@ class GpuRun:
     counts: Counts | None = None
     workspace_bytes: int = 0
 
-    @property
-    def outputs(self) -> dict[str, Any]:
-        return {name: self.buffers[name] for name in OUTPUTS[self.plan.direction]}
-
 
 @dataclass
 class _IoLog:
@@ -203,7 +177,7 @@ def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float)
         m, n, k, scaled = GEMM_SIZES[stage.name]
         return [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
                 np.float32(scale if scaled else 1.0)]
-    return [buffers[a] if a in SHAPES else values[a] for a in ARGS[stage.kernel]]
+    return [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
 
 
 def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -300,22 +274,9 @@ def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, war
 
 def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None
                        ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Random inputs on the device (storage dtype) and the same values, rounded, as float64 on the host.
-
-    For a backward plan O, lse and P come from the float64 reference on the rounded Q, K, V.
-    ``magnitude`` multiplies Q and K (logits scale with its square).
-    """
-    rng = np.random.default_rng(seed)
-    bh, d = plan.bh, plan.d
-    host = {"Q": round_to(magnitude * rng.standard_normal((bh, plan.N_q, d)), plan.dtype),
-            "K": round_to(magnitude * rng.standard_normal((bh, plan.N_k, d)), plan.dtype),
-            "V": round_to(rng.standard_normal((bh, plan.N_k, d)), plan.dtype)}
-    if plan.direction == "bwd":
-        scale = reference.default_scale(d) if scale is None else scale
-        o, lse = reference.forward(host["Q"], host["K"], host["V"], scale)
-        s = scale * (host["Q"] @ np.swapaxes(host["K"], -1, -2))
-        host.update(O=round_to(o, plan.dtype), lse=lse, dO=round_to(rng.standard_normal(o.shape), plan.dtype),
-                    P=round_to(np.exp(s - lse[..., None]), plan.dtype))
+    """Random inputs on the device (storage dtype) and the same values as float64 on the host
+    (:func:`iokernels.simulate.make_inputs` with ``rounded=True``)."""
+    host = make_inputs(plan, seed, scale, magnitude=magnitude, rounded=True)
     device = {}
     for name in INPUTS[plan.direction]:
         if name in plan_tensors(plan):

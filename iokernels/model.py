@@ -21,7 +21,7 @@ import sympy as sp
 
 from .plan import FLOAT32_TENSORS, SCHEDULES, Plan
 from .specs import GpuSpec
-from .tensors import TENSORS
+from .tensors import DIMS, TENSORS
 from .units import ACC_ITEMSIZE
 
 
@@ -154,8 +154,11 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("flash", "q_outer", "fwd"): ("lse",),
     ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
 }
-_SHAPES = {"S": N_q * N_k, "P": N_q * N_k, "dP": N_q * N_k, "dS": N_q * N_k,
-           "m": N_q, "l": N_q, "lse": N_q, "D": N_q, "dQacc": N_q * d, "Oacc": N_q * d}
+_EXTENT = {"q": N_q, "k": N_k, "d": d}
+
+
+def _elements(tensor: str) -> sp.Expr:
+    return sp.Mul(*(_EXTENT[x] for x in DIMS[tensor]))
 
 
 def io_exprs(algorithm: str, schedule: str, direction: str) -> IoTable:
@@ -203,7 +206,7 @@ def flops_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
 
 def footprint_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
     """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N))."""
-    return sum((BH * _SHAPES[t] * _size(t) for t in _EXTRA[(algorithm, schedule, direction)]), sp.Integer(0))
+    return sum((BH * _elements(t) * _size(t) for t in _EXTRA[(algorithm, schedule, direction)]), sp.Integer(0))
 
 
 def plan_values(plan: Plan) -> dict:
@@ -234,6 +237,16 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
             for stage, tensors in io_exprs(*_key(plan)).items()}
 
 
+def per_tensor(stages: dict[str, dict[str, tuple[int, int]]]) -> dict[str, tuple[int, int]]:
+    """Bytes (read, written) per tensor, summed over the stages (measured or predicted alike)."""
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for tensors in stages.values():
+        for t, (r, w) in tensors.items():
+            out[t][0] += r
+            out[t][1] += w
+    return {t: (rw[0], rw[1]) for t, rw in sorted(out.items(), key=lambda kv: TENSORS.index(kv[0]))}
+
+
 @dataclass(frozen=True)
 class Prediction:
     """Everything the model says about one plan."""
@@ -246,12 +259,7 @@ class Prediction:
 
     @property
     def per_tensor(self) -> dict[str, tuple[int, int]]:
-        out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for tensors in self.stages.values():
-            for t, (r, w) in tensors.items():
-                out[t][0] += r
-                out[t][1] += w
-        return {t: (rw[0], rw[1]) for t, rw in sorted(out.items(), key=lambda kv: TENSORS.index(kv[0]))}
+        return per_tensor(self.stages)
 
     @property
     def read_bytes(self) -> int:

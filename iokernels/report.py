@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from . import model
 from .plan import Plan
 from .specs import GpuSpec
-from .tensors import TENSORS
+from .tensors import TENSORS, Counts
 from .units import format_bytes
-
-Counts = dict[str, dict[str, tuple[int, int]]]  # stage -> tensor -> (read, written) bytes
 
 
 @dataclass
@@ -23,15 +20,6 @@ class Measured:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     max_rel_err: float | None = None
     peak_memory_bytes: int | None = None
-
-
-def _per_tensor(counts: Counts) -> dict[str, tuple[int, int]]:
-    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for tensors in counts.values():
-        for t, (r, w) in tensors.items():
-            out[t][0] += r
-            out[t][1] += w
-    return {t: (rw[0], rw[1]) for t, rw in sorted(out.items(), key=lambda kv: TENSORS.index(kv[0]))}
 
 
 def _byte_fields(pred: tuple[int, int], meas: tuple[int, int] | None) -> dict:
@@ -79,14 +67,14 @@ def build(plans: list[Plan], spec: GpuSpec, source: str, measured: dict[str, Mea
         pred = model.predict(plan)
         meas = measured.get(plan.label)
         ident = {"algorithm": plan.algorithm, "schedule": plan.schedule, "pass": plan.direction}
-        mt = _per_tensor(meas.counts) if meas else {}
+        mt = model.per_tensor(meas.counts) if meas else {}
         for tensor in sorted(set(pred.per_tensor) | set(mt), key=TENSORS.index):
             p = pred.per_tensor.get(tensor, (0, 0))
             rows.append({**ident, "tensor": tensor, **_byte_fields(p, mt.get(tensor, (0, 0)) if meas else None),
                          "theta_bytes": None, "source": source})
         total = {**ident, "tensor": "total",
                  **_byte_fields((pred.read_bytes, pred.write_bytes), _sum(list(mt.values())) if meas else None),
-                 "theta_bytes": pred.theta_bytes, "order": model.order(*plan.label.split("/")[:2], plan.direction),
+                 "theta_bytes": pred.theta_bytes, "order": model.order(plan.algorithm, plan.schedule, plan.direction),
                  "source": source, "flops": pred.flops, "intensity_flops_per_byte": pred.intensity,
                  "roofline_seconds": pred.roofline_seconds(spec), "footprint_bytes": pred.footprint_bytes,
                  "seconds": meas.seconds if meas else None,

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import reference
 from .plan import Plan
-from .tensors import TENSORS
+from .tensors import DIMS, OUTPUTS, TENSORS
+from .units import round_to
 
 ALL = slice(None)
 
@@ -249,12 +250,6 @@ _RUNNERS: dict[tuple[str, str, str], Callable[[Hbm, float], None]] = {
     ("flash", "kv_outer", "bwd"): _flash_bwd,
 }
 
-_OUTPUTS = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}
-_WORKSPACE = {  # tensor -> which dimension pair it spans: (rows, cols)
-    "O": ("q", "d"), "S": ("q", "k"), "P": ("q", "k"), "m": ("q",), "l": ("q",), "lse": ("q",),
-    "D": ("q",), "dP": ("q", "k"), "dS": ("q", "k"), "dQ": ("q", "d"), "dK": ("k", "d"),
-    "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
-}
 
 
 @dataclass(frozen=True)
@@ -264,19 +259,30 @@ class SimResult:
     counts: dict[str, dict[str, tuple[int, int]]]  # stage -> tensor -> (read, written) bytes
 
 
-def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None) -> dict[str, np.ndarray]:
-    """Random inputs of shape (batch*heads, N, d); for a backward plan also O, lse, P and dO."""
+def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnitude: float = 1.0,
+                rounded: bool = False) -> dict[str, np.ndarray]:
+    """Random float64 inputs of shape (batch*heads, N, d); for a backward plan also O, lse, P and dO
+    (O, lse and P from the reference on the same Q, K, V).
+
+    ``magnitude`` multiplies Q and K (logits scale with its square). ``rounded``: every value stored
+    in the plan's dtype is rounded to it, so that a GPU run gets exactly these values (lse stays
+    float32-exact float64, as the kernels read it).
+    """
     rng = np.random.default_rng(seed)
     bh = plan.bh
-    q = rng.standard_normal((bh, plan.N_q, plan.d))
-    k = rng.standard_normal((bh, plan.N_k, plan.d))
-    v = rng.standard_normal((bh, plan.N_k, plan.d))
+
+    def stored(x: np.ndarray) -> np.ndarray:
+        return round_to(x, plan.dtype) if rounded else x
+
+    q = stored(magnitude * rng.standard_normal((bh, plan.N_q, plan.d)))
+    k = stored(magnitude * rng.standard_normal((bh, plan.N_k, plan.d)))
+    v = stored(rng.standard_normal((bh, plan.N_k, plan.d)))
     inputs = {"Q": q, "K": k, "V": v}
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale
         o, lse = reference.forward(q, k, v, scale)
-        inputs.update(O=o, lse=lse, dO=rng.standard_normal(o.shape),
-                      P=np.exp(scale * (q @ _t(k)) - lse[..., None]))
+        inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
+                      P=stored(np.exp(scale * (q @ _t(k)) - lse[..., None])))
     return inputs
 
 
@@ -287,13 +293,13 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
     for name, array in inputs.items():
         hbm.put(name, array)
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
-    for name, dims in _WORKSPACE.items():
+    for name, dims in DIMS.items():
         if name not in hbm.arrays:
             hbm.alloc(name, (plan.bh, *(extent[x] for x in dims)))
     _RUNNERS[(plan.algorithm, plan.schedule, plan.direction)](hbm, scale)
     counts = {stage: {t: (rw[0], rw[1]) for t, rw in sorted(c.items(), key=lambda kv: TENSORS.index(kv[0]))}
               for stage, c in hbm.counts.items()}
-    return SimResult(plan, {n: hbm.arrays[n] for n in _OUTPUTS[plan.direction]}, counts)
+    return SimResult(plan, {n: hbm.arrays[n] for n in OUTPUTS[plan.direction]}, counts)
 
 
 def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None

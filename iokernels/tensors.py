@@ -13,3 +13,19 @@ TENSORS: tuple[str, ...] = (
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
+
+# The extents of each tensor after the leading batch*heads index: q = N_q, k = N_k, d = head dim
+# (one extent: a float per row).
+DIMS: dict[str, tuple[str, ...]] = {
+    "Q": ("q", "d"), "K": ("k", "d"), "V": ("k", "d"), "O": ("q", "d"), "dO": ("q", "d"),
+    "S": ("q", "k"), "P": ("q", "k"), "dP": ("q", "k"), "dS": ("q", "k"),
+    "m": ("q",), "l": ("q",), "lse": ("q",), "D": ("q",),
+    "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
+}
+assert set(DIMS) == set(TENSORS)
+
+# Bytes moved: stage -> tensor -> (read, written).
+Counts = dict[str, dict[str, tuple[int, int]]]
+
+# What each pass returns.
+OUTPUTS: dict[str, tuple[str, ...]] = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}

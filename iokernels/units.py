@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 DTYPE_ITEMSIZE: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2}
 ACC_ITEMSIZE = 4  # statistics (m, l, lse, D) and accumulators are float32 whatever the input dtype
 
@@ -26,6 +28,18 @@ def check_dtype(dtype: str) -> str:
 
 def itemsize(dtype: str) -> int:
     return DTYPE_ITEMSIZE[check_dtype(dtype)]
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round values to ``dtype`` (bfloat16: to nearest even, as the GPU conversion does), as float64."""
+    x32 = np.asarray(x, dtype=np.float32)
+    if check_dtype(dtype) == "float32":
+        return x32.astype(np.float64)
+    if dtype == "float16":
+        return x32.astype(np.float16).astype(np.float64)
+    bits = x32.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint32) << 16
+    return rounded.view(np.float32).astype(np.float64)
 
 
 def parse_size(text: str | int) -> int:

@@ -34,6 +34,8 @@ SOURCES: dict[str, tuple[str, str]] = {
     "two_pass_recompute_output": ("two_pass.cu", "two_pass_recompute_output"),
     "flash_bwd_kv_outer": ("flash_bwd.cu", "flash_bwd_kv_outer"),
 }
+# kernels that stream whole rows, one block over ROWS_PER_BLOCK rows (no attention tiles)
+ROWWISE = frozenset(k for k, (source, _) in SOURCES.items() if source == "rowwise.cu")
 
 # standard attention's matrix products: stage -> (TRANS_A, TRANS_B, tensor A, tensor B, tensor C)
 # C (m x n) = alpha * A (m x k) B (k x n); TRANS_A: A is stored (k x m); TRANS_B: B is stored (n x k)
@@ -71,7 +73,7 @@ def stage_defines(plan: Plan, stage: Stage) -> dict[str, int | str]:
     defines: dict[str, int | str] = {"THREADS": stage.threads, **smem_defines(stage), **dict(stage.params)}
     if stage.kernel == "gemm":
         defines.update(BM=tile["BM"], BN=tile["BN"], BK=tile["BK"])
-    elif "Br" in tile and stage.kernel not in {"flash_init", "flash_finalize", "flash_bwd_prep", "flash_bwd_dq"}:
+    elif "Br" in tile and stage.kernel not in ROWWISE:
         defines.update(HEAD_D=plan.d, BR=tile["Br"], BC=tile["Bc"])
     return defines
 

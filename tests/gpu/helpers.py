@@ -3,7 +3,7 @@
 import numpy as np
 
 from iokernels import reference
-from iokernels.gpu import round_to
+from iokernels.units import round_to
 
 
 def naive_forward(q, k, v, dtype, scale=None):

@@ -8,6 +8,7 @@ import pytest
 from iokernels import gpu, model, reference
 from iokernels.plan import SCHEDULES, make_plan
 from iokernels.simulate import simulate
+from iokernels.tensors import OUTPUTS
 
 from .helpers import naive_backward, naive_forward, problem_scale, rel_err
 
@@ -39,7 +40,7 @@ def _seed(*parts) -> int:  # fresh inputs per test, reproducible per test id
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in gpu.OUTPUTS[plan.direction]}
+    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
