@@ -5,7 +5,8 @@
 - matrix-product passes of standard attention: time of ``cupy.matmul`` (cuBLAS) on the same shapes and
   dtype over the kernel's time (bfloat16 has no cupy dtype: its products are compared with float16's);
 - every stage of every plan: counting build time over plain build time.
-Times are medians of CUDA-event timings after warm-up.
+Times are medians of CUDA-event timings of CUDA-graph replays after warm-up (each stage alone, and
+the whole plan; see :func:`iokernels.gpu.graph_seconds`), so host launch latency is not kernel time.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def render(doc: dict) -> str:
     lines = [f"device: {env.get('gpu')}  cupy {env.get('cupy')}  CUDA runtime {env.get('cuda_runtime')}  "
              f"{env.get('date')}",
              f"N_q={h['N_q']} N_k={h['N_k']} d={h['d']} {h['dtype']} batch={h['batch']} heads={h['heads']} "
-             f"M={h['sram_bytes']} bytes; median of {h['repeats']} after {h['warmup']} warm-ups",
+             f"M={h['sram_bytes']} bytes; kernels: median of {h['repeats']} CUDA-graph replays after "
+             f"{h['warmup']} warm-ups; copy and cupy.matmul: median of {h['repeats']} CUDA-event timings",
              f"device-to-device copy: {h['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (read + written)", ""]
     head = ["algorithm", "schedule", "pass", "stage", "plain ms", "count ms", "count/plain", "GB/s",
             "of copy", "matmul ms", "of matmul"]

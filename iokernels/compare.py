@@ -1,8 +1,10 @@
 """Run every plan and put measured bytes next to the model's prediction.
 
 On a GPU the counting build of each plan's kernels runs once (bytes, and the output checked against
-the float64 reference), then the plain build is timed (CUDA events, warm-up, median). Without a GPU,
-or with ``--simulate``, the plans run through the CPU simulator, and the report says so in its header.
+the float64 reference), then the plain build is timed: the whole plan and each stage alone, as CUDA-graph replays of
+back-to-back launches timed with CUDA events (warm-up, median), so host launch latency is not counted
+as kernel time (:func:`iokernels.gpu.graph_seconds`). Without a GPU, or with ``--simulate``, the
+plans run through the CPU simulator, and the report says so in its header.
 """
 
 from __future__ import annotations
@@ -89,8 +91,8 @@ def compare(plans: list[Plan], spec: GpuSpec, *, on_gpu: bool, reason: str = "",
 
         measured = {p.label: run_gpu(p, seed, repeats) for p in plans}
         notes = [n for n in (underfill_note(p, spec.sms) for p in plans) if n]
-        note = "GPU: counting build for bytes, plain build timed (CUDA events, median of " \
-               f"{repeats} after 3 warm-ups)"
+        note = "GPU: counting build for bytes, plain build timed (CUDA events around CUDA-graph " \
+               f"replays, median of {repeats} after 3 warm-ups)"
         doc = build(plans, spec, "gpu", measured, note)
         doc["header"]["warnings"] = notes
     else:

@@ -8,8 +8,9 @@ bfloat16 tensors live in cupy as raw ``uint16`` bits (cupy has no bfloat16 dtype
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -246,27 +247,70 @@ def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None
     return GpuRun(plan, buffers, counts, workspace)
 
 
+# Timing: CUDA-graph replays of back-to-back launches, CUDA events around each replay. A stage of a
+# few microseconds launched from Python would otherwise time the host's launch latency, not the GPU.
+GRAPH_TARGET_SECONDS = 2e-3  # each timed replay runs about this long (more launches for short kernels)
+GRAPH_MAX_LAUNCHES = 200
+
+
+def graph_seconds(launch: Callable[[], None], *, warmup: int = 3, repeats: int = 10) -> float:
+    """Median GPU seconds of one ``launch()`` (which must only enqueue kernels on cupy's current
+    stream, allocating nothing): ``launch`` is captured k times into a CUDA graph, k chosen so a
+    replay runs about :data:`GRAPH_TARGET_SECONDS`; each of ``repeats`` replays after ``warmup`` is
+    timed with CUDA events and divided by k."""
+    cp = require_cupy()
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    stream = cp.cuda.Stream(non_blocking=True)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    with stream:
+        launch()  # compiles and loads what it needs: nothing may do so during capture
+        start.record(stream)
+        launch()
+        stop.record(stream)
+        stop.synchronize()
+        once = cp.cuda.get_elapsed_time(start, stop) / 1e3
+        k = max(1, min(GRAPH_MAX_LAUNCHES, math.ceil(GRAPH_TARGET_SECONDS / max(once, 1e-9))))
+        stream.begin_capture()
+        try:
+            for _ in range(k):
+                launch()
+        finally:
+            graph = stream.end_capture()
+        for _ in range(warmup):
+            graph.launch(stream)
+        times = []
+        for _ in range(repeats):
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / k)
+    return statistics.median(times)
+
+
 def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, warmup: int = 3, repeats: int = 10,
               scale: float | None = None) -> tuple[float, dict[str, float]]:
-    """Median seconds of the whole plan and of each stage (CUDA events), after ``warmup`` runs."""
-    cp = require_cupy()
+    """Median GPU seconds of the whole plan and of each stage alone (:func:`graph_seconds`).
+
+    The plan runs once first, so every stage reads the intermediate tensors it would in a real run;
+    a stage replayed alone recomputes (or, for accumulating stages, keeps adding to) the same
+    buffers, which changes values but not the work done.
+    """
     scale = reference.default_scale(plan.d) if scale is None else scale
     buffers, _ = allocate(plan, inputs)
     counters = new_counters() if counting else None
     compile_plan(plan, counting)
-    totals, per_stage = [], {s.name: [] for s in plan.stages}
-    for rep in range(warmup + repeats):
-        events = [cp.cuda.Event() for _ in range(len(plan.stages) + 1)]
-        events[0].record()
-        for i, stage in enumerate(plan.stages):
-            launch_stage(plan, stage, buffers, scale, counting, counters)
-            events[i + 1].record()
-        events[-1].synchronize()
-        if rep >= warmup:
-            totals.append(cp.cuda.get_elapsed_time(events[0], events[-1]) / 1e3)
-            for i, stage in enumerate(plan.stages):
-                per_stage[stage.name].append(cp.cuda.get_elapsed_time(events[i], events[i + 1]) / 1e3)
-    return statistics.median(totals), {k: statistics.median(v) for k, v in per_stage.items()}
+
+    def run(stages: tuple[Stage, ...]) -> Callable[[], None]:
+        def launch() -> None:
+            for stage in stages:
+                launch_stage(plan, stage, buffers, scale, counting, counters)
+        return launch
+
+    total = graph_seconds(run(plan.stages), warmup=warmup, repeats=repeats)
+    per_stage = {s.name: graph_seconds(run((s,)), warmup=warmup, repeats=repeats) for s in plan.stages}
+    return total, per_stage
 
 
 # ---------------------------------------------------------------------------------------------

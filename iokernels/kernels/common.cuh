@@ -104,20 +104,16 @@ __device__ __forceinline__ X iok_atomic_add(IokCounters<Ts...>& c, X* p, typenam
 
 #ifdef IOK_COUNT
 
-// Sum of r and w over this warp's live lanes, in lane 0 (the last warp of a block may be partial).
-__device__ __forceinline__ void iok_warp_sum(unsigned long long& r, unsigned long long& w, unsigned lane,
-                                             unsigned lanes)
+// Sum of x over the lanes in mask, in every lane of mask (the last warp of a block may be partial).
+// redux.sync (sm_80+) adds 32-bit values in one instruction; x goes through it in 27/27/10-bit parts,
+// so no part's sum over 32 lanes can overflow (32 * 2^27 = 2^32), and few registers stay live.
+__device__ __forceinline__ unsigned long long iok_warp_sum(unsigned long long x, unsigned mask)
 {
-    const unsigned mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
-#pragma unroll
-    for (unsigned off = 16; off > 0; off >>= 1) {
-        const unsigned long long ur = __shfl_down_sync(mask, r, off);
-        const unsigned long long uw = __shfl_down_sync(mask, w, off);
-        if (lane + off < lanes) {  // a lane past the warp's end holds garbage
-            r += ur;
-            w += uw;
-        }
-    }
+    constexpr unsigned long long low27 = (1ull << 27) - 1;
+    const unsigned a = __reduce_add_sync(mask, static_cast<unsigned>(x & low27));
+    const unsigned b = __reduce_add_sync(mask, static_cast<unsigned>((x >> 27) & low27));
+    const unsigned c = __reduce_add_sync(mask, static_cast<unsigned>(x >> 54));
+    return a + (static_cast<unsigned long long>(b) << 27) + (static_cast<unsigned long long>(c) << 54);
 }
 
 // Adds the block's bytes to its slot of global_counters: [slot][2*T] (read) and [slot][2*T+1]
@@ -139,6 +135,7 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
     const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const unsigned lane = tid & 31u, warp = tid >> 5;
     const unsigned lanes = min(32u, nthreads - (tid & ~31u));
+    const unsigned mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
     const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     unsigned long long* slot = global_counters + (block % IOK_COUNTER_SLOTS) * (2 * IOK_NUM_TENSORS);
     ulonglong2* scratch = static_cast<ulonglong2*>(scratch_smem);
@@ -152,8 +149,7 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
     if constexpr (wide) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
-            unsigned long long r = c.r[i], w = c.w[i];
-            iok_warp_sum(r, w, lane, lanes);
+            const unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
             if (lane == 0) scratch[warp * NT + i] = make_ulonglong2(r, w);
         }
         __syncthreads();  // every warp's partials of every tensor visible
@@ -173,8 +169,7 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
     } else {
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
-            unsigned long long r = c.r[i], w = c.w[i];
-            iok_warp_sum(r, w, lane, lanes);
+            unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
             if (lane == 0) scratch[warp] = make_ulonglong2(r, w);
             __syncthreads();  // per-warp partials visible to thread 0
             if (tid == 0) {

@@ -15,15 +15,19 @@
 
 constexpr int ROW_WARPS = THREADS / 32;
 constexpr int ROW_ROUND = 4;  // chunks per thread per tensor in flight
-// Blocks per SM: a block has one row (8-16 KB at n = 4096) in flight, so bandwidth needs many of them.
-// The softmax passes fit 6 (40 registers) in the plain build; the counters take more registers.
+// Blocks per SM (__launch_bounds__): a softmax-pass block has one row (8-16 KB at n = 4096) in flight,
+// so bandwidth needs many of them. Each kernel asks for as many as its builds fit without spilling:
+// the counting build keeps per-tensor counters in registers, which costs some kernels occupancy.
 #ifdef IOK_COUNT
-constexpr int ROW_MIN_BLOCKS_SOFTMAX = 4;
+constexpr bool ROW_COUNTING = true;
 #else
-constexpr int ROW_MIN_BLOCKS_SOFTMAX = 6;
+constexpr bool ROW_COUNTING = false;
 #endif
-constexpr int ROW_MIN_BLOCKS = 4;
-
+constexpr int ROW_MIN_BLOCKS_STATS = ROW_COUNTING ? 5 : 6;  // rowmax, rowsum
+constexpr int ROW_MIN_BLOCKS_SOFTMAX = ROW_COUNTING ? 4 : 6;  // normalize
+constexpr int ROW_MIN_BLOCKS = 4;  // rowdot, ds
+constexpr int ROW_MIN_BLOCKS_PREP = 4;  // flash_bwd_prep (up to 64 registers)
+constexpr int ROW_MIN_BLOCKS_FLAT = 8;  // the flash set-up and finishing kernels (up to 32 registers)
 static_assert(THREADS % 32 == 0, "whole warps");
 // PARTIALS: one float per warp for block reductions, then two broadcast scalars
 static_assert(SMEM_PARTIALS % 16 == 0 && SMEM_PARTIALS + ROW_WARPS * 16 <= SMEM_BYTES,
@@ -109,7 +113,7 @@ __device__ __forceinline__ float row_reduce(float x, float* partials)
 
 // m = max_j S[row, j]
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_STATS)
 rowmax(const T* __restrict__ S, float* __restrict__ m, int n, int n_rows, unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
@@ -150,7 +154,7 @@ rowmax(const T* __restrict__ S, float* __restrict__ m, int n, int n_rows, unsign
 
 // l = sum_j exp(S[row, j] - m)
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_SOFTMAX)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_STATS)
 rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__ l, int n, int n_rows,
        unsigned long long* __restrict__ iok_counters)
 {
@@ -423,7 +427,7 @@ __device__ __forceinline__ void flat_round(Counters& c, const float* __restrict_
 
 // Oacc rows = 0, m = -inf, l = 0: the state Algorithm 1 starts from (T only names the run's dtype)
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_FLAT)
 flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ l, int d, int n_rows,
            unsigned long long* __restrict__ iok_counters)
 {
@@ -441,7 +445,7 @@ flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ 
 
 // O = Oacc, rounded to T
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_FLAT)
 flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, int n_rows,
                unsigned long long* __restrict__ iok_counters)
 {
@@ -453,9 +457,8 @@ flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, int n_r
 }
 
 // D = sum_j dO[row, j] O[row, j], a warp per row; dQacc rows = 0
-// (2 blocks per SM at least: the counting build needs more than 64 registers)
 template <typename T>
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_PREP)
 flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restrict__ D,
                float* __restrict__ dQacc, int d, int n_rows, unsigned long long* __restrict__ iok_counters)
 {
@@ -498,7 +501,7 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
 
 // dQ = dQacc, rounded to T
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_FLAT)
 flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_rows,
              unsigned long long* __restrict__ iok_counters)
 {
