@@ -26,7 +26,7 @@ constexpr bool ROW_COUNTING = false;
 constexpr int ROW_MIN_BLOCKS_STATS = ROW_COUNTING ? 5 : 6;  // rowmax, rowsum
 constexpr int ROW_MIN_BLOCKS_SOFTMAX = ROW_COUNTING ? 4 : 6;  // normalize
 constexpr int ROW_MIN_BLOCKS = 4;  // rowdot, ds
-constexpr int ROW_MIN_BLOCKS_PREP = 4;  // flash_bwd_prep (up to 64 registers)
+constexpr int ROW_MIN_BLOCKS_PREP = ROW_COUNTING ? 6 : 8;  // flash_bwd_prep
 constexpr int ROW_MIN_BLOCKS_FLAT = 8;  // the flash set-up and finishing kernels (up to 32 registers)
 static_assert(THREADS % 32 == 0, "whole warps");
 // PARTIALS: one float per warp for block reductions, then two broadcast scalars
@@ -456,7 +456,11 @@ flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, int n_r
     iok_flush(c, iok_counters, smem);
 }
 
-// D = sum_j dO[row, j] O[row, j], a warp per row; dQacc rows = 0
+// D = sum_j dO[row, j] O[row, j]; dQacc rows = 0.
+// A row is G lanes of a warp: G = the row's count of 16-byte chunks (of elements, when rows are not
+// 16-byte aligned) rounded up to a power of two, at most 32. A warp takes 32 / G rows at once and
+// sums each within its aligned lane group, so short rows (d = 64 in float16 is 8 chunks) keep every
+// lane busy; the order of the sums is fixed, so D is the same bits run to run.
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_PREP)
 flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restrict__ D,
@@ -468,32 +472,39 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
     const RowBlock b = row_block(n_rows);
     const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
     const bool vector = row_vector_ok(dO, d) && row_vector_ok(O, d);
+    const int units = vector ? d / V : d;
+    int g = 1;
+    while (g < units && g < 32) g <<= 1;
+    const int sub = lane & (g - 1), rows_per_warp = 32 / g;
 
 #pragma unroll 1
-    for (int r = warp; r < b.rows; r += ROW_WARPS) {
-        const size_t row = b.first + r;
-        const T* dor = dO + row * d;
-        const T* o = O + row * d;
+    for (int r0 = warp * rows_per_warp; r0 < b.rows; r0 += ROW_WARPS * rows_per_warp) {  // warp-uniform
+        const int r = r0 + lane / g;
         float x = 0.0f;
-        if (vector) {
+        if (r < b.rows) {
+            const size_t row = b.first + r;
+            const T* dor = dO + row * d;
+            const T* o = O + row * d;
+            if (vector) {
 #pragma unroll 1
-            for (int q = lane; q < d / V; q += 32) {
-                float fd[V], fo[V];
-                row_unpack<T>(iok_ld<IOK_T_dO>(c, reinterpret_cast<const uint4*>(dor) + q), fd);
-                row_unpack<T>(iok_ld<IOK_T_O>(c, reinterpret_cast<const uint4*>(o) + q), fo);
+                for (int q = sub; q < units; q += g) {
+                    float fd[V], fo[V];
+                    row_unpack<T>(iok_ld<IOK_T_dO>(c, reinterpret_cast<const uint4*>(dor) + q), fd);
+                    row_unpack<T>(iok_ld<IOK_T_O>(c, reinterpret_cast<const uint4*>(o) + q), fo);
 #pragma unroll
-                for (int e = 0; e < V; ++e) x = fmaf(fd[e], fo[e], x);
-            }
-        } else {
+                    for (int e = 0; e < V; ++e) x = fmaf(fd[e], fo[e], x);
+                }
+            } else {
 #pragma unroll 1
-            for (int j = lane; j < d; j += 32) {
-                const float a = static_cast<float>(iok_ld<IOK_T_dO>(c, dor + j));
-                x = fmaf(a, static_cast<float>(iok_ld<IOK_T_O>(c, o + j)), x);
+                for (int j = sub; j < units; j += g) {
+                    const float a = static_cast<float>(iok_ld<IOK_T_dO>(c, dor + j));
+                    x = fmaf(a, static_cast<float>(iok_ld<IOK_T_O>(c, o + j)), x);
+                }
             }
         }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-        if (lane == 0) iok_st<IOK_T_D>(c, D + row, x);
+#pragma unroll 1
+        for (int off = g >> 1; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+        if (r < b.rows && sub == 0) iok_st<IOK_T_D>(c, D + b.first + r, x);
     }
     flat_zero<IOK_T_dQacc>(c, dQacc + b.first * d, b.rows * d);
     iok_flush(c, iok_counters, smem);
