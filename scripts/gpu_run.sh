@@ -3,9 +3,12 @@
 # (text and JSON, forward and backward) and the kernel benchmark (float16 and float32 at 64 heads, so
 # that B*H*N = 262144 as in FlashAttention-2's benchmarks and the grids fill the GPU; float16 also at
 # 16 heads, where the smallest kernels run for a few microseconds). Writes to $OUT (default
-# results/run) and packs it into $OUT/run.tgz; run from the repository root.
+# results/run); with PACK=1 (the device tool, which returns few files) the logs go to a scratch folder
+# and only $OUT/run.tgz is left. Run from the repository root.
 set -uo pipefail
 OUT=${OUT:-results/run}
+FINAL=$OUT
+if [ "${PACK:-0}" = 1 ]; then OUT=$(mktemp -d); fi
 mkdir -p "$OUT"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 H=(--N 4096 --d 64 --sram 192KB --backward)
@@ -25,4 +28,4 @@ bench float16 float16 64
 bench float32 float32 64
 bench float16-heads16 float16 16
 tail -3 "$OUT/err.txt"
-tar czf /tmp/run.tgz -C "$OUT" . && mv /tmp/run.tgz "$OUT/run.tgz"
+if [ "${PACK:-0}" = 1 ]; then tar czf "$FINAL/run.tgz" -C "$OUT" .; fi
