@@ -206,6 +206,101 @@ def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, a
     _emit(doc, as_json, bench.render(doc))
 
 
+@cli.command("profile")
+@problem_options
+@click.option("--algorithms", default=None,
+              help="comma-separated algorithm[/schedule[/pass]], e.g. standard,flash/q_outer (default: all)")
+@click.option("--kernels", default=None,
+              help="comma-separated stage or kernel names, e.g. qk,rowmax or gemm (default: every stage)")
+@click.option("--cache-control", "cache_control", type=click.Choice(["all", "none"]), default="all",
+              show_default=True, help="ncu's: all flushes L1 and L2 before each replay pass; none leaves them")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
+@click.option("--detail", is_flag=True, help="per-tensor counted and model bytes under each kernel")
+@user_errors
+def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, algorithms, kernels,
+                cache_control, seed, detail) -> None:
+    """Nsight Compute counters (DRAM, L1, L2) beside the kernels' counted bytes and the model, per kernel."""
+    from . import profile
+
+    device = current_device_spec()
+    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
+        raise ValueError(f"--gpu {gpu} does not match this device ({device.name})")
+    plans, _ = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    plans = profile.select_plans(plans, algorithms)
+    selection = profile.select_stages(plans, kernels)
+    ncu = profile.check_environment()
+    launches = sum(len(v) for v in selection.values())
+    click.echo(f"iokernels: profiling {launches} kernel launches of {len(selection)} plans under ncu ...", err=True)
+    doc = profile.profile(plans, selection, cache_control=cache_control, seed=seed, ncu=ncu)
+    _emit(doc, as_json, profile.render(doc, detail=detail))
+
+
+@cli.command("sweep")
+@click.option("--vary", required=True, type=click.Choice(["N", "d", "M", "block"], case_sensitive=False),
+              metavar="N|d|M|block",
+              help="the quantity to vary (block: the resident B_c of flash kv_outer and bwd, B_r of q_outer "
+                   "and two_pass; it overrides --N, --d or --sram)")
+@click.option("--values", required=True,
+              help="comma-separated values: 1024,2048,4096 (M: sizes such as 48KB,96KB,192KB)")
+@click.option("--algorithms", default=None, help="comma-separated: standard,two_pass,flash (default: all; "
+                                                 "--vary block: flash)")
+@click.option("--schedules", default=None, help="comma-separated schedules to keep, e.g. q_outer,kv_outer")
+@problem_options
+@click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
+@click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
+@click.option("--no-check", is_flag=True, help="GPU: skip the float64 reference check of the outputs (host time)")
+@click.option("--no-fit", is_flag=True, help="no exponent fits (they need scipy)")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="also write one CSV row per point to this file")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="write log-log plots to this file (PNG; needs matplotlib)")
+@user_errors
+def sweep_cmd(vary, values, algorithms, schedules, n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
+              as_json, simulate, seed, repeats, no_check, no_fit, csv_path, plot_path) -> None:
+    """Run compare for each value of N, d, M or block size; fit log-log exponents beside the model's."""
+    from . import sweep
+
+    if plot_path is not None:
+        from .plotting import require_matplotlib
+
+        require_matplotlib()
+    device = None if simulate else current_device_spec()
+    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
+        raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
+                         "simulate another GPU's tiling")
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    spec = resolve_spec(gpu)
+    base = sweep.Problem(N_q=n if n_q is None else n_q, N_k=n if n_k is None else n_k, d=d,
+                         dtype=check_dtype(dtype), sram=parse_size(sram), batch=batch, heads=heads)
+    value_list = sweep.parse_values(vary, values)
+    keys = sweep.select(algorithms, schedules, backward, vary)
+    reason = "--simulate" if simulate else "no CUDA device found"
+    where = "on the GPU" if device is not None else "on the CPU simulator"
+
+    def progress(jobs: list) -> Any:
+        return _progress(jobs, f"iokernels: sweep {vary} {where}")
+
+    doc = sweep.run(vary, value_list, keys, base, spec, on_gpu=device is not None, reason=reason, seed=seed,
+                    repeats=repeats, reference_check=not no_check, do_fit=not no_fit, progress=progress)
+    if csv_path is not None:
+        with open(csv_path, "w", encoding="utf-8", newline="") as f:
+            f.write(sweep.to_csv(doc))
+    if plot_path is not None:
+        from .plotting import plot
+
+        plot(doc, plot_path)
+    _emit(doc, as_json, sweep.render(doc))
+
+
+def _progress(jobs: list, label: str) -> Any:
+    """Iterate ``jobs`` with a progress bar on stderr, so stdout stays the report."""
+    with click.progressbar(jobs, label=label, file=sys.stderr,
+                           item_show_func=lambda job: None if job is None else f"{job[0]} {job[1].label}") as bar:
+        yield from bar
+
+
 def main() -> None:
     cli(prog_name="iokernels")
 

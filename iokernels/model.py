@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 
 import sympy as sp
 
@@ -185,6 +186,7 @@ def _ideal_tiles(algorithm: str, schedule: str, direction: str) -> dict:
     return {B_r: big, B_c: small}
 
 
+@cache  # simplify is slow, and sweeps ask for the same few forms at every point
 def theta_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
     """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
@@ -194,6 +196,35 @@ def theta_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
     # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
     expr = (read + write).replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
     return sp.simplify(expr.subs(_ideal_tiles(algorithm, schedule, direction)))
+
+
+def theta_leading(plan: Plan) -> tuple[int, float]:
+    """The Θ form's leading term in N: (degree, coefficient) with N_q = N_k = N and every other
+    symbol (d, M, e, BH, and standard's BM, BN) at the plan's values. Flash: (2, 8·BH·d²·e/M) for
+    the FlashAttention-2 order; standard: (2, its N² bytes, which grow with d only through the
+    matrix products' panel re-reads)."""
+    values = {k: v for k, v in plan_values(plan).items() if k not in (N_q, N_k)}
+    expr = theta_expr(*_key(plan)).subs({N_q: N, N_k: N}).subs(values)
+    poly = sp.Poly(sp.expand(expr), N)
+    return poly.degree(), float(poly.LC())
+
+
+def square_tiling_expr() -> sp.Expr:
+    """Saha & Ye's square-tiling bound for M < d²: Θ(N²d/√M) element accesses, here in bytes
+    (times e and BH, constant 1: it is an order, not a count). Flash's Θ(N²d²/M) exceeds it by
+    d/√M, so the two meet at M = d² elements."""
+    return BH * e * N_q * N_k * d / sp.sqrt(M)
+
+
+def io_lower_bound_expr() -> sp.Expr:
+    """Saha & Ye's IO complexity of exact attention with standard matrix products, in bytes with
+    constant 1: Θ(min(N²d²/M, N²d/√M)), i.e. flash's order for M ≥ d², square tiling's below."""
+    return BH * e * N_q * N_k * sp.Min(d**2 / M, d / sp.sqrt(M))
+
+
+def bound_bytes(expr: sp.Expr, plan: Plan) -> float:
+    """A Θ-form expression (such as :func:`square_tiling_expr`) at the plan's N, d, M, e and BH."""
+    return float(expr.subs(plan_values(plan)))
 
 
 def order(algorithm: str, schedule: str, direction: str) -> str:

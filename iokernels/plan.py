@@ -13,6 +13,11 @@ Tile rules (M_el = M / itemsize, the paper's M in elements):
   swapped (the Q block is the resident one): B_r = ceil(M_el / 4d), B_c = min(B_r, d).
 * ``standard``: tiled matrix products with square output tiles (128, 64, 32 or 16, the largest
   that fits) and row-wise softmax kernels; its traffic does not depend on M beyond that.
+
+``make_plan(..., block_r=, block_c=)`` forces B_r and/or B_c (the block-size study of the paper's
+Figure 2): a forced tile is used as given, and a tile left free follows the rule above relative to
+it (the streamed block at most min(forced, d), the resident block at most ceil(M_el / 4d)), shrunk
+until the buffers fit. A forced tiling that does not fit in M raises ValueError.
 """
 
 from __future__ import annotations
@@ -290,6 +295,44 @@ def _block_tiles(key: tuple[str, str, str], d: int, e: int, sram: int) -> tuple[
     raise AssertionError("unreachable: B_r = B_c = 1 fits")  # pragma: no cover
 
 
+class TilesDoNotFit(ValueError):
+    """Forced tiles (``block_r``/``block_c``) whose buffers do not fit in M."""
+
+
+def _check_block(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _forced_block_tiles(key: tuple[str, str, str], d: int, e: int, sram: int, block_r: int | None,
+                        block_c: int | None) -> tuple[int, int]:
+    """(B_r, B_c) with one or both forced; the free one by the paper's rule relative to the forced
+    one, shrunk until the buffers fit. ValueError when the forced tiling does not fit in ``sram``."""
+    families = _BLOCK_BUFFERS[key]
+
+    def smem(br: int, bc: int) -> int:
+        return max(_layout_bytes(f(br, bc, d, e)) for f in families)
+
+    big = max(1, _cdiv(sram // e, 4 * d))
+    resident_is_r = key in _Q_RESIDENT
+    br, bc = block_r, block_c
+    if br is None:
+        # B_r free: the streamed block (kv_outer, backward) at most min(B_c, d); else the resident one
+        upper = big if resident_is_r else min(bc, d)
+        br = _fit_largest(upper, lambda r: smem(r, bc) <= sram)
+    elif bc is None:
+        upper = min(br, d) if resident_is_r else big
+        bc = _fit_largest(upper, lambda c: smem(br, c) <= sram)
+    if br == 0 or bc == 0 or smem(br, bc) > sram:
+        forced = ", ".join(f"{n}={v}" for n, v in (("B_r", block_r), ("B_c", block_c)) if v is not None)
+        need = smem(max(br, 1), max(bc, 1))
+        raise TilesDoNotFit(
+            f"forced tiles {forced} do not fit in --sram {sram} bytes for {'/'.join(key)} "
+            f"(d={d}, {e}-byte elements): B_r={max(br, 1)}, B_c={max(bc, 1)} need {need} bytes of shared memory"
+        )
+    return br, bc
+
+
 def _gemm_tiles(e: int, sram: int, label: str) -> tuple[int, int, int]:
     for t in GEMM_TILES:
         for bk in (GEMM_BK, 16, 8):
@@ -325,11 +368,15 @@ def make_plan(
     heads: int = 1,
     direction: str = "fwd",
     smem_limit: int | None = None,
+    block_r: int | None = None,
+    block_c: int | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
     ``sram`` is M in bytes; ``smem_limit`` is the GPU's per-block shared-memory limit (bytes).
-    Raises ValueError (SramTooSmall when no tiling fits, naming the smallest M that works).
+    ``block_r``/``block_c`` force B_r/B_c of flash and two_pass (see the module docstring).
+    Raises ValueError (SramTooSmall when no tiling fits, naming the smallest M that works;
+    TilesDoNotFit when forced tiles do not fit in M).
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -340,6 +387,12 @@ def make_plan(
         raise ValueError(
             f"--sram {sram} bytes exceeds the GPU's per-block shared-memory limit of {smem_limit} bytes"
         )
+    _check_block("block_r", block_r)
+    _check_block("block_c", block_c)
+    forced = block_r is not None or block_c is not None
+    if forced and algorithm == "standard":
+        raise ValueError("block_r/block_c set the B_r x B_c attention tiles of flash and two_pass; "
+                         "standard attention has none (its matrix-product tiles follow M)")
     e = itemsize(dtype)
     bh = batch * heads
     key = (algorithm, schedule, direction)
@@ -365,7 +418,10 @@ def make_plan(
         tiles = (("BM", bm), ("BN", bn), ("BK", bk))
         return Plan(**common, tiles=tiles, stages=stages)
 
-    br, bc = _block_tiles(key, d, e, sram)
+    if forced:
+        br, bc = _forced_block_tiles(key, d, e, sram, block_r, block_c)
+    else:
+        br, bc = _block_tiles(key, d, e, sram)
     tr, tc = _cdiv(N_q, br), _cdiv(N_k, bc)
     fams = [_layout(f(br, bc, d, e)) for f in _BLOCK_BUFFERS[key]]
     if key == ("flash", "kv_outer", "fwd"):

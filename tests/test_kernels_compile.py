@@ -261,3 +261,14 @@ def test_own_headers_are_inlined_with_line_directives() -> None:
     after = text.index('#line 1 "flash_fwd.cu"')
     include_line = read_source("flash_fwd.cu").splitlines().index('#include "tiles.cuh"') + 1
     assert f'#line {include_line + 1} "flash_fwd.cu"' in text[after:]
+
+
+def test_forced_tiles_of_the_block_study_are_compiled():
+    from iokernels.kernels import FORCED_TILE_PROBLEMS
+    from iokernels.plan import make_plan
+
+    tiles = {(dict(v.defines)["BR"], dict(v.defines)["BC"]) for v in compile_variants("flash_fwd.cu")}
+    for problem in FORCED_TILE_PROBLEMS:
+        plan = make_plan(N_q=1000, **problem)
+        assert (plan.tile["Br"], plan.tile["Bc"]) in tiles, problem
+    assert {(41, 512), (512, 13)} <= tiles  # B_c = 512 with B_r shrunk to fit; B_r = 512 with B_c shrunk

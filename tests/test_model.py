@@ -126,3 +126,25 @@ def test_formulas_print(algorithm, schedule, direction):
     assert any(k.startswith("theta") for k in latex)
     assert any("\\" in v or "N_{q}" in v for v in latex.values())
     assert len(latex) > 3
+
+
+@pytest.mark.parametrize("d", [16, 64, 256])
+def test_theta_leading_term(d):
+    # FlashAttention-2 order: 8·BH·N²·d²·e/M with M in elements; standard: degree 2 in N as well
+    plan = make_plan("flash", "q_outer", N_q=1000, d=d, dtype="float16", sram=192 * KB, batch=2, heads=3)
+    degree, coefficient = model.theta_leading(plan)
+    assert degree == 2 and coefficient == pytest.approx(8 * 6 * d**2 * 2 / (192 * KB / 2))
+    assert model.theta_leading(make_plan("standard", N_q=1000, d=d, sram=192 * KB))[0] == 2
+
+
+def test_square_tiling_bound_meets_flash_at_m_equals_d_squared():
+    d, n = 256, 2048
+    for sram, below in ((64 * KB, True), (128 * KB, False), (227 * KB, False)):  # float16: d² = 128 KB
+        plan = make_plan("flash", "q_outer", N_q=n, d=d, dtype="float16", sram=sram)
+        m = sram / 2
+        square = model.bound_bytes(model.square_tiling_expr(), plan)
+        assert square == pytest.approx(2 * n * n * d / math.sqrt(m))
+        bound = model.bound_bytes(model.io_lower_bound_expr(), plan)
+        flash_order = 2 * n * n * d * d / m
+        assert bound == pytest.approx(min(square, flash_order))
+        assert (flash_order > square) == below  # below M = d² square tiling's order is the smaller

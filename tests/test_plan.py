@@ -121,3 +121,53 @@ def test_bad_schedule_and_direction():
 def test_plan_and_model_name_the_same_stages(algorithm, schedule, direction):
     plan = make_plan(algorithm, schedule, N_q=100, d=32, sram=65536, direction=direction)
     assert [s.name for s in plan.stages] == list(model.io_exprs(algorithm, schedule, direction))
+
+
+# ---------------------------------------------------------------------------------------------
+# forced tiles (block_r / block_c): the block-size study
+
+@pytest.mark.parametrize("algorithm, schedule, direction", [k for k in KEYS if k[0] != "standard"])
+@pytest.mark.parametrize("which", ["block_r", "block_c", "both"])
+def test_forced_tiles_are_used_and_counted_exactly(algorithm, schedule, direction, which):
+    from iokernels.simulate import make_inputs, simulate
+
+    forced = {"block_r": {"block_r": 24}, "block_c": {"block_c": 40}, "both": {"block_r": 9, "block_c": 50}}[which]
+    plan = make_plan(algorithm, schedule, N_q=130, N_k=101, d=32, sram=64 * 1024, direction=direction, **forced)
+    tile = plan.tile
+    assert tile["Br"] == forced.get("block_r", tile["Br"]) and tile["Bc"] == forced.get("block_c", tile["Bc"])
+    assert (tile["Tr"], tile["Tc"]) == (math.ceil(130 / tile["Br"]), math.ceil(101 / tile["Bc"]))
+    assert plan.smem_bytes <= 64 * 1024
+    default = make_plan(algorithm, schedule, N_q=130, N_k=101, d=32, sram=64 * 1024, direction=direction)
+    assert plan.tiles != default.tiles  # the override changed something
+    assert simulate(plan, make_inputs(plan)).counts == model.exact(plan)
+
+
+def test_the_free_tile_follows_the_rule():
+    # kv_outer keeps B_c resident: with B_c forced, B_r = min(B_c, d) when it fits ...
+    assert make_plan("flash", "kv_outer", N_q=1024, d=64, sram=227 * 1024, block_c=128).tile["Br"] == 64
+    assert make_plan("flash", "kv_outer", N_q=1024, d=64, sram=227 * 1024, block_c=16).tile["Br"] == 16
+    # ... and shrinks to fit beside a big resident block (float16: K, V of 512 rows take 128 KB)
+    big = make_plan("flash", "kv_outer", N_q=1024, d=64, dtype="float16", sram=227 * 1024, block_c=512)
+    assert big.tile["Bc"] == 512 and 1 <= big.tile["Br"] < 64 and big.smem_bytes <= 227 * 1024
+    # q_outer keeps B_r resident: B_c = min(B_r, d), shrunk to fit
+    assert make_plan("flash", "q_outer", N_q=1024, d=64, sram=227 * 1024, block_r=128).tile["Bc"] == 64
+    # the resident tile, when only the streamed one is forced, follows M: ceil(M_el / 4d) at most
+    free = make_plan("flash", "q_outer", N_q=4096, d=64, sram=192 * 1024, block_c=32)
+    assert free.tile["Bc"] == 32 and free.tile["Br"] <= math.ceil(192 * 1024 // 4 / (4 * 64))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"block_c": 512}, r"forced tiles B_c=512 do not fit in --sram 232448 bytes for flash/kv_outer/fwd"),
+    ({"block_r": 512, "schedule": "q_outer"}, r"B_r=512, B_c=1 need \d+ bytes"),
+    ({"block_r": 200, "block_c": 200}, "do not fit"),
+    ({"block_c": 0}, "block_c must be an integer >= 1"),
+    ({"block_r": 2.5}, "block_r must be an integer >= 1"),
+    ({"block_c": 64, "algorithm": "standard", "schedule": None}, "standard attention has none"),
+])
+def test_forced_tiles_that_do_not_fit_are_rejected(kwargs, message):
+    from iokernels.plan import TilesDoNotFit
+
+    args = {"algorithm": "flash", "schedule": "kv_outer", "N_q": 1024, "d": 64, "sram": 227 * 1024} | kwargs
+    with pytest.raises(ValueError, match=message) as info:
+        make_plan(args.pop("algorithm"), args.pop("schedule"), **args)
+    assert isinstance(info.value, TilesDoNotFit) == ("fit" in message or "need" in message)

@@ -50,17 +50,28 @@ REPRESENTATIVE_PROBLEMS: tuple[dict, ...] = (
 )
 
 
+# Forced tiles (``make_plan(block_r=, block_c=)``) of the block-size study (``sweep --vary block``,
+# scripts/sweeps.sh): its most lopsided shapes, a 512-row resident block at the H200's largest M,
+# where the other tile shrinks to fit (kv_outer: B_r = 41; q_outer: B_c = 13).
+FORCED_TILE_PROBLEMS: tuple[dict, ...] = (
+    {"algorithm": "flash", "schedule": "kv_outer", "d": 64, "dtype": "float16", "sram": 227 * 1024, "block_c": 512},
+    {"algorithm": "flash", "schedule": "q_outer", "d": 64, "dtype": "float16", "sram": 227 * 1024, "block_r": 512},
+)
+
+
 def _plan_variants(source: str) -> list[CompileVariant]:
-    from iokernels.plan import all_plans
+    from iokernels.plan import all_plans, make_plan
 
     from .stages import plan_kernels
 
+    plans = [plan for problem in REPRESENTATIVE_PROBLEMS
+             for plan in all_plans(N_q=1000, N_k=1000, backward=True, **problem)]
+    plans += [make_plan(N_q=1000, **problem) for problem in FORCED_TILE_PROBLEMS]
     modules: dict[tuple, set[str]] = {}
-    for problem in REPRESENTATIVE_PROBLEMS:
-        for plan in all_plans(N_q=1000, N_k=1000, backward=True, **problem):
-            for _, ref in plan_kernels(plan):
-                if ref.source == source:
-                    modules.setdefault(ref.defines, set()).add(ref.name_expression)
+    for plan in plans:
+        for _, ref in plan_kernels(plan):
+            if ref.source == source:
+                modules.setdefault(ref.defines, set()).add(ref.name_expression)
     return [CompileVariant(dict(defines), tuple(sorted(names))) for defines, names in modules.items()]
 
 
