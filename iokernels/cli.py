@@ -1,4 +1,4 @@
-"""Command line: ``iokernels model``, ``iokernels specs`` and ``iokernels compare``.
+"""Command line: ``iokernels model``, ``specs``, ``compare``, ``kernel-bench``, ``sweep`` and ``profile``.
 
 Errors a user can cause (bad sizes, dtypes, head dims, an M that fits no tiling or exceeds the GPU's
 shared memory, an unknown GPU) print one line on stderr and exit with code 2. Logs go to stderr so
