@@ -38,6 +38,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_bwd_dq": ("dQacc", "dQ", "d", "n_q"),
     "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
+    "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
     "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),

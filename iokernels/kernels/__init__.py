@@ -67,6 +67,10 @@ def _plan_variants(source: str) -> list[CompileVariant]:
     plans = [plan for problem in REPRESENTATIVE_PROBLEMS
              for plan in all_plans(N_q=1000, N_k=1000, backward=True, **problem)]
     plans += [make_plan(N_q=1000, **problem) for problem in FORCED_TILE_PROBLEMS]
+    if source == "flash_tc.cu":
+        from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
+
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t) for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):
@@ -79,7 +83,7 @@ def _plan_variants(source: str) -> list[CompileVariant]:
 COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
     **{source: (lambda source=source: _plan_variants(source))
-       for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu")},
+       for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu")},
 }
 
 

@@ -102,6 +102,31 @@ __device__ __forceinline__ X iok_atomic_add(IokCounters<Ts...>& c, X* p, typenam
     return atomicAdd(p, v);
 }
 
+// cp.async (sm_80+) of one 16-byte chunk, global -> shared, counted as 16 bytes read of tensor T.
+// With valid == false the chunk is zero-filled and nothing is read or counted (src-size 0; the
+// source pointer must still point into the tensor). Pair with iok_cp_async_commit / _wait.
+template <int T, typename X, int... Ts>
+__device__ __forceinline__ void iok_cp_async16(IokCounters<Ts...>& c, X* smem_dst, const X* gmem_src, bool valid)
+{
+    constexpr int slot = iok_slot<T, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) c.r[slot] += valid ? 16u : 0u;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void iok_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ __forceinline__ void iok_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 #ifdef IOK_COUNT
 
 // Sum of x over the lanes in mask, in every lane of mask (the last warp of a block may be partial).
