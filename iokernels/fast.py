@@ -19,26 +19,34 @@ FAST_HEAD_DIMS = (64, 128)
 FAST_BR = FAST_BC = 64
 FAST_THREADS = 32 * FAST_BR // 16
 FAST_KERNEL = "flash_tc_fwd"
+# (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
+FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
 
 
-def fast_buffers(d: int, e: int) -> list[tuple[str, int]]:
+def fast_buffers(d: int, e: int, block_r: int = FAST_BR, block_c: int = FAST_BC) -> list[tuple[str, int]]:
     """Shared memory of flash_tc_fwd: Q_i, and two stages of K_j and V_j."""
-    tile = FAST_BC * d * e
-    return [("Q", FAST_BR * d * e), ("K0", tile), ("K1", tile), ("V0", tile), ("V1", tile)]
+    tile = block_c * d * e
+    return [("Q", block_r * d * e), ("K0", tile), ("K1", tile), ("V0", tile), ("V1", tile)]
 
 
 def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
-                   heads: int = 1) -> Plan:
-    """The plan of the tensor-core forward kernel for one problem (ValueError when unsupported)."""
+                   heads: int = 1, block_r: int = FAST_BR, block_c: int = FAST_BC) -> Plan:
+    """The plan of the tensor-core forward kernel for one problem (ValueError when unsupported).
+
+    ``block_r`` (a multiple of 16, 16 rows per warp) and ``block_c`` (a multiple of 16) override the
+    tiles, for tuning."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     if dtype not in FAST_DTYPES:
         raise ValueError(f"the tensor-core path takes {' or '.join(FAST_DTYPES)}, got {dtype}")
     if d not in FAST_HEAD_DIMS:
         raise ValueError(f"the tensor-core path takes d in {FAST_HEAD_DIMS}, got d={d}")
-    buffers = fast_buffers(d, itemsize(dtype))
-    tr, tc = _cdiv(N_q, FAST_BR), _cdiv(N_k, FAST_BC)
-    stage = Stage("main", FAST_KERNEL, (tr, 1, batch * heads), FAST_THREADS, _layout(buffers))
+    for name, value, top in (("block_r", block_r, 256), ("block_c", block_c, 128)):
+        if not isinstance(value, int) or value % 16 or not 16 <= value <= top:
+            raise ValueError(f"{name} must be a multiple of 16 from 16 to {top}, got {value!r}")
+    buffers = fast_buffers(d, itemsize(dtype), block_r, block_c)
+    tr, tc = _cdiv(N_q, block_r), _cdiv(N_k, block_c)
+    stage = Stage("main", FAST_KERNEL, (tr, 1, batch * heads), 32 * block_r // 16, _layout(buffers))
     return Plan(algorithm="flash", schedule="q_outer", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=_layout_bytes(buffers), batch=batch, heads=heads,
-                tiles=(("Br", FAST_BR), ("Bc", FAST_BC), ("Tr", tr), ("Tc", tc)), stages=(stage,))
+                tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,))

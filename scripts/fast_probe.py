@@ -10,7 +10,7 @@ import statistics
 import sys
 
 from iokernels import gpu
-from iokernels.fast import make_fast_plan
+from iokernels.fast import FAST_BC, FAST_BR, FAST_TUNING, make_fast_plan
 
 
 def torch_seconds(backend_name, q, k, v):
@@ -31,7 +31,36 @@ def torch_seconds(backend_name, q, k, v):
     return statistics.median(times)
 
 
+def tuning():
+    """float16 forward TFLOP/s of each tile variant (the default first) beside SDPA FLASH_ATTENTION."""
+    import torch
+    for d in (64, 128):
+        for n in (4096, 16384):
+            heads, batch = 16, 262144 // (n * 16)
+            flops = 4 * n * n * d * batch * heads
+            q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+            peer = flops / torch_seconds("FLASH_ATTENTION", q, k, v) / 1e12
+            del q, k, v
+            for dd, br, bc in ((d, FAST_BR, FAST_BC), *FAST_TUNING):
+                if dd != d:
+                    continue
+                plan = make_fast_plan(N_q=n, d=d, dtype="float16", batch=batch, heads=heads, block_r=br, block_c=bc)
+                inputs, _ = gpu.make_device_inputs(plan, seed=0) if n <= 4096 else (_random(plan), None)
+                ours = flops / gpu.time_plan(plan, inputs, repeats=20)[0] / 1e12
+                print(json.dumps({"d": d, "N": n, "Br": br, "Bc": bc, "iokernels_tc_tflops": ours,
+                                  "sdpa_flash_attention_tflops": peer, "ratio": ours / peer}), flush=True)
+
+
+def _random(plan):
+    import cupy as cp
+    rs = cp.random.default_rng(0)
+    return {x: rs.standard_normal((plan.bh, plan.N_q, plan.d), dtype=cp.float32).astype(cp.float16)
+            for x in ("Q", "K", "V")}
+
+
 def main():
+    if "--tuning" in sys.argv:
+        return tuning()
     for dtype in ("float16", "bfloat16"):
         for d in (64, 128):
             for n in (1024, 4096, 16384):

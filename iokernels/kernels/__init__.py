@@ -68,9 +68,11 @@ def _plan_variants(source: str) -> list[CompileVariant]:
              for plan in all_plans(N_q=1000, N_k=1000, backward=True, **problem)]
     plans += [make_plan(N_q=1000, **problem) for problem in FORCED_TILE_PROBLEMS]
     if source == "flash_tc.cu":
-        from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
+        from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, FAST_TUNING, make_fast_plan
 
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t) for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc)  # tuning variants
+                  for d, br, bc in FAST_TUNING]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from iokernels import gpu, model, reference
-from iokernels.fast import make_fast_plan
+from iokernels.fast import FAST_TUNING, make_fast_plan
 from iokernels.simulate import simulate
 
 from .helpers import naive_forward, problem_scale, rel_err
@@ -43,6 +43,18 @@ def test_counters_and_outputs(case):
     assert rel_err(o, want, scale) <= bound
     lse = cp.asnumpy(run.buffers["lse"]).astype(np.float64)
     assert np.max(np.abs(lse - lse_want.reshape(lse.shape))) < 1e-2
+
+
+@pytest.mark.parametrize("d, br, bc", FAST_TUNING)
+def test_tile_variants(d, br, bc):
+    plan = make_fast_plan(N_q=300, N_k=517, d=d, dtype="float16", heads=2, block_r=br, block_c=bc)
+    inputs, host = gpu.make_device_inputs(plan, seed=br + bc + d)
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    want = reference.forward(host["Q"], host["K"], host["V"])[0]
+    scale = problem_scale({"O": want})
+    bound = 2 * rel_err(naive_forward(host["Q"], host["K"], host["V"], "float16"), want, scale) + 1e-6
+    assert rel_err(gpu.to_float64(run.buffers["O"], "float16"), want, scale) <= bound
 
 
 def test_plain_build_matches_counting_build():
