@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from ._cupy import require_cupy
+from .fast import FAST_DTYPES, FAST_HEAD_DIMS
 from .plan import D_MAX, D_MIN, D_MULTIPLE, make_plan
 from .units import parse_size
 
@@ -79,11 +80,12 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     d a multiple of 8 from 16 to 256; float32 or float16 (all the same). numpy inputs are copied to
     the GPU and the result comes back as numpy; cupy in, cupy out (non-contiguous inputs are copied).
 
-    algorithm: "flash" (default; schedule "q_outer", the FlashAttention-2 order, or "kv_outer", the
-    paper's Algorithm 1), "two_pass" ("store" or "recompute") or "standard". scale defaults to
-    1/sqrt(d). sram: M, the shared memory per block the plan may use (bytes or "96KB"; default 96 KB,
-    capped at the device's limit). return_lse: also return the row logsumexp (..., N_q), float32.
-    Returns O (..., N_q, d) in the input dtype [, lse].
+    algorithm: "flash" (default), "two_pass" ("store" or "recompute") or "standard". Flash schedules:
+    "fast" (tensor cores: float16 with d of 64 or 128, the default there), "q_outer" (the
+    FlashAttention-2 order on CUDA cores, the default otherwise) or "kv_outer" (the paper's
+    Algorithm 1). scale defaults to 1/sqrt(d). sram: M, the shared memory per block the plan may use
+    (bytes or "96KB"; default 96 KB, capped at the device's limit). return_lse: also return the row
+    logsumexp (..., N_q), float32. Returns O (..., N_q, d) in the input dtype [, lse].
     """
     if causal:
         raise NotImplementedError("causal masking is not implemented yet")
@@ -91,6 +93,8 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     cp = require_cupy()
     from . import gpu
 
+    if algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS:
+        schedule = "fast"  # the tensor-core kernel where it applies
     plan = _plan(algorithm, schedule, "fwd", n_q, n_k, d, dtype, lead, sram)
     bh = plan.bh
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh, n_k, d)),

@@ -130,6 +130,7 @@ _BUILDERS = {
     ("two_pass", "recompute", "fwd"): lambda: _two_pass("recompute"),
     ("flash", "kv_outer", "fwd"): _flash_kv_outer_fwd,
     ("flash", "q_outer", "fwd"): _flash_q_outer_fwd,
+    ("flash", "fast", "fwd"): _flash_q_outer_fwd,  # the q_outer loop order on tensor cores, own tiles
     ("flash", "kv_outer", "bwd"): _flash_bwd,
 }
 assert set(_BUILDERS) == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
@@ -137,13 +138,14 @@ assert set(_BUILDERS) == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in
 _MATMULS = {  # matrix products of shape N_q x N_k x d per pass
     ("standard", "default", "fwd"): 2, ("standard", "default", "bwd"): 4,
     ("two_pass", "store", "fwd"): 2, ("two_pass", "recompute", "fwd"): 3,
-    ("flash", "kv_outer", "fwd"): 2, ("flash", "q_outer", "fwd"): 2,
+    ("flash", "kv_outer", "fwd"): 2, ("flash", "q_outer", "fwd"): 2, ("flash", "fast", "fwd"): 2,
     ("flash", "kv_outer", "bwd"): 5,
 }
 _ORDER = {
     ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
     ("two_pass", "store", "fwd"): "Θ(Nd + N² + N²d²/M)", ("two_pass", "recompute", "fwd"): "Θ(N²d²/M)",
     ("flash", "kv_outer", "fwd"): "Θ(N²d²/M)", ("flash", "q_outer", "fwd"): "Θ(N²d²/M)",
+    ("flash", "fast", "fwd"): "Θ(N²d²/M)",
     ("flash", "kv_outer", "bwd"): "Θ(N²d²/M)",
 }
 _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
@@ -153,6 +155,7 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("two_pass", "recompute", "fwd"): ("m", "l"),
     ("flash", "kv_outer", "fwd"): ("m", "l", "Oacc"),
     ("flash", "q_outer", "fwd"): ("lse",),
+    ("flash", "fast", "fwd"): ("lse",),
     ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
 }
 _EXTENT = {"q": N_q, "k": N_k, "d": d}

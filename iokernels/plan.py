@@ -31,7 +31,7 @@ SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("standard", "fwd"): ("default",),
     ("standard", "bwd"): ("default",),
     ("two_pass", "fwd"): ("store", "recompute"),
-    ("flash", "fwd"): ("kv_outer", "q_outer"),
+    ("flash", "fwd"): ("kv_outer", "q_outer", "fast"),
     ("flash", "bwd"): ("kv_outer",),
 }
 ALGORITHMS = ("standard", "two_pass", "flash")
@@ -241,6 +241,11 @@ def check_schedule(algorithm: str, schedule: str | None, direction: str) -> str:
     return schedule
 
 
+class Unsupported(ValueError):
+    """This schedule does not take this problem (the tensor-core ``fast`` schedule: float16 and
+    bfloat16, d of 64 or 128)."""
+
+
 class SramTooSmall(ValueError):
     """No tiling of this plan fits in M; ``min_bytes`` is the smallest M that works."""
 
@@ -390,6 +395,18 @@ def make_plan(
     _check_block("block_r", block_r)
     _check_block("block_c", block_c)
     forced = block_r is not None or block_c is not None
+    if schedule == "fast":
+        # the tensor-core kernel (iokernels.fast): fixed tiles, which must fit in M like any plan's;
+        # its plan records the M they use (its effective M), which the Θ form and the model take
+        from .fast import make_fast_plan
+
+        if forced:
+            raise ValueError("block_r/block_c do not apply to flash/fast: its tiles are fixed")
+        plan = make_fast_plan(N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads)
+        if plan.smem_bytes > sram:
+            raise SramTooSmall("flash/fast/fwd", sram, plan.smem_bytes,
+                               f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")
+        return plan
     if forced and algorithm == "standard":
         raise ValueError("block_r/block_c set the B_r x B_c attention tiles of flash and two_pass; "
                          "standard attention has none (its matrix-product tiles follow M)")
@@ -472,6 +489,8 @@ def all_plans(
                                            smem_limit=smem_limit))
                 except SramTooSmall as exc:
                     too_small.append((exc.min_bytes, f"{algorithm}/{schedule}/{direction}"))
+                except Unsupported:
+                    continue  # flash/fast takes float16/bfloat16 and d of 64 or 128 only
     if too_small:
         need, label = max(too_small)
         raise SramTooSmall(f"every algorithm (largest need: {label})", sram, need, f"d={d}, {dtype}")

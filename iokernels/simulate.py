@@ -247,6 +247,7 @@ _RUNNERS: dict[tuple[str, str, str], Callable[[Hbm, float], None]] = {
     ("two_pass", "recompute", "fwd"): _two_pass,
     ("flash", "kv_outer", "fwd"): _flash_kv_outer,
     ("flash", "q_outer", "fwd"): _flash_q_outer,
+    ("flash", "fast", "fwd"): _flash_q_outer,
     ("flash", "kv_outer", "bwd"): _flash_bwd,
 }
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from . import fit, model
 from .compare import check_simulator_size, compare
-from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, TilesDoNotFit, make_plan
+from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, TilesDoNotFit, Unsupported, make_plan
 from .specs import GpuSpec
 from .units import check_dtype, format_bytes, parse_size
 
@@ -109,6 +109,8 @@ def select(algorithms: str | None, schedules: str | None, backward: bool, vary: 
                 raise ValueError(f"--schedules: {s!r} is not a schedule of the selected algorithms and passes "
                                  f"(expected some of {', '.join(sorted(known))})")
         keys = [k for k in keys if k[1] in wanted]
+    else:  # flash/fast has fixed tiles and half precision only: swept when asked for by --schedules
+        keys = [k for k in keys if k[1] != "fast"]
     if not keys:
         raise ValueError("no plan selected: --algorithms has no pass here (add --backward?)")
     return keys
@@ -151,7 +153,7 @@ def build_plans(vary: str, values: list[int], keys: list[Key], base: Problem, sm
         for key in keys:
             try:
                 jobs.append((value, make_point_plan(key, vary, value, base, smem_limit)))
-            except (SramTooSmall, TilesDoNotFit) as exc:
+            except (SramTooSmall, TilesDoNotFit, Unsupported) as exc:
                 skipped.append({"value": value, "plan": "/".join(key), "reason": str(exc)})
     if not jobs:
         reasons = "; ".join(f"{s['plan']} at {s['value']}: {s['reason']}" for s in skipped[:2])

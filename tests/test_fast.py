@@ -33,3 +33,19 @@ def test_effective_m_is_the_kernels_shared_memory():
 def test_unsupported_problems_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_fast_plan(N_q=128, **kwargs)
+
+
+def test_fast_is_a_schedule_of_flash():
+    from iokernels.plan import SramTooSmall, Unsupported, all_plans, make_plan
+
+    plan = make_plan("flash", "fast", N_q=300, d=64, dtype="bfloat16", sram=96 * 1024)
+    # M given is a bound; the plan records the M its fixed tiles use (its effective M)
+    assert plan.label == "flash/fast/fwd" and plan.sram_bytes == plan.smem_bytes == 5 * 64 * 64 * 2
+    assert "flash/fast/fwd" in [p.label for p in all_plans(N_q=300, d=128, dtype="float16", sram=192 * 1024)]
+    assert "flash/fast/fwd" not in [p.label for p in all_plans(N_q=300, d=128, sram=192 * 1024)]
+    with pytest.raises(SramTooSmall, match="smallest M that works is 40960 bytes"):
+        make_plan("flash", "fast", N_q=300, d=64, dtype="float16", sram=40959)
+    with pytest.raises(Unsupported):
+        make_plan("flash", "fast", N_q=300, d=64, sram=96 * 1024)
+    with pytest.raises(ValueError, match="fixed"):
+        make_plan("flash", "fast", N_q=300, d=64, dtype="float16", sram=96 * 1024, block_r=32)

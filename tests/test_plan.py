@@ -6,7 +6,7 @@ import pytest
 
 from iokernels import model
 from iokernels.kernels import flush_scratch_bytes
-from iokernels.plan import SCHEDULES, SramTooSmall, all_plans, make_plan, min_sram
+from iokernels.plan import SCHEDULES, SramTooSmall, Unsupported, all_plans, make_plan, min_sram
 from iokernels.specs import list_specs
 
 KEYS = [(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss]
@@ -22,6 +22,9 @@ def test_smem_never_exceeds_m(algorithm, schedule, direction, dtype, d, sram):
                          direction=direction)
     except SramTooSmall as exc:
         assert exc.min_bytes > sram
+        return
+    except Unsupported:
+        assert schedule == "fast" and (dtype == "float32" or d not in (64, 128))
         return
     assert 0 < plan.smem_bytes <= sram
     for stage in plan.stages:
@@ -70,6 +73,8 @@ def test_tiles_grow_with_m_and_grid_covers_ragged_n():
 @pytest.mark.parametrize("algorithm, schedule, direction", KEYS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_smallest_m_is_exact(algorithm, schedule, direction, dtype):
+    if schedule == "fast" and dtype == "float32":
+        pytest.skip("flash/fast takes float16/bfloat16")
     need = min_sram(algorithm, schedule, d=128, dtype=dtype, direction=direction)
     plan = make_plan(algorithm, schedule, N_q=300, d=128, dtype=dtype, sram=need, direction=direction)
     assert plan.smem_bytes <= need
@@ -77,11 +82,13 @@ def test_smallest_m_is_exact(algorithm, schedule, direction, dtype):
         make_plan(algorithm, schedule, N_q=300, d=128, dtype=dtype, sram=need - 1, direction=direction)
 
 
-def test_all_plans_names_the_largest_need():
-    need = max(min_sram(a, s, d=64, direction=p) for a, s, p in KEYS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_all_plans_names_the_largest_need(dtype):
+    keys = [k for k in KEYS if k[1] != "fast" or dtype != "float32"]  # flash/fast: half precision only
+    need = max(min_sram(a, s, d=64, dtype=dtype, direction=p) for a, s, p in keys)
     with pytest.raises(SramTooSmall, match=f"is {need} bytes"):
-        all_plans(N_q=10, d=64, sram=need - 1, backward=True)
-    assert len(all_plans(N_q=10, d=64, sram=need, backward=True)) == len(KEYS)
+        all_plans(N_q=10, d=64, dtype=dtype, sram=need - 1, backward=True)
+    assert len(all_plans(N_q=10, d=64, dtype=dtype, sram=need, backward=True)) == len(keys)
 
 
 def test_every_gpu_limit_is_enforced():
@@ -119,14 +126,14 @@ def test_bad_schedule_and_direction():
 
 @pytest.mark.parametrize("algorithm, schedule, direction", KEYS)
 def test_plan_and_model_name_the_same_stages(algorithm, schedule, direction):
-    plan = make_plan(algorithm, schedule, N_q=100, d=32, sram=65536, direction=direction)
+    plan = make_plan(algorithm, schedule, N_q=100, d=64, dtype="float16", sram=65536, direction=direction)
     assert [s.name for s in plan.stages] == list(model.io_exprs(algorithm, schedule, direction))
 
 
 # ---------------------------------------------------------------------------------------------
 # forced tiles (block_r / block_c): the block-size study
 
-@pytest.mark.parametrize("algorithm, schedule, direction", [k for k in KEYS if k[0] != "standard"])
+@pytest.mark.parametrize("algorithm, schedule, direction", [k for k in KEYS if k[0] != "standard" and k[1] != "fast"])
 @pytest.mark.parametrize("which", ["block_r", "block_c", "both"])
 def test_forced_tiles_are_used_and_counted_exactly(algorithm, schedule, direction, which):
     from iokernels.simulate import make_inputs, simulate

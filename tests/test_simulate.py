@@ -88,6 +88,8 @@ def test_reference_backward_matches_finite_differences():
 )
 def test_fuzz_simulator_equals_model(key, n_q, n_k, d, dtype, sram_frac, bh):
     algorithm, schedule, direction = key
+    if schedule == "fast":  # the tensor-core schedule's own problems: half precision, d of 64 or 128
+        dtype, d = ("float16" if dtype == "float32" else dtype), (64 if d <= 96 else 128)
     low = max(min_sram(algorithm, schedule, d=d, dtype=dtype, direction=direction), 24 * KB)
     sram = int(low + sram_frac * (227 * KB - low))
     plan = make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram,
