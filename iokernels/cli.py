@@ -1,4 +1,5 @@
-"""Command line: ``iokernels model``, ``specs``, ``compare``, ``kernel-bench``, ``sweep`` and ``profile``.
+"""Command line: ``iokernels model``, ``specs``, ``compare``, ``kernel-bench``, ``bench``, ``sweep`` and
+``profile``.
 
 Errors a user can cause (bad sizes, dtypes, head dims, an M that fits no tiling or exceeds the GPU's
 shared memory, an unknown GPU) print one line on stderr and exit with code 2. Logs go to stderr so
@@ -204,6 +205,67 @@ def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, a
     click.echo(f"iokernels: benchmarking {len(plans)} plans ...", err=True)
     doc = bench.kernel_bench(plans, repeats=repeats)
     _emit(doc, as_json, bench.render(doc))
+
+
+@cli.command("bench")
+@click.option("--d", "ds", default="64,128", show_default=True, help="head dims, comma-separated")
+@click.option("--N", "ns", default="1024,4096,16384", show_default=True, help="sequence lengths, comma-separated")
+@click.option("--tokens", type=int, default=262144, show_default=True, help="B*H*N of every configuration")
+@click.option("--heads", type=int, default=16, show_default=True, help="H; batch B = tokens / (N*H)")
+@click.option("--dtype", "dtypes", default="float16,bfloat16", show_default=True, help="comma-separated dtypes")
+@click.option("--causal", is_flag=True, help="causal attention (iokernels and cupy: unsupported until issue #6)")
+@click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
+@click.option("--long", "long_table", is_flag=True,
+              help="also the long-sequence table: heads 48, d 64, batch 1, N from 512 doubling to --long-max-n")
+@click.option("--long-only", is_flag=True, help="only the long-sequence table")
+@click.option("--long-max-n", type=int, default=131072, show_default=True, help="largest N of the long table")
+@click.option("--long-dtype", default="float16", show_default=True, help="dtype of the long table")
+@click.option("--impls", default="default", show_default=True,
+              help="ours, comma-separated: fast, flash, standard, kv_outer (slow), all, none; default: the first three")
+@click.option("--peers", default="all", show_default=True,
+              help="peers, comma-separated: cupy, flash, cudnn, efficient, math (torch SDPA backends), all, none")
+@click.option("--sram", default=None,
+              help=f"M of the research plans (default 96KB, capped at the device's limit): {SIZE_HELP}")
+@click.option("--warmup", type=int, default=3, show_default=True, help="untimed calls before the timed ones")
+@click.option("--repeats", type=int, default=20, show_default=True, help="timed calls per measurement (median)")
+@click.option("--max-call-ms", type=float, default=2000.0, show_default=True,
+              help="skip a configuration when one call takes (or is estimated to take) longer")
+@click.option("--time-budget", type=float, default=None,
+              help="seconds for the whole run; once spent, the remaining measurements are skipped (and labelled)")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@user_errors
+def bench_cmd(ds, ns, tokens, heads, dtypes, causal, backward, long_table, long_only, long_max_n, long_dtype,
+              impls, peers, sram, warmup, repeats, max_call_ms, time_budget, as_json) -> None:
+    """TFLOP/s of iokernels and its peers (cupy/cuBLAS, torch SDPA backends) in one run, with ratios."""
+    from . import peerbench as pb
+
+    timing = pb.Timing(warmup=warmup, repeats=repeats, max_call_seconds=max_call_ms / 1e3, budget_seconds=time_budget)
+    timing.check()
+    dtype_list = pb.parse_dtypes(dtypes)
+    problems = [] if long_only else pb.main_problems(pb.parse_ints("--d", ds), pb.parse_ints("--N", ns), dtype_list,
+                                                     tokens=tokens, heads=heads, causal=causal)
+    long = pb.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal) \
+        if long_table or long_only else []
+    names = (pb.parse_names("--impls", impls, pb.OURS, pb.IMPL_ALIASES, pb.DEFAULT_OURS)
+             + pb.parse_names("--peers", peers, pb.PEERS, pb.PEER_ALIASES, pb.PEERS))
+    if not names:
+        raise ValueError("--impls and --peers select no implementation")
+    chosen = pb.make_impls(names, sram=sram)
+    passes = pb.PASSES if backward else ("fwd",)
+    if all(i.unavailable(p) for i in chosen for p in passes):
+        reasons: dict[str, list[str]] = {}
+        for i in chosen:
+            reasons.setdefault(i.unavailable("fwd") or "", []).append(i.name)
+        raise RuntimeError("nothing to measure, no implementation is available: "
+                           + "; ".join(f"{', '.join(v)}: {k}" for k, v in reasons.items()))
+    click.echo(f"iokernels: bench of {len(chosen)} implementations on {len(problems)} configurations"
+               + (f" and {len(long)} long-sequence lengths" if long else "") + " ...", err=True)
+    header = {"tokens": tokens, "heads": heads, "causal": causal, "sram": sram,
+              "long": {"heads": pb.LONG_HEADS, "d": pb.LONG_D, "batch": pb.LONG_BATCH, "dtype": check_dtype(long_dtype),
+                       "n_max": long_max_n} if long else None}
+    doc = pb.run(problems, chosen, timing, long=long, backward=backward, header=header,
+                 progress=lambda msg: click.echo(f"iokernels: {msg}", err=True))
+    _emit(doc, as_json, pb.render(doc))
 
 
 @cli.command("profile")
