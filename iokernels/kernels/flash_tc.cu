@@ -15,14 +15,13 @@
 
 #include "tiles.cuh"
 
+#include "tc.cuh"
+
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
 #error "flash_tc.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
 static_assert(BR % 16 == 0 && THREADS == 32 * (BR / 16), "a warp per 16 query rows");
 static_assert(BC % 16 == 0 && HEAD_D % 16 == 0, "16-wide mma steps");
-
-constexpr int TC_CHUNKS = HEAD_D / 8;  // 16-byte chunks per row of 8 halves
-constexpr float TC_LOG2E = 1.4426950408889634f;
 
 template <typename T>
 __device__ constexpr bool tc_layout_ok()
@@ -32,75 +31,6 @@ __device__ constexpr bool tc_layout_ok()
                          {SMEM_K1, BC * HEAD_D * sizeof(T)},
                          {SMEM_V0, BC * HEAD_D * sizeof(T)},
                          {SMEM_V1, BC * HEAD_D * sizeof(T)}});
-}
-
-template <typename T>
-__device__ __forceinline__ T* tc_buffer(unsigned char* smem, int offset)
-{
-    return reinterpret_cast<T*>(smem + offset);
-}
-
-// Element offset of (row, chunk) in a swizzled tile of HEAD_D-element rows.
-__device__ __forceinline__ int tc_off(int row, int chunk)
-{
-    return row * HEAD_D + ((chunk ^ (row & 7)) << 3);
-}
-
-// rows [0, rows_valid) of a BR- or BC-row tile: global (row stride HEAD_D) -> swizzled shared memory,
-// 16 bytes per cp.async; rows past the end are zero-filled, nothing read, nothing counted.
-template <int TI, int ROWS, typename T, typename C>
-__device__ __forceinline__ void tc_load_tile(C& io, T* s, const T* g, int rows_valid)
-{
-#pragma unroll
-    for (int q = threadIdx.x; q < ROWS * TC_CHUNKS; q += THREADS) {
-        const int row = q / TC_CHUNKS, chunk = q % TC_CHUNKS;
-        const bool valid = row < rows_valid;  // a zero-filled row points at row 0 (always valid)
-        iok_cp_async16<TI>(io, s + tc_off(row, chunk), g + static_cast<size_t>(valid ? row : 0) * HEAD_D + chunk * 8,
-                           valid);
-    }
-}
-
-__device__ __forceinline__ void tc_ldmatrix_x4(unsigned (&r)[4], const void* p)
-{
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-__device__ __forceinline__ void tc_ldmatrix_x4_trans(unsigned (&r)[4], const void* p)
-{
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-template <typename T>
-__device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
-
-template <>
-__device__ __forceinline__ void tc_mma<__half>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void tc_mma<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                                      unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats -> one register of two T (low half = first).
-template <typename T>
-__device__ __forceinline__ unsigned tc_pack(float lo, float hi)
-{
-    return to_bits(from_f<T>(lo)) | (to_bits(from_f<T>(hi)) << 16);
 }
 
 // Grid (ceil(N_q / BR), 1, BH). Q, K, V, O: (BH, N, HEAD_D) of T; lse: (BH, N_q) float32.
