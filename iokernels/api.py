@@ -10,6 +10,7 @@ from .fast import FAST_DTYPES, FAST_HEAD_DIMS
 from .plan import D_MAX, D_MIN, D_MULTIPLE, make_plan
 from .units import parse_size
 
+FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
 DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H100/H200 SM
 _DTYPES = {"float32": "float32", "float16": "float16"}
 
@@ -61,6 +62,8 @@ def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram):
     spec = current_device_spec()
     limit = spec.smem_per_block_bytes if spec else None
     sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
+    if sram is None and schedule == "fast":  # the tensor-core kernels' tiles are chosen for speed:
+        sram_bytes = limit or FAST_DEFAULT_SRAM  # let them take what the device allows
     if limit is not None and sram is None:
         sram_bytes = min(sram_bytes, limit)
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes,
@@ -84,7 +87,8 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     "fast" (tensor cores: float16 with d of 64 or 128, the default there), "q_outer" (the
     FlashAttention-2 order on CUDA cores, the default otherwise) or "kv_outer" (the paper's
     Algorithm 1). scale defaults to 1/sqrt(d). sram: M, the shared memory per block the plan may use
-    (bytes or "96KB"; default 96 KB, capped at the device's limit). return_lse: also return the row
+    (bytes or "96KB"; default 96 KB, or for "fast" the device's limit, where its fastest tiles
+    fit; capped at the device's limit). return_lse: also return the row
     logsumexp (..., N_q), float32. Returns O (..., N_q, d) in the input dtype [, lse].
     """
     if causal:

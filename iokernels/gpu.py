@@ -8,18 +8,21 @@ bfloat16 tensors live in cupy as raw ``uint16`` bits (cupy has no bfloat16 dtype
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+import os
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import reference
 from ._cupy import require_cupy
-from .kernels import COUNTER_SLOTS, build_source
+from .kernels import COUNTER_SLOTS, SOURCE_ARCHS, build_source
 from .kernels.stages import GEMMS, KernelRef, kernel_ref
 from .plan import FLOAT32_TENSORS, Plan, Stage
 from .simulate import make_inputs
@@ -39,6 +42,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
     "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
+    "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
     "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),
@@ -114,13 +118,76 @@ def poison(x: Any, dtype: np.dtype) -> None:
 # ---------------------------------------------------------------------------------------------
 # compilation, memoized per device
 
+class ArchUnavailable(RuntimeError):
+    """A kernel written for one architecture (``SOURCE_ARCHS``) was asked for on another GPU."""
+
+
+def _cubin_cache_dir() -> Path:
+    cp = require_cupy()
+    root = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+    with contextlib.suppress(AttributeError):
+        root = cp.cuda.compiler.get_cache_dir()
+    return Path(root) / "iokernels-arch"
+
+
+def _nvrtc_cubin(code: str, name: str, arch: str, expression: str) -> tuple[bytes, str]:
+    """Compile for a real architecture that cupy's own compile path does not take (``sm_90a``):
+    NVIDIA's cuda.bindings NVRTC when installed, else cupy's binding of the same library."""
+    options = ["-std=c++17", "-ftz=true"]  # cupy.RawModule compiles every other kernel with -ftz=true
+    try:
+        from .kernels.nvrtc import compile_to_cubin
+
+        result = compile_to_cubin(code, arch=arch, name=name, name_expressions=[expression], extra_options=options)
+        return result.cubin, result.lowered_names[expression]
+    except ImportError:
+        pass
+    from cupy_backends.cuda.libs import nvrtc
+
+    from .kernels.nvrtc import include_dirs
+
+    prog = nvrtc.createProgram(code, name, (), ())
+    try:
+        nvrtc.addNameExpression(prog, expression)
+        try:
+            nvrtc.compileProgram(prog, (f"--gpu-architecture={arch}", *options,
+                                        *(f"-I{d}" for d in include_dirs())))
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"NVRTC could not compile {name} for {arch}:\n{nvrtc.getProgramLog(prog)}") from exc
+        return bytes(nvrtc.getCUBIN(prog)), nvrtc.getLoweredName(prog, expression)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def _arch_function(cp: Any, ref: KernelRef, code: str, archs: tuple[str, ...]) -> Any:
+    cc = cp.cuda.Device().compute_capability
+    arch = f"sm_{cc}a"
+    if arch not in archs:
+        raise ArchUnavailable(f"{ref.source} ({ref.name_expression}) runs on {', '.join(archs)} only; "
+                              f"this GPU is sm_{cc}")
+    key = hashlib.sha256("\0".join((code, arch, ref.name_expression, cp.__version__)).encode()).hexdigest()
+    folder = _cubin_cache_dir()
+    cubin_path, name_path = folder / f"{key}.cubin", folder / f"{key}.name"
+    if not (cubin_path.is_file() and name_path.is_file()):
+        cubin, mangled = _nvrtc_cubin(code, ref.source, arch, ref.name_expression)
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, data in ((cubin_path, cubin), (name_path, mangled.encode())):
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+    module = cp.RawModule(path=str(cubin_path))
+    return module.get_function(name_path.read_text())
+
+
 @cache
 def _function(ref: KernelRef, counting: bool, device_id: int, smem_bytes: int) -> Any:
     cp = require_cupy()
     with cp.cuda.Device(device_id):
-        module = cp.RawModule(code=build_source(ref.source, ref.define_dict, counting),
-                              options=("-std=c++17",), name_expressions=[ref.name_expression])
-        fn = module.get_function(ref.name_expression)
+        code = build_source(ref.source, ref.define_dict, counting)
+        if ref.source in SOURCE_ARCHS:
+            fn = _arch_function(cp, ref, code, SOURCE_ARCHS[ref.source])
+        else:
+            module = cp.RawModule(code=code, options=("-std=c++17",), name_expressions=[ref.name_expression])
+            fn = module.get_function(ref.name_expression)
         if smem_bytes > 48 * 1024:  # above 48 KB a kernel must opt in
             fn.max_dynamic_shared_size_bytes = smem_bytes
     return fn

@@ -398,15 +398,15 @@ def make_plan(
     if schedule == "fast":
         # the tensor-core kernel (iokernels.fast): fixed tiles, which must fit in M like any plan's;
         # its plan records the M they use (its effective M), which the Θ form and the model take
-        from .fast import make_fast_plan
+        from .fast import _TooSmall, make_fast_plan_within
 
         if forced:
             raise ValueError("block_r/block_c do not apply to flash/fast: its tiles are fixed")
-        plan = make_fast_plan(N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads)
-        if plan.smem_bytes > sram:
-            raise SramTooSmall("flash/fast/fwd", sram, plan.smem_bytes,
-                               f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")
-        return plan
+        try:  # the fastest of the kernel's tilings that fits M
+            return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads)
+        except _TooSmall as exc:
+            raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
+                               f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
     if forced and algorithm == "standard":
         raise ValueError("block_r/block_c set the B_r x B_c attention tiles of flash and two_pass; "
                          "standard attention has none (its matrix-product tiles follow M)")

@@ -14,6 +14,7 @@ import pytest
 
 from iokernels.kernels import (
     COMPILE_VARIANTS,
+    SOURCE_ARCHS,
     build_source,
     compile_variants,
     flush_scratch_bytes,
@@ -46,7 +47,7 @@ CASES = [
     pytest.param(source, i, arch, id=f"{source}-v{i}-{arch}")
     for source in list_sources()
     for i in range(len(compile_variants(source)) if source in COMPILE_VARIANTS else 1)
-    for arch in ARCHS
+    for arch in SOURCE_ARCHS.get(source, ARCHS)
 ]
 
 

@@ -70,9 +70,15 @@ def _plan_variants(source: str) -> list[CompileVariant]:
     if source == "flash_tc.cu":
         from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, FAST_TUNING, make_fast_plan
 
-        plans = [make_fast_plan(N_q=1000, d=d, dtype=t) for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
-        plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc)  # tuning variants
-                  for d, br, bc in FAST_TUNING]
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="mma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="mma")
+                  for d, br, bc in FAST_TUNING]  # tuning variants
+    if source == "flash_wgmma.cu":
+        from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, WGMMA_TUNING, make_fast_plan
+
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="wgmma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
+                  for d, br, bc in WGMMA_TUNING]  # tuning variants
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):
@@ -85,8 +91,13 @@ def _plan_variants(source: str) -> list[CompileVariant]:
 COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
     **{source: (lambda source=source: _plan_variants(source))
-       for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu")},
+       for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
+                      "flash_wgmma.cu")},
 }
+
+# Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these
+# real architectures only, on the GPU and in the CPU compile test; any other device cannot use them.
+SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",)}
 
 
 def list_sources() -> list[str]:

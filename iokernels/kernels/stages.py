@@ -34,6 +34,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "two_pass_recompute_output": ("two_pass.cu", "two_pass_recompute_output"),
     "flash_bwd_kv_outer": ("flash_bwd.cu", "flash_bwd_kv_outer"),
     "flash_tc_fwd": ("flash_tc.cu", "flash_tc_fwd"),
+    "flash_wgmma_fwd": ("flash_wgmma.cu", "flash_wgmma_fwd"),
 }
 # kernels that stream whole rows, one block over ROWS_PER_BLOCK rows (no attention tiles)
 ROWWISE = frozenset(k for k, (source, _) in SOURCES.items() if source == "rowwise.cu")

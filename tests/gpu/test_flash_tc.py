@@ -1,5 +1,6 @@
-"""The tensor-core forward kernel (flash_tc.cu, iokernels.fast): counters == model == simulator and
-outputs within flash-attention's same-precision tolerance, ragged N and N_q != N_k included."""
+"""The tensor-core forward kernels (iokernels.fast: flash_wgmma.cu on sm_90, flash_tc.cu on sm_80+):
+counters == model == simulator and outputs within flash-attention's same-precision tolerance, ragged
+N and N_q != N_k included, for each kernel and its tile variants."""
 
 import zlib
 
@@ -7,12 +8,28 @@ import numpy as np
 import pytest
 
 from iokernels import gpu, model, reference
-from iokernels.fast import FAST_TUNING, make_fast_plan
+from iokernels.fast import FAST_TUNING, WGMMA_TUNING, make_fast_plan
 from iokernels.simulate import simulate
 
 from .helpers import naive_forward, problem_scale, rel_err
 
 cp = pytest.importorskip("cupy")
+
+
+def _kernels():
+    major = int(cp.cuda.Device().compute_capability[:-1])
+    return ["mma"] + (["wgmma"] if major == 9 else [])
+
+
+KERNELS = pytest.mark.parametrize("kernel", ["mma", "wgmma"])
+
+
+@pytest.fixture(autouse=True)
+def _skip_unavailable(request):
+    kernel = request.node.callspec.params.get("kernel") if hasattr(request.node, "callspec") else None
+    if kernel is not None and kernel not in _kernels():
+        pytest.skip(f"the {kernel} kernel does not run on this GPU")
+
 
 CASES = [  # (N_q, N_k, d, dtype, batch, heads)
     (1, 1, 64, "float16", 1, 1),
@@ -24,17 +41,7 @@ CASES = [  # (N_q, N_k, d, dtype, batch, heads)
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_counters_and_outputs(case):
-    n_q, n_k, d, dtype, batch, heads = case
-    plan = make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads)
-    inputs, host = gpu.make_device_inputs(plan, seed=zlib.crc32(repr(case).encode()))
-    run = gpu.run_plan(plan, inputs, counting=True)
-    exact = model.exact(plan)
-    assert run.counts == exact
-    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
-        assert simulate(plan, host).counts == exact
-
+def _check_outputs(run, host, dtype):
     o = gpu.to_float64(run.buffers["O"], dtype)
     assert np.all(np.isfinite(o))
     want, lse_want = reference.forward(host["Q"], host["K"], host["V"])[:2]
@@ -45,28 +52,62 @@ def test_counters_and_outputs(case):
     assert np.max(np.abs(lse - lse_want.reshape(lse.shape))) < 1e-2
 
 
-@pytest.mark.parametrize("d, br, bc", FAST_TUNING)
-def test_tile_variants(d, br, bc):
-    plan = make_fast_plan(N_q=300, N_k=517, d=d, dtype="float16", heads=2, block_r=br, block_c=bc)
+@KERNELS
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_counters_and_outputs(case, kernel):
+    n_q, n_k, d, dtype, batch, heads = case
+    plan = make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads, kernel=kernel)
+    inputs, host = gpu.make_device_inputs(plan, seed=zlib.crc32(repr(case).encode()))
+    run = gpu.run_plan(plan, inputs, counting=True)
+    exact = model.exact(plan)
+    assert run.counts == exact
+    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
+        assert simulate(plan, host).counts == exact
+    _check_outputs(run, host, dtype)
+
+
+VARIANTS = [("mma", *t) for t in FAST_TUNING] + [("wgmma", *t) for t in WGMMA_TUNING]
+
+
+@pytest.mark.parametrize("kernel, d, br, bc", VARIANTS)
+def test_tile_variants(kernel, d, br, bc):
+    plan = make_fast_plan(N_q=300, N_k=517, d=d, dtype="float16", heads=2, block_r=br, block_c=bc, kernel=kernel)
     inputs, host = gpu.make_device_inputs(plan, seed=br + bc + d)
     run = gpu.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
-    want = reference.forward(host["Q"], host["K"], host["V"])[0]
-    scale = problem_scale({"O": want})
-    bound = 2 * rel_err(naive_forward(host["Q"], host["K"], host["V"], "float16"), want, scale) + 1e-6
-    assert rel_err(gpu.to_float64(run.buffers["O"], "float16"), want, scale) <= bound
+    _check_outputs(run, host, "float16")
 
 
-def test_plain_build_matches_counting_build():
-    plan = make_fast_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2)
+@KERNELS
+def test_plain_build_matches_counting_build(kernel):
+    plan = make_fast_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, kernel=kernel)
     inputs, _ = gpu.make_device_inputs(plan, seed=5)
     a = cp.asnumpy(gpu.run_plan(plan, inputs, counting=True).buffers["O"])
     b = cp.asnumpy(gpu.run_plan(plan, inputs, counting=False).buffers["O"])
     assert np.array_equal(a, b)
 
 
-def test_large_logits_stay_finite():
-    plan = make_fast_plan(N_q=500, N_k=700, d=128, dtype="bfloat16")
+@KERNELS
+def test_outputs_bitwise_identical_run_to_run(kernel):
+    plan = make_fast_plan(N_q=1000, N_k=777, d=128, dtype="bfloat16", heads=2, kernel=kernel)
+    inputs, _ = gpu.make_device_inputs(plan, seed=11)
+    a = cp.asnumpy(gpu.run_plan(plan, inputs, counting=False).buffers["O"])
+    b = cp.asnumpy(gpu.run_plan(plan, inputs, counting=False).buffers["O"])
+    assert np.array_equal(a, b)
+
+
+@KERNELS
+def test_large_logits_stay_finite(kernel):
+    plan = make_fast_plan(N_q=500, N_k=700, d=128, dtype="bfloat16", kernel=kernel)
     inputs, _ = gpu.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
     o = gpu.to_float64(gpu.run_plan(plan, inputs, counting=False).buffers["O"], "bfloat16")
     assert np.all(np.isfinite(o))
+
+
+def test_wgmma_refused_off_sm90():
+    if "wgmma" in _kernels():
+        pytest.skip("this GPU runs the wgmma kernel")
+    plan = make_fast_plan(N_q=64, d=64, dtype="float16", kernel="wgmma")
+    inputs, _ = gpu.make_device_inputs(plan, seed=0)
+    with pytest.raises(gpu.ArchUnavailable):
+        gpu.run_plan(plan, inputs)
