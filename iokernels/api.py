@@ -22,8 +22,21 @@ def _module_of(x: Any) -> str:
     return mod
 
 
-def _check(arrays: dict[str, Any], n_names: dict[str, str]) -> tuple[str, str, tuple[int, ...], int, int, int]:
-    """Validate shapes (..., N, d) and dtypes before anything touches the GPU."""
+def _kv_group(q: Any, k: Any, v: Any) -> int:
+    """Query heads per K/V head: 1, or heads_q / heads_kv when k and v have fewer heads in their last
+    leading dim (grouped-query attention: q (..., H_q, N_q, d), k and v (..., H_kv, N_k, d))."""
+    if q.ndim < 3 or k.ndim != q.ndim or tuple(k.shape[:-2]) == tuple(q.shape[:-2]):
+        return 1
+    hq, hk = q.shape[-3], k.shape[-3]
+    if tuple(k.shape[:-3]) != tuple(q.shape[:-3]) or tuple(v.shape[:-2]) != tuple(k.shape[:-2]) or hq % hk:
+        return 1  # not grouped-query: _check reports the mismatch
+    return hq // hk
+
+
+def _check(arrays: dict[str, Any], n_names: dict[str, str], kv_group: int = 1
+           ) -> tuple[str, str, tuple[int, ...], int, int, int]:
+    """Validate shapes (..., N, d) and dtypes before anything touches the GPU (k and v with
+    1/kv_group of q's heads in their last leading dim when kv_group > 1)."""
     mods = {_module_of(x) for x in arrays.values()}
     if len(mods) != 1:
         raise TypeError(f"mixed array types: {', '.join(sorted(mods))}; pass all numpy or all cupy arrays")
@@ -38,8 +51,9 @@ def _check(arrays: dict[str, Any], n_names: dict[str, str]) -> tuple[str, str, t
         raise ValueError(f"q must have shape (..., N, d), got {q.shape}")
     lead, d = tuple(q.shape[:-2]), q.shape[-1]
     extents: dict[str, int] = {}
+    kv_lead = (*lead[:-1], lead[-1] // kv_group) if kv_group > 1 else lead
     for name, x in arrays.items():
-        if x.ndim != q.ndim or tuple(x.shape[:-2]) != lead:
+        if x.ndim != q.ndim or tuple(x.shape[:-2]) != (kv_lead if name in ("k", "v") else lead):
             raise ValueError(f"shape mismatch: {name} {tuple(x.shape)} vs q {tuple(q.shape)} "
                              "(leading batch/head dims must be equal)")
         if x.shape[-1] != d:
@@ -56,7 +70,7 @@ def _check(arrays: dict[str, Any], n_names: dict[str, str]) -> tuple[str, str, t
     return mods.pop(), _DTYPES[dtype], lead, n_q, n_k, d
 
 
-def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram):
+def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1):
     from .specs import current_device_spec
 
     spec = current_device_spec()
@@ -67,7 +81,9 @@ def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram):
     if limit is not None and sram is None:
         sram_bytes = min(sram_bytes, limit)
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes,
-                     batch=math.prod(lead), heads=1, direction=direction, smem_limit=limit)
+                     batch=math.prod(lead), heads=1, direction=direction, smem_limit=limit) if kv_group == 1 else \
+        make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=math.prod(lead[:-1]),
+                  heads=lead[-1], kv_heads=lead[-1] // kv_group, direction=direction, smem_limit=limit)
 
 
 def _to_device(cp, x, shape):
@@ -79,7 +95,9 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
               return_lse: bool = False) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
-    Shapes: q (..., N_q, d), k and v (..., N_k, d), any number of equal leading batch/head dims;
+    Shapes: q (..., N_q, d), k and v (..., N_k, d), any number of equal leading batch/head dims; or,
+    grouped-query attention (flash "fast" path), q (..., H_q, N_q, d) and k, v (..., H_kv, N_k, d)
+    with H_kv dividing H_q: query head h uses K/V head h // (H_q / H_kv);
     d a multiple of 8 from 16 to 256; float32 or float16 (all the same). numpy inputs are copied to
     the GPU and the result comes back as numpy; cupy in, cupy out (non-contiguous inputs are copied).
 
@@ -93,16 +111,20 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     """
     if causal:
         raise NotImplementedError("causal masking is not implemented yet")
-    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"})
+    group = _kv_group(q, k, v)
+    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group)
     cp = require_cupy()
     from . import gpu
 
     if algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS:
         schedule = "fast"  # the tensor-core kernel where it applies
-    plan = _plan(algorithm, schedule, "fwd", n_q, n_k, d, dtype, lead, sram)
-    bh = plan.bh
-    inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh, n_k, d)),
-              "V": _to_device(cp, v, (bh, n_k, d))}
+    if group > 1 and (algorithm, schedule) != ("flash", "fast"):
+        raise ValueError(f"grouped-query attention (k and v with {lead[-1] // group} heads, q with {lead[-1]}) "
+                         f"runs on the tensor-core flash path only: float16 with d in {FAST_HEAD_DIMS}")
+    plan = _plan(algorithm, schedule, "fwd", n_q, n_k, d, dtype, lead, sram, kv_group=group)
+    bh, bh_kv = plan.bh, plan.bh_kv
+    inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh_kv, n_k, d)),
+              "V": _to_device(cp, v, (bh_kv, n_k, d))}
     run = gpu.run_plan(plan, inputs, scale=scale)
     out = run.buffers["O"].reshape((*lead, n_q, d))
     if return_lse:
@@ -114,13 +136,17 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
 
 
 def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
-                       scale: float | None = None, sram: int | str | None = None) -> tuple[Any, Any, Any]:
+                       scale: float | None = None, sram: int | str | None = None,
+                       deterministic: bool = False) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
     Shapes as :func:`attention`; o and do (..., N_q, d); lse (..., N_q) float32, from
     ``attention(..., return_lse=True)``. algorithm "flash" (FlashAttention-2 backward: D pre-pass,
     K/V-outer pass, dQ accumulated in float32) or "standard" (paper Algorithm 3; recomputes P with
-    the standard forward first). Returns dq, dk, dv in the input dtype, numpy or cupy like the inputs.
+    the standard forward first). Flash uses the tensor-core backward (schedule "fast") for float16
+    with d of 64 or 128. deterministic=True (that path only): dQ from a query-outer kernel instead of
+    float32 atomics, so gradients are bitwise identical run to run (about 25% slower).
+    Returns dq, dk, dv in the input dtype, numpy or cupy like the inputs.
     """
     mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
                                            {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"})
@@ -130,7 +156,16 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     cp = require_cupy()
     from . import gpu
 
-    plan = _plan(algorithm, None, "bwd", n_q, n_k, d, dtype, lead, sram)
+    fast = algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
+    if deterministic and not fast:
+        raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
+                         f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
+    plan = _plan(algorithm, "fast" if fast else None, "bwd", n_q, n_k, d, dtype, lead, sram)
+    if deterministic:
+        from .fast_bwd import make_fast_backward_plan
+
+        plan = make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=plan.batch, heads=plan.heads,
+                                       deterministic=True)
     bh = plan.bh
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh, n_k, d)),
               "V": _to_device(cp, v, (bh, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}

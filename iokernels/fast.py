@@ -17,7 +17,8 @@ Two kernels:
 ``kernel=None`` picks ``"wgmma"`` on a compute-capability 9.0 GPU and when no GPU is visible (the
 model's default target is the H200), ``"mma"`` on other GPUs.
 
-Not yet: backward on tensor cores, grouped-query attention.
+Grouped-query attention (``kv_heads`` < ``heads``): each query head z reads K/V head
+z // (heads / kv_heads); the bytes per query head are those of ordinary attention.
 """
 
 from __future__ import annotations
@@ -61,13 +62,14 @@ def fast_buffers(d: int, e: int, block_r: int = FAST_BR, block_c: int = FAST_BC)
 
 def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                    heads: int = 1, block_r: int | None = None, block_c: int | None = None,
-                   kernel: str | None = None) -> Plan:
+                   kernel: str | None = None, kv_heads: int | None = None) -> Plan:
     """The plan of a tensor-core forward kernel for one problem (:class:`iokernels.plan.Unsupported`,
     a ValueError, when the kernel does not take the problem).
 
     ``kernel``: ``"wgmma"`` or ``"mma"`` (default :func:`default_kernel`). ``block_r`` and
     ``block_c`` override the tiles, for tuning: mma takes multiples of 16 (16 rows per warp), wgmma
-    B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128."""
+    B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128. ``kv_heads``:
+    grouped-query attention, K and V with that many heads (dividing ``heads``; default ``heads``)."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kernel = default_kernel() if kernel is None else kernel
@@ -93,7 +95,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     stage = Stage("main", name, (tr, 1, batch * heads), 2 * block_r, _layout(buffers))
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=_layout_bytes(buffers), batch=batch, heads=heads,
-                tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,))
+                tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,),
+                kv_heads=heads if kv_heads is None else kv_heads)
 
 
 def make_fast_plan_within(sram: int, **problem) -> Plan:
@@ -117,3 +120,10 @@ class _TooSmall(ValueError):
     def __init__(self, plan: Plan, detail: str) -> None:
         super().__init__(detail)
         self.plan, self.detail = plan, detail
+
+
+def make_fast_backward_plan(**kwargs) -> Plan:
+    """The tensor-core backward's plan: :func:`iokernels.fast_bwd.make_fast_backward_plan`."""
+    from .fast_bwd import make_fast_backward_plan as make
+
+    return make(**kwargs)

@@ -25,7 +25,7 @@ from ._cupy import require_cupy
 from .kernels import COUNTER_SLOTS, SOURCE_ARCHS, build_source
 from .kernels.stages import GEMMS, KernelRef, kernel_ref
 from .plan import FLOAT32_TENSORS, Plan, Stage
-from .simulate import make_inputs
+from .simulate import KV_TENSORS, make_inputs
 from .tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 
 # kernel -> its arguments before the counters: tensor names, or n_q / n_k / d / scale
@@ -41,8 +41,11 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_bwd_dq": ("dQacc", "dQ", "d", "n_q"),
     "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
-    "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
-    "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
+    "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
+    "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
+    "flash_tc_bwd": ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
+    "flash_tc_bwd_dkdv": ("Q", "K", "V", "dO", "lse", "D", "dK", "dV", "n_q", "n_k", "scale"),
+    "flash_tc_bwd_dq": ("Q", "K", "V", "O", "dO", "lse", "D", "dQ", "n_q", "n_k", "scale"),
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
     "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),
@@ -69,7 +72,8 @@ def _tensor_dtype(plan: Plan, name: str) -> np.dtype:
 
 def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
-    return (plan.bh, *(extent[x] for x in DIMS[name]))
+    rows = plan.bh_kv if name in KV_TENSORS else plan.bh  # grouped-query: fewer K/V heads
+    return (rows, *(extent[x] for x in DIMS[name]))
 
 
 def stage_tensors(stage: Stage) -> tuple[str, ...]:
@@ -240,7 +244,8 @@ def counting_active() -> bool:
 
 def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float) -> list[Any]:
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
-              "scale": np.float32(scale), "null": np.uint64(0)}
+              "scale": np.float32(scale), "null": np.uint64(0),
+              "kv_group": np.int32(plan.heads // plan.kv_heads)}
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]
         m, n, k, scaled = GEMM_SIZES[stage.name]

@@ -123,6 +123,18 @@ def _flash_bwd() -> dict[str, _Stage]:
     }
 
 
+def _flash_fast_bwd_deterministic() -> dict[str, _Stage]:
+    # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
+    # and writes dQ once; the K/V-outer stage is the main stage without dQacc
+    dq = (_Stage().read("Q", N_q * d).read("dO", N_q * d).read("O", N_q * d).read("lse", N_q).write("D", N_q)
+          .read("K", N_k * d * T_r).read("V", N_k * d * T_r).write("dQ", N_q * d))
+    dkdv = (_Stage().read("K", N_k * d).read("V", N_k * d)
+            .read("Q", N_q * d * T_c).read("dO", N_q * d * T_c)
+            .read("lse", N_q * T_c).read("D", N_q * T_c)
+            .write("dK", N_k * d).write("dV", N_k * d))
+    return {"dq": dq, "dkdv": dkdv}
+
+
 _BUILDERS = {
     ("standard", "default", "fwd"): _standard_fwd,
     ("standard", "default", "bwd"): _standard_bwd,
@@ -132,14 +144,23 @@ _BUILDERS = {
     ("flash", "q_outer", "fwd"): _flash_q_outer_fwd,
     ("flash", "fast", "fwd"): _flash_q_outer_fwd,  # the q_outer loop order on tensor cores, own tiles
     ("flash", "kv_outer", "bwd"): _flash_bwd,
+    ("flash", "fast", "bwd"): _flash_bwd,  # the research backward's stages, tensor-core main stage, own tiles
+    # variants (Plan.variant): keyed (algorithm, schedule, direction, variant)
+    ("flash", "fast", "bwd", "deterministic"): _flash_fast_bwd_deterministic,
 }
-assert set(_BUILDERS) == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
+assert {k for k in _BUILDERS if len(k) == 3} == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
+
+
+def _k(algorithm: str, schedule: str, direction: str, variant: str = "") -> tuple[str, ...]:
+    return (algorithm, schedule, direction, variant) if variant else (algorithm, schedule, direction)
+
 
 _MATMULS = {  # matrix products of shape N_q x N_k x d per pass
     ("standard", "default", "fwd"): 2, ("standard", "default", "bwd"): 4,
     ("two_pass", "store", "fwd"): 2, ("two_pass", "recompute", "fwd"): 3,
     ("flash", "kv_outer", "fwd"): 2, ("flash", "q_outer", "fwd"): 2, ("flash", "fast", "fwd"): 2,
-    ("flash", "kv_outer", "bwd"): 5,
+    ("flash", "kv_outer", "bwd"): 5, ("flash", "fast", "bwd"): 5,
+    ("flash", "fast", "bwd", "deterministic"): 7,  # S and dP recomputed by the dq stage
 }
 _ORDER = {
     ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
@@ -147,6 +168,7 @@ _ORDER = {
     ("flash", "kv_outer", "fwd"): "Θ(N²d²/M)", ("flash", "q_outer", "fwd"): "Θ(N²d²/M)",
     ("flash", "fast", "fwd"): "Θ(N²d²/M)",
     ("flash", "kv_outer", "bwd"): "Θ(N²d²/M)",
+    ("flash", "fast", "bwd"): "Θ(N²d²/M)", ("flash", "fast", "bwd", "deterministic"): "Θ(N²d²/M)",
 }
 _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
     ("standard", "default", "fwd"): ("S", "P", "m", "l"),
@@ -157,6 +179,8 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("flash", "q_outer", "fwd"): ("lse",),
     ("flash", "fast", "fwd"): ("lse",),
     ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
+    ("flash", "fast", "bwd"): ("D", "dQacc"),
+    ("flash", "fast", "bwd", "deterministic"): ("D",),
 }
 _EXTENT = {"q": N_q, "k": N_k, "d": d}
 
@@ -165,16 +189,16 @@ def _elements(tensor: str) -> sp.Expr:
     return sp.Mul(*(_EXTENT[x] for x in DIMS[tensor]))
 
 
-def io_exprs(algorithm: str, schedule: str, direction: str) -> IoTable:
+def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "") -> IoTable:
     """Exact bytes read and written, per stage and tensor, as sympy expressions."""
-    stages = _BUILDERS[(algorithm, schedule, direction)]()
+    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)]()
     return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
             for name, st in stages.items()}
 
 
-def total_exprs(algorithm: str, schedule: str, direction: str) -> tuple[sp.Expr, sp.Expr]:
+def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "") -> tuple[sp.Expr, sp.Expr]:
     read = write = sp.Integer(0)
-    for tensors in io_exprs(algorithm, schedule, direction).values():
+    for tensors in io_exprs(algorithm, schedule, direction, variant).values():
         for r, w in tensors.values():
             read, write = read + r, write + w
     return read, write
@@ -184,18 +208,18 @@ def _ideal_tiles(algorithm: str, schedule: str, direction: str) -> dict:
     big, small = M / (4 * d), sp.Min(M / (4 * d), d)
     if algorithm == "standard":
         return {}
-    if (algorithm, schedule) in {("flash", "kv_outer")}:
-        return {B_c: big, B_r: small}
+    if (algorithm, schedule) in {("flash", "kv_outer")} or (algorithm, schedule, direction) == ("flash", "fast", "bwd"):
+        return {B_c: big, B_r: small}  # the K/V block is the resident one
     return {B_r: big, B_c: small}
 
 
 @cache  # simplify is slow, and sweeps ask for the same few forms at every point
-def theta_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
+def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
     """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
     For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
     """
-    read, write = total_exprs(algorithm, schedule, direction)
+    read, write = total_exprs(algorithm, schedule, direction, variant)
     # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
     expr = (read + write).replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
     return sp.simplify(expr.subs(_ideal_tiles(algorithm, schedule, direction)))
@@ -230,17 +254,18 @@ def bound_bytes(expr: sp.Expr, plan: Plan) -> float:
     return float(expr.subs(plan_values(plan)))
 
 
-def order(algorithm: str, schedule: str, direction: str) -> str:
-    return _ORDER[(algorithm, schedule, direction)]
+def order(algorithm: str, schedule: str, direction: str, variant: str = "") -> str:
+    return _ORDER[_k(algorithm, schedule, direction, variant)]
 
 
-def flops_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
-    return 2 * _MATMULS[(algorithm, schedule, direction)] * BH * N_q * N_k * d
+def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
+    return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
 
 
-def footprint_expr(algorithm: str, schedule: str, direction: str) -> sp.Expr:
+def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
     """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N))."""
-    return sum((BH * _elements(t) * _size(t) for t in _EXTRA[(algorithm, schedule, direction)]), sp.Integer(0))
+    return sum((BH * _elements(t) * _size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
+               sp.Integer(0))
 
 
 def plan_values(plan: Plan) -> dict:
@@ -253,8 +278,8 @@ def plan_values(plan: Plan) -> dict:
     return values
 
 
-def _key(plan: Plan) -> tuple[str, str, str]:
-    return plan.algorithm, plan.schedule, plan.direction
+def _key(plan: Plan) -> tuple[str, ...]:
+    return _k(plan.algorithm, plan.schedule, plan.direction, plan.variant)
 
 
 def _int(expr: sp.Expr, values: dict) -> int:
@@ -329,14 +354,15 @@ def predict(plan: Plan) -> Prediction:
 
 
 def formulas(algorithm: str, schedule: str, direction: str, *, latex: bool = False,
-             per_tensor: bool = False) -> list[tuple[str, str]]:
+             per_tensor: bool = False, variant: str = "") -> list[tuple[str, str]]:
     """(label, formula) pairs: total read, write and Θ bytes, and optionally each tensor's."""
     show = sp.latex if latex else (lambda x: sp.pretty(x, use_unicode=True))
-    read, write = total_exprs(algorithm, schedule, direction)
+    key = (algorithm, schedule, direction, variant)
+    read, write = total_exprs(*key)
     out = [("read", show(sp.simplify(read))), ("write", show(sp.simplify(write))),
-           (f"theta {order(algorithm, schedule, direction)}", show(theta_expr(algorithm, schedule, direction)))]
+           (f"theta {order(*key)}", show(theta_expr(*key)))]
     if per_tensor:
-        for stage, tensors in io_exprs(algorithm, schedule, direction).items():
+        for stage, tensors in io_exprs(*key).items():
             for t, (r, w) in tensors.items():
                 if r != 0:
                     out.append((f"{stage} {t} read", show(r)))

@@ -32,7 +32,7 @@ SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("standard", "bwd"): ("default",),
     ("two_pass", "fwd"): ("store", "recompute"),
     ("flash", "fwd"): ("kv_outer", "q_outer", "fast"),
-    ("flash", "bwd"): ("kv_outer",),
+    ("flash", "bwd"): ("kv_outer", "fast"),
 }
 ALGORITHMS = ("standard", "two_pass", "flash")
 DEFAULT_SCHEDULE = {"standard": "default", "two_pass": "store", "flash": "q_outer"}
@@ -113,6 +113,18 @@ class Plan:
     heads: int
     tiles: tuple[tuple[str, int], ...]
     stages: tuple[Stage, ...]
+    # a variant of the schedule with stages of its own ("" for none; flash/fast/bwd: "deterministic");
+    # the model and the simulator pick its stages by it
+    variant: str = ""
+    # grouped-query attention: K and V have kv_heads heads, each shared by heads / kv_heads query
+    # heads (0: as many as heads). Only flash/fast/fwd takes kv_heads < heads.
+    kv_heads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if not isinstance(self.kv_heads, int) or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads must divide heads={self.heads}, got {self.kv_heads!r}")
 
     @property
     def tile(self) -> dict[str, int]:
@@ -121,6 +133,11 @@ class Plan:
     @property
     def bh(self) -> int:
         return self.batch * self.heads
+
+    @property
+    def bh_kv(self) -> int:
+        """Rows of K and V (and dK, dV): batch * kv_heads."""
+        return self.batch * self.kv_heads
 
     @property
     def smem_bytes(self) -> int:
@@ -145,7 +162,8 @@ class Plan:
 
     @property
     def label(self) -> str:
-        return f"{self.algorithm}/{self.schedule}/{self.direction}"
+        label = f"{self.algorithm}/{self.schedule}/{self.direction}"
+        return f"{label}+{self.variant}" if self.variant else label
 
     def describe_tiles(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.tiles)
@@ -155,6 +173,8 @@ class Plan:
             "algorithm": self.algorithm,
             "schedule": self.schedule,
             "pass": self.direction,
+            **({"variant": self.variant} if self.variant else {}),
+            **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],
@@ -375,17 +395,25 @@ def make_plan(
     smem_limit: int | None = None,
     block_r: int | None = None,
     block_c: int | None = None,
+    kv_heads: int | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
     ``sram`` is M in bytes; ``smem_limit`` is the GPU's per-block shared-memory limit (bytes).
     ``block_r``/``block_c`` force B_r/B_c of flash and two_pass (see the module docstring).
     Raises ValueError (SramTooSmall when no tiling fits, naming the smallest M that works;
-    TilesDoNotFit when forced tiles do not fit in M).
+    TilesDoNotFit when forced tiles do not fit in M). ``kv_heads`` (grouped-query attention: K and
+    V with fewer heads, each shared by heads / kv_heads query heads) is taken by flash/fast/fwd only.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     schedule = check_schedule(algorithm, schedule, direction)
+    if kv_heads is not None and kv_heads != heads:
+        if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+            raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
+        if (algorithm, schedule, direction) != ("flash", "fast", "fwd"):
+            raise Unsupported(f"grouped-query attention (kv_heads={kv_heads} < heads={heads}) is implemented by "
+                              f"flash/fast forward only, not {algorithm}/{schedule}/{direction}")
     if not isinstance(sram, int) or sram <= 0:
         raise ValueError(f"sram must be a positive number of bytes, got {sram!r}")
     if smem_limit is not None and sram > smem_limit:
@@ -396,17 +424,27 @@ def make_plan(
     _check_block("block_c", block_c)
     forced = block_r is not None or block_c is not None
     if schedule == "fast":
-        # the tensor-core kernel (iokernels.fast): fixed tiles, which must fit in M like any plan's;
-        # its plan records the M they use (its effective M), which the Θ form and the model take
+        # the tensor-core kernels (iokernels.fast, iokernels.fast_bwd): fixed tiles, which must fit in
+        # M like any plan's; its plan records the M they use (its effective M), which the Θ form and
+        # the model take
         from .fast import _TooSmall, make_fast_plan_within
+        from .fast_bwd import fit_fast_backward_plan
 
         if forced:
             raise ValueError("block_r/block_c do not apply to flash/fast: its tiles are fixed")
-        try:  # the fastest of the kernel's tilings that fits M
-            return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads)
-        except _TooSmall as exc:
-            raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
-                               f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
+        if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
+            try:
+                return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                             kv_heads=kv_heads)
+            except _TooSmall as exc:
+                raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
+                                   f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
+        # the backward: its default tiles, or B_c = 64 where those do not fit M
+        plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads)
+        if plan.smem_bytes > sram:
+            raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
+                               f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")
+        return plan
     if forced and algorithm == "standard":
         raise ValueError("block_r/block_c set the B_r x B_c attention tiles of flash and two_pass; "
                          "standard attention has none (its matrix-product tiles follow M)")

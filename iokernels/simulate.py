@@ -24,6 +24,10 @@ from .units import round_to
 ALL = slice(None)
 
 
+# tensors with one row per K/V head (batch * kv_heads rows; batch * heads without grouped-query attention)
+KV_TENSORS = ("K", "V", "dK", "dV")
+
+
 class Hbm:
     """Global memory of one simulated run: named float64 arrays and per-stage byte counters."""
 
@@ -191,9 +195,18 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     hbm.store("O", (ALL, ALL, ALL), hbm.load("Oacc", (ALL, ALL, ALL)))
 
 
+def kv_rows(plan: Plan) -> slice | np.ndarray:
+    """The K/V row of each query row (batch * heads): all of them, or with grouped-query attention
+    query head z's K/V head z // (heads / kv_heads)."""
+    if plan.kv_heads == plan.heads:
+        return ALL
+    return np.arange(plan.bh) // (plan.heads // plan.kv_heads)
+
+
 def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     t = p.tile
+    kv = kv_rows(p)  # a K/V tile is read once per query head that uses it
     hbm.begin("main")
     for rs in _blocks(p.N_q, t["Br"]):
         q = hbm.load("Q", (ALL, rs, ALL))  # resident; O accumulates on chip, written once
@@ -201,12 +214,12 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
         l = np.zeros(q.shape[:-1])
         acc = np.zeros(q.shape)
         for cs in _blocks(p.N_k, t["Bc"]):
-            s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
+            s = scale * (q @ _t(hbm.load("K", (kv, cs, ALL))))
             m_new = np.maximum(m, s.max(axis=-1))
             prob = np.exp(s - m_new[..., None])
             alpha = np.exp(m - m_new)
             l = alpha * l + prob.sum(axis=-1)
-            acc = alpha[..., None] * acc + prob @ hbm.load("V", (ALL, cs, ALL))
+            acc = alpha[..., None] * acc + prob @ hbm.load("V", (kv, cs, ALL))
             m = m_new
         hbm.store("O", (ALL, rs, ALL), acc / l[..., None])
         hbm.store("lse", (ALL, rs), m + np.log(l))
@@ -240,7 +253,38 @@ def _flash_bwd(hbm: Hbm, scale: float) -> None:
     hbm.store("dQ", rows, hbm.load("dQacc", rows))
 
 
-_RUNNERS: dict[tuple[str, str, str], Callable[[Hbm, float], None]] = {
+def _flash_bwd_deterministic(hbm: Hbm, scale: float) -> None:
+    """flash/fast/bwd+deterministic: a query-outer dQ stage (D_i computed there and written), then the
+    K/V-outer dK, dV stage; no atomics."""
+    p = hbm.plan
+    t = p.tile
+    hbm.begin("dq")
+    for rs in _blocks(p.N_q, t["Br"]):
+        q, do, o = (hbm.load(name, (ALL, rs, ALL)) for name in ("Q", "dO", "O"))
+        lse = hbm.load("lse", (ALL, rs))
+        dd = (do * o).sum(axis=-1)
+        hbm.store("D", (ALL, rs), dd)
+        dq = np.zeros(q.shape)
+        for cs in _blocks(p.N_k, t["Bc"]):  # the kernel's own key steps move the same bytes
+            k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
+            dq += scale * ((prob * (do @ _t(v) - dd[..., None])) @ k)
+        hbm.store("dQ", (ALL, rs, ALL), dq)
+    hbm.begin("dkdv")
+    for cs in _blocks(p.N_k, t["Bc"]):
+        k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+        dk, dv = np.zeros(k.shape), np.zeros(v.shape)
+        for rs in _blocks(p.N_q, t["Br"]):
+            q, do = hbm.load("Q", (ALL, rs, ALL)), hbm.load("dO", (ALL, rs, ALL))
+            lse, dd = hbm.load("lse", (ALL, rs)), hbm.load("D", (ALL, rs))
+            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
+            dv += _t(prob) @ do
+            dk += scale * (_t(prob * (do @ _t(v) - dd[..., None])) @ q)
+        hbm.store("dK", (ALL, cs, ALL), dk)
+        hbm.store("dV", (ALL, cs, ALL), dv)
+
+
+_RUNNERS: dict[tuple[str, ...], Callable[[Hbm, float], None]] = {
     ("standard", "default", "fwd"): _standard_fwd,
     ("standard", "default", "bwd"): _standard_bwd,
     ("two_pass", "store", "fwd"): _two_pass,
@@ -249,6 +293,8 @@ _RUNNERS: dict[tuple[str, str, str], Callable[[Hbm, float], None]] = {
     ("flash", "q_outer", "fwd"): _flash_q_outer,
     ("flash", "fast", "fwd"): _flash_q_outer,
     ("flash", "kv_outer", "bwd"): _flash_bwd,
+    ("flash", "fast", "bwd"): _flash_bwd,  # the research backward's schedule with the kernel's tiles
+    ("flash", "fast", "bwd", "deterministic"): _flash_bwd_deterministic,  # Plan.variant
 }
 
 
@@ -276,8 +322,8 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
         return round_to(x, plan.dtype) if rounded else x
 
     q = stored(magnitude * rng.standard_normal((bh, plan.N_q, plan.d)))
-    k = stored(magnitude * rng.standard_normal((bh, plan.N_k, plan.d)))
-    v = stored(rng.standard_normal((bh, plan.N_k, plan.d)))
+    k = stored(magnitude * rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))  # grouped-query: fewer heads
+    v = stored(rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))
     inputs = {"Q": q, "K": k, "V": v}
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale
@@ -296,8 +342,9 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
     for name, dims in DIMS.items():
         if name not in hbm.arrays:
-            hbm.alloc(name, (plan.bh, *(extent[x] for x in dims)))
-    _RUNNERS[(plan.algorithm, plan.schedule, plan.direction)](hbm, scale)
+            hbm.alloc(name, (plan.bh_kv if name in KV_TENSORS else plan.bh, *(extent[x] for x in dims)))
+    key = (plan.algorithm, plan.schedule, plan.direction) + ((plan.variant,) if plan.variant else ())
+    _RUNNERS[key](hbm, scale)
     counts = {stage: {t: (rw[0], rw[1]) for t, rw in sorted(c.items(), key=lambda kv: TENSORS.index(kv[0]))}
               for stage, c in hbm.counts.items()}
     return SimResult(plan, {n: hbm.arrays[n] for n in OUTPUTS[plan.direction]}, counts)
@@ -307,7 +354,8 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
                       ) -> dict[str, np.ndarray]:
     """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
     if plan.direction == "fwd":
-        return {"O": reference.forward(inputs["Q"], inputs["K"], inputs["V"], scale)[0]}
+        kv = kv_rows(plan)
+        return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale)[0]}
     dq, dk, dv = reference.backward(inputs["Q"], inputs["K"], inputs["V"], inputs["dO"], scale)
     return {"dQ": dq, "dK": dk, "dV": dv}
 

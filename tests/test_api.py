@@ -31,3 +31,18 @@ def test_causal_is_not_implemented_yet():
 def test_backward_checks_lse():
     with pytest.raises(ValueError, match="lse must be float32 of shape"):
         iokernels.attention_backward(Q, Q, Q, Q, Q, np.zeros((2, 3, 9), np.float32))
+
+
+def test_grouped_query_shapes_are_checked_before_the_gpu():
+    import numpy as np
+
+    from iokernels.api import _check, _kv_group
+
+    q = np.zeros((2, 6, 10, 64), np.float16)
+    k = v = np.zeros((2, 2, 12, 64), np.float16)
+    assert _kv_group(q, k, v) == 3
+    assert _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, 3)[2:] == ((2, 6), 10, 12, 64)
+    assert _kv_group(q, np.zeros((2, 4, 12, 64), np.float16), np.zeros((2, 4, 12, 64), np.float16)) == 1
+    with pytest.raises(ValueError, match="shape mismatch"):
+        _check({"q": q, "k": np.zeros((2, 4, 12, 64), np.float16), "v": np.zeros((2, 4, 12, 64), np.float16)},
+               {"q": "q", "k": "k", "v": "k"}, 1)

@@ -77,3 +77,32 @@ def test_generated_wgmma_header_is_current():
     render = runpy.run_path(str(root / "scripts" / "gen_wgmma.py"))["render"]
     assert (root / "iokernels" / "kernels" / "wgmma.cuh").read_text() == render(), \
         "run python scripts/gen_wgmma.py"
+
+
+@pytest.mark.parametrize("kernel", FAST_KERNELS)
+def test_grouped_query_attention_in_the_simulator(kernel):
+    from iokernels.simulate import reference_outputs
+
+    plan = make_fast_plan(N_q=200, N_k=130, d=64, dtype="float16", batch=2, heads=6, kv_heads=2, kernel=kernel)
+    assert plan.bh_kv == 4 and plan.as_dict()["kv_heads"] == 2
+    host = make_inputs(plan, seed=3)
+    assert host["K"].shape == host["V"].shape == (4, 130, 64)
+    run = simulate(plan, host)
+    # each query head reads its K/V head's tiles: the bytes of ordinary attention with 6 heads
+    assert run.counts == model.exact(plan) == model.exact(make_fast_plan(N_q=200, N_k=130, d=64, dtype="float16",
+                                                                           batch=2, heads=6, kernel=kernel))
+    want = reference_outputs(plan, host)["O"]
+    assert np.max(np.abs(run.outputs["O"] - want)) < 1e-10
+    # query head 5 of batch 1 uses K/V head 2 of batch 1 (group of 3)
+    k, v = host["K"][3], host["V"][3]
+    assert np.allclose(want[11], reference.forward(host["Q"][11], k, v)[0])
+
+
+def test_grouped_query_attention_is_refused_elsewhere():
+    from iokernels.plan import Unsupported, make_plan
+
+    with pytest.raises(ValueError, match="kv_heads must divide"):
+        make_fast_plan(N_q=64, d=64, dtype="float16", heads=6, kv_heads=4)
+    with pytest.raises(Unsupported, match="flash/fast forward only"):
+        make_plan("flash", "q_outer", N_q=64, d=64, sram=96 * 1024, heads=4, kv_heads=2)
+    assert make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=96 * 1024, heads=4, kv_heads=1).kv_heads == 1

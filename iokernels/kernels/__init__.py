@@ -79,6 +79,20 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="wgmma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
         plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
                   for d, br, bc in WGMMA_TUNING]  # tuning variants
+    if source == "flash_tc_bwd.cu":
+        from iokernels.fast_bwd import (
+            FAST_BWD_DTYPES,
+            FAST_BWD_FALLBACKS,
+            FAST_BWD_HEAD_DIMS,
+            FAST_BWD_TUNING,
+            make_fast_backward_plan,
+        )
+
+        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, deterministic=det, **options)
+                 for t in FAST_BWD_DTYPES for d in FAST_BWD_HEAD_DIMS for det in (False, True)
+                 for options in FAST_BWD_FALLBACKS]  # the defaults and make_plan's smaller fallbacks
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, ds_stages=ds)
+                  for d, br, bc, ds in FAST_BWD_TUNING]  # tuning variants
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):
@@ -92,7 +106,7 @@ COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
-                      "flash_wgmma.cu")},
+                      "flash_wgmma.cu", "flash_tc_bwd.cu")},
 }
 
 # Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these

@@ -33,11 +33,13 @@ __device__ constexpr bool tc_layout_ok()
                          {SMEM_V1, BC * HEAD_D * sizeof(T)}});
 }
 
-// Grid (ceil(N_q / BR), 1, BH). Q, K, V, O: (BH, N, HEAD_D) of T; lse: (BH, N_q) float32.
+// Grid (ceil(N_q / BR), 1, BH). Q, O: (BH, N_q, HEAD_D) of T; K, V: (BH / kv_group, N_k, HEAD_D) of T,
+// query head z reading K/V head z / kv_group (grouped-query attention; 1 for none); lse: (BH, N_q) float32.
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-             float* __restrict__ lse, int n_q, int n_k, float scale, unsigned long long* __restrict__ iok_counters)
+             float* __restrict__ lse, int n_q, int n_k, float scale, int kv_group,
+             unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tc_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES");
     extern __shared__ __align__(128) unsigned char smem[];
@@ -49,7 +51,7 @@ flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     const int row0 = blockIdx.x * BR;
     const int rows = min(BR, n_q - row0);
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;
-    const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+    const size_t kv_base = static_cast<size_t>(blockIdx.z / kv_group) * n_k;  // this head's K/V head
     const int tiles = (n_k + BC - 1) / BC;
     const float scale2 = scale * TC_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
 

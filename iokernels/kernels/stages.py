@@ -34,6 +34,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "two_pass_recompute_output": ("two_pass.cu", "two_pass_recompute_output"),
     "flash_bwd_kv_outer": ("flash_bwd.cu", "flash_bwd_kv_outer"),
     "flash_tc_fwd": ("flash_tc.cu", "flash_tc_fwd"),
+    "flash_tc_bwd": ("flash_tc_bwd.cu", "flash_tc_bwd"),
+    "flash_tc_bwd_dkdv": ("flash_tc_bwd.cu", "flash_tc_bwd_dkdv"),
+    "flash_tc_bwd_dq": ("flash_tc_bwd.cu", "flash_tc_bwd_dq"),
     "flash_wgmma_fwd": ("flash_wgmma.cu", "flash_wgmma_fwd"),
 }
 # kernels that stream whole rows, one block over ROWS_PER_BLOCK rows (no attention tiles)

@@ -111,3 +111,16 @@ def test_wgmma_refused_off_sm90():
     inputs, _ = gpu.make_device_inputs(plan, seed=0)
     with pytest.raises(gpu.ArchUnavailable):
         gpu.run_plan(plan, inputs)
+
+
+@KERNELS
+@pytest.mark.parametrize("batch, heads, kv_heads, n_q, n_k", [(2, 6, 2, 300, 517), (1, 8, 1, 129, 64)])
+def test_grouped_query_attention(kernel, batch, heads, kv_heads, n_q, n_k):
+    plan = make_fast_plan(N_q=n_q, N_k=n_k, d=64, dtype="float16", batch=batch, heads=heads, kv_heads=kv_heads,
+                          kernel=kernel)
+    inputs, host = gpu.make_device_inputs(plan, seed=heads * 7 + kv_heads)
+    assert inputs["K"].shape == (batch * kv_heads, n_k, 64)
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    kv = np.arange(plan.bh) // (heads // kv_heads)
+    _check_outputs(run, {"Q": host["Q"], "K": host["K"][kv], "V": host["V"][kv]}, "float16")

@@ -7,7 +7,7 @@ import pytest
 
 from iokernels import gpu, model, reference
 from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS
-from iokernels.plan import SCHEDULES, make_plan
+from iokernels.plan import SCHEDULES, SramTooSmall, make_plan
 from iokernels.simulate import simulate
 from iokernels.tensors import OUTPUTS
 
@@ -34,8 +34,13 @@ def _plan(key, case):
     algorithm, schedule, direction = key
     if schedule == "fast" and (dtype not in FAST_DTYPES or d not in FAST_HEAD_DIMS):
         pytest.skip("flash/fast (tensor cores) takes float16/bfloat16 and d of 64 or 128")
-    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram, batch=batch,
-                     heads=heads, direction=direction)
+    try:
+        return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram, batch=batch,
+                         heads=heads, direction=direction)
+    except SramTooSmall:
+        if schedule != "fast":
+            raise
+        pytest.skip("flash/fast's smallest tiles do not fit this M")
 
 
 def _seed(*parts) -> int:  # fresh inputs per test, reproducible per test id
@@ -112,6 +117,7 @@ def test_plain_build_counts_nothing_and_agrees(key):
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         if name == "dQ" and plan.algorithm == "flash":  # float atomics from several K/V blocks: any order
-            np.testing.assert_allclose(x, counted[name], rtol=1e-5, atol=1e-6)
+            tol = 1e-5 if plan.dtype == "float32" else 2e-3  # half precision: an order can move the last bit
+            np.testing.assert_allclose(x, counted[name], rtol=tol, atol=tol / 10)
         else:
             np.testing.assert_array_equal(x, counted[name])

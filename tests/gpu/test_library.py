@@ -66,3 +66,30 @@ def test_sram_over_the_device_limit_fails_before_launch():
     q = cp.zeros((1, 16, 64), dtype=cp.float32)
     with pytest.raises(ValueError, match="per-block shared-memory limit"):
         iokernels.attention(q, q, q, sram="1MB")
+
+
+def test_grouped_query_attention_equals_repeated_heads():
+    rs = cp.random.default_rng(4)
+    q = rs.standard_normal((2, 8, 300, 128), dtype=cp.float32).astype(cp.float16)
+    k, v = (rs.standard_normal((2, 2, 257, 128), dtype=cp.float32).astype(cp.float16) for _ in range(2))
+    o, lse = iokernels.attention(q, k, v, return_lse=True)
+    assert o.shape == (2, 8, 300, 128) and lse.shape == (2, 8, 300)
+    o_full, lse_full = iokernels.attention(q, cp.repeat(k, 4, axis=1), cp.repeat(v, 4, axis=1), return_lse=True)
+    # the same kernel reading the same K/V rows: identical results
+    assert cp.array_equal(o, o_full) and cp.array_equal(lse, lse_full)
+    with pytest.raises(ValueError, match="grouped-query"):
+        iokernels.attention(q.astype(cp.float32), k.astype(cp.float32), v.astype(cp.float32))
+
+
+def test_deterministic_backward_is_bitwise_repeatable():
+    rs = cp.random.default_rng(6)
+    q, k, v, do = (rs.standard_normal((3, 500, 64), dtype=cp.float32).astype(cp.float16) for _ in range(4))
+    o, lse = iokernels.attention(q, k, v, return_lse=True)
+    first = iokernels.attention_backward(q, k, v, o, do, lse, deterministic=True)
+    second = iokernels.attention_backward(q, k, v, o, do, lse, deterministic=True)
+    assert all(cp.array_equal(a, b) for a, b in zip(first, second, strict=True))
+    fast = iokernels.attention_backward(q, k, v, o, do, lse)  # atomics: equal up to summation order
+    for a, b in zip(first, fast, strict=True):
+        assert float(cp.max(cp.abs(a.astype(cp.float32) - b.astype(cp.float32)))) < 2e-2
+    with pytest.raises(ValueError, match="deterministic"):
+        iokernels.attention_backward(*(x.astype(cp.float32) for x in (q, k, v, o, do)), lse, deterministic=True)

@@ -1,0 +1,129 @@
+"""The tensor-core backward (flash_tc_bwd.cu, iokernels.fast_bwd): counters == model == simulator byte for
+byte; gradients within flash-attention's same-precision tolerance (ragged N, N_q != N_k included); the
+plain build agrees with the counting build; the deterministic variant is bit-identical run to run."""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from iokernels import gpu, model, reference
+from iokernels.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_TUNING, make_fast_backward_plan
+from iokernels.plan import make_plan
+from iokernels.simulate import simulate
+
+from .helpers import naive_backward, problem_scale, rel_err
+
+cp = pytest.importorskip("cupy")
+
+CASES = [  # (N_q, N_k, d, dtype, batch, heads)
+    (1, 1, 64, "float16", 1, 1),
+    (113, 1000, 64, "bfloat16", 1, 3),
+    (1000, 113, 128, "float16", 2, 1),
+    (1000, 1000, 64, "bfloat16", 1, 2),
+    (128, 128, 128, "float16", 1, 1),
+    (4097, 1000, 64, "float16", 1, 1),
+    (257, 4097, 128, "bfloat16", 1, 1),
+]
+GRADS = ("dQ", "dK", "dV")
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def _grads(run, plan):
+    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in GRADS}
+
+
+def _check_grads(got, host, dtype):
+    for name, x in got.items():
+        assert np.all(np.isfinite(x)), f"{name} has NaN/inf (unwritten or overflowed)"
+    want = dict(zip(GRADS, reference.backward(host["Q"], host["K"], host["V"], host["dO"]), strict=True))
+    naive = dict(zip(GRADS, naive_backward(host["Q"], host["K"], host["V"], host["dO"], dtype), strict=True))
+    scale = problem_scale(want)
+    for name in GRADS:  # flash-attention's idiom: at most 2x the error of a same-precision naive computation
+        bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
+        err = rel_err(got[name], want[name], scale)
+        assert err <= bound, (name, err, bound)
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_counters_and_gradients(case, deterministic):
+    n_q, n_k, d, dtype, batch, heads = case
+    plan = make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                   deterministic=deterministic)
+    inputs, host = gpu.make_device_inputs(plan, seed=_seed(case))
+    run = gpu.run_plan(plan, inputs, counting=True)
+    exact = model.exact(plan)
+    assert run.counts == exact
+    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
+        assert simulate(plan, host).counts == exact
+    _check_grads(_grads(run, plan), host, dtype)
+
+
+VARIANTS = ([{"block_r": br, "block_c": bc, "ds_stages": ds, "d": d} for d, br, bc, ds in FAST_BWD_TUNING]
+            + [{**options, "d": d} for options in FAST_BWD_FALLBACKS[1:] for d in (64, 128)])
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
+def test_tile_variants(variant):
+    dtype = "bfloat16" if variant.get("q_stages") == 1 else "float16"
+    plan = make_fast_backward_plan(N_q=300, N_k=517, dtype=dtype, heads=2, **variant)
+    inputs, host = gpu.make_device_inputs(plan, seed=_seed(variant))
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    _check_grads(_grads(run, plan), host, dtype)
+
+
+def test_make_plan_takes_the_fallback_that_fits_m():
+    plan = make_plan("flash", "fast", N_q=200, N_k=150, d=64, dtype="float16", sram=48 * 1024, direction="bwd")
+    assert plan.smem_bytes <= 48 * 1024
+    inputs, host = gpu.make_device_inputs(plan, seed=4)
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    _check_grads(_grads(run, plan), host, "float16")
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_plain_build_matches_counting_build(deterministic):
+    plan = make_fast_backward_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, deterministic=deterministic)
+    inputs, _ = gpu.make_device_inputs(plan, seed=5)
+    counted = _grads(gpu.run_plan(plan, inputs, counting=True), plan)
+    plain_run = gpu.run_plan(plan, inputs, counting=False)
+    assert plain_run.counts is None
+    plain = _grads(plain_run, plan)
+    for name in GRADS:
+        if name == "dQ" and not deterministic:  # float atomics from several K/V blocks: any order
+            np.testing.assert_allclose(plain[name], counted[name], rtol=1e-3, atol=1e-4)
+        else:
+            np.testing.assert_array_equal(plain[name], counted[name])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_deterministic_is_bit_identical(d, dtype):
+    plan = make_fast_backward_plan(N_q=1500, N_k=700, d=d, dtype=dtype, heads=3, deterministic=True)
+    inputs, _ = gpu.make_device_inputs(plan, seed=_seed("det", d, dtype))
+    runs = [{n: cp.asnumpy(x) for n, x in gpu.run_plan(plan, inputs, counting=False).buffers.items() if n in GRADS}
+            for _ in range(3)]
+    for name in GRADS:
+        assert runs[0][name].tobytes() == runs[1][name].tobytes() == runs[2][name].tobytes(), name
+    # and the same gradients as the atomic plan, up to the order of the float additions of dQ
+    atomic = make_fast_backward_plan(N_q=1500, N_k=700, d=d, dtype=dtype, heads=3)
+    other = _grads(gpu.run_plan(atomic, inputs, counting=False), atomic)
+    mine = {n: gpu.to_float64(cp.asarray(x), dtype) for n, x in runs[0].items()}
+    for name in GRADS:
+        ref = np.max(np.abs(mine[name]))
+        assert np.max(np.abs(mine[name] - other[name])) <= 2 ** -6 * ref, name
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_large_logits_stay_finite(dtype, deterministic):
+    plan = make_fast_backward_plan(N_q=300, N_k=200, d=128, dtype=dtype, heads=2, deterministic=deterministic)
+    inputs, _ = gpu.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
+    got = _grads(gpu.run_plan(plan, inputs, counting=False), plan)
+    for name, x in got.items():
+        assert np.all(np.isfinite(x)), name
