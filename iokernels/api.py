@@ -80,10 +80,10 @@ def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_gro
         sram_bytes = limit or FAST_DEFAULT_SRAM  # let them take what the device allows
     if limit is not None and sram is None:
         sram_bytes = min(sram_bytes, limit)
-    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes,
-                     batch=math.prod(lead), heads=1, direction=direction, smem_limit=limit) if kv_group == 1 else \
-        make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=math.prod(lead[:-1]),
-                  heads=lead[-1], kv_heads=lead[-1] // kv_group, direction=direction, smem_limit=limit)
+    # grouped-query attention needs the head dim apart (the last leading dim); otherwise all are batch
+    batch, heads = (math.prod(lead), 1) if kv_group == 1 else (math.prod(lead[:-1]), lead[-1])
+    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
+                     heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit)
 
 
 def _to_device(cp, x, shape):

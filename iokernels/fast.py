@@ -35,9 +35,6 @@ _KERNELS = {
     "wgmma": ("flash_wgmma_fwd", {64: (128, 64), 128: (128, 128)}),
     "mma": ("flash_tc_fwd", {64: (64, 64), 128: (64, 64)}),
 }
-# mma kernel, for callers of the first version
-FAST_BR = FAST_BC = 64
-FAST_KERNEL = "flash_tc_fwd"
 # (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
 FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
 WGMMA_TUNING = ((64, 192, 64), (64, 256, 64), (64, 128, 128), (64, 192, 128), (128, 128, 64), (128, 64, 128))
@@ -54,7 +51,7 @@ def default_kernel() -> str:
     return "wgmma" if major == 9 else "mma"
 
 
-def fast_buffers(d: int, e: int, block_r: int = FAST_BR, block_c: int = FAST_BC) -> list[tuple[str, int]]:
+def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[tuple[str, int]]:
     """Shared memory of both kernels: Q_i, and two stages of K_j and V_j."""
     tile = block_c * d * e
     return [("Q", block_r * d * e), ("K0", tile), ("K1", tile), ("V0", tile), ("V1", tile)]

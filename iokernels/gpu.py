@@ -22,6 +22,7 @@ import numpy as np
 
 from . import reference
 from ._cupy import require_cupy
+from .fast_bwd import FAST_BWD_ARGS
 from .kernels import COUNTER_SLOTS, SOURCE_ARCHS, build_source
 from .kernels.stages import GEMMS, KernelRef, kernel_ref
 from .plan import FLOAT32_TENSORS, Plan, Stage
@@ -43,9 +44,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
     "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
     "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
-    "flash_tc_bwd": ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
-    "flash_tc_bwd_dkdv": ("Q", "K", "V", "dO", "lse", "D", "dK", "dV", "n_q", "n_k", "scale"),
-    "flash_tc_bwd_dq": ("Q", "K", "V", "O", "dO", "lse", "D", "dQ", "n_q", "n_k", "scale"),
+    **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.fast_bwd)
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
     "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),

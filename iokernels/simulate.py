@@ -228,14 +228,12 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
 # ---------------------------------------------------------------------------------------------
 # FlashAttention backward (Algorithm 4 in the FlashAttention-2 arrangement)
 
-def _flash_bwd(hbm: Hbm, scale: float) -> None:
+def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> None:
+    """The K/V-outer backward stage: dK_j, dV_j on chip, written once; Q_i, dO_i, lse_i, D_i read once
+    per K/V block; with ``dq_atomics`` also dS_i K_j added into dQacc (read + write)."""
     p = hbm.plan
     t = p.tile
-    rows = (ALL, ALL, ALL)
-    hbm.begin("prep")
-    hbm.store("D", (ALL, ALL), (hbm.load("dO", rows) * hbm.load("O", rows)).sum(axis=-1))
-    hbm.store("dQacc", rows, 0.0)
-    hbm.begin("main")
+    hbm.begin(stage)
     for cs in _blocks(p.N_k, t["Bc"]):
         k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
         dk, dv = np.zeros(k.shape), np.zeros(v.shape)
@@ -245,10 +243,19 @@ def _flash_bwd(hbm: Hbm, scale: float) -> None:
             prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
             dv += _t(prob) @ do
             ds = prob * (do @ _t(v) - dd[..., None])
-            hbm.atomic_add("dQacc", (ALL, rs, ALL), scale * (ds @ k))
+            if dq_atomics:
+                hbm.atomic_add("dQacc", (ALL, rs, ALL), scale * (ds @ k))
             dk += scale * (_t(ds) @ q)
         hbm.store("dK", (ALL, cs, ALL), dk)
         hbm.store("dV", (ALL, cs, ALL), dv)
+
+
+def _flash_bwd(hbm: Hbm, scale: float) -> None:
+    rows = (ALL, ALL, ALL)
+    hbm.begin("prep")
+    hbm.store("D", (ALL, ALL), (hbm.load("dO", rows) * hbm.load("O", rows)).sum(axis=-1))
+    hbm.store("dQacc", rows, 0.0)
+    _kv_outer_grads(hbm, scale, "main", dq_atomics=True)
     hbm.begin("dq")
     hbm.store("dQ", rows, hbm.load("dQacc", rows))
 
@@ -270,18 +277,7 @@ def _flash_bwd_deterministic(hbm: Hbm, scale: float) -> None:
             prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
             dq += scale * ((prob * (do @ _t(v) - dd[..., None])) @ k)
         hbm.store("dQ", (ALL, rs, ALL), dq)
-    hbm.begin("dkdv")
-    for cs in _blocks(p.N_k, t["Bc"]):
-        k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
-        dk, dv = np.zeros(k.shape), np.zeros(v.shape)
-        for rs in _blocks(p.N_q, t["Br"]):
-            q, do = hbm.load("Q", (ALL, rs, ALL)), hbm.load("dO", (ALL, rs, ALL))
-            lse, dd = hbm.load("lse", (ALL, rs)), hbm.load("D", (ALL, rs))
-            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
-            dv += _t(prob) @ do
-            dk += scale * (_t(prob * (do @ _t(v) - dd[..., None])) @ q)
-        hbm.store("dK", (ALL, cs, ALL), dk)
-        hbm.store("dV", (ALL, cs, ALL), dv)
+    _kv_outer_grads(hbm, scale, "dkdv", dq_atomics=False)
 
 
 _RUNNERS: dict[tuple[str, ...], Callable[[Hbm, float], None]] = {
