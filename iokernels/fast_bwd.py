@@ -1,14 +1,22 @@
 """Tensor-core FlashAttention backward for float16 / bfloat16 (issue #5, backward half).
 
-``make_fast_backward_plan`` builds the plan of ``kernels/flash_tc_bwd.cu``, the schedule ``flash/fast``
-in the ``bwd`` direction. Two variants:
+``make_fast_backward_plan`` builds the plan of the schedule ``flash/fast`` in the ``bwd`` direction,
+with one of two kernels for its main stage:
+
+* ``"wgmma"`` (``kernels/flash_wgmma_bwd.cu``, sm_90a only: H100/H200): warpgroup matrix products, a
+  warpgroup per 64 keys; B_r = 128 (d = 64, float16) or 64, B_c = 128;
+* ``"mma"`` (``kernels/flash_tc_bwd.cu``, sm_80 and newer): ``mma.sync`` m16n8k16, a warp per 16 keys.
+
+``kernel=None`` picks ``"wgmma"`` on a compute-capability 9.x GPU and with no GPU visible, else
+``"mma"`` (:func:`iokernels.fast.default_kernel`); the deterministic variant is ``"mma"`` only. Two
+variants:
 
 * default (``deterministic=False``), the FlashAttention-2 arrangement of the research backward
   ``flash/kv_outer/bwd``: the research ``prep`` stage (D = rowsum(dO∘O), dQacc zeroed), a main stage
-  ``flash_tc_bwd`` (grid (T_c, 1, BH): a block owns B_c keys, a warp 16 of them, and loops over the
-  query blocks with Q_i, dO_i, lse_i, D_i double-buffered; dK_j, dV_j in float32 registers; dQacc_i
-  += τ dS K_j by float32 atomics), and the research ``dq`` stage (dQacc rounded to dQ). The bytes are
-  exactly those of the research backward's model with this kernel's tiles (B_r, B_c).
+  (grid (T_c, 1, BH): a block owns B_c keys and loops over the query blocks with Q_i, dO_i, lse_i,
+  D_i double-buffered; dK_j, dV_j in float32 registers; dQacc_i += τ dS K_j by float32 atomics), and
+  the research ``dq`` stage (dQacc rounded to dQ). The bytes are exactly those of the research
+  backward's model with this kernel's tiles (B_r, B_c).
 * ``deterministic=True``: no atomics, so gradients are bit-identical run to run. A stage ``dq``
   (``flash_tc_bwd_dq``, grid (T_r, 1, BH), query-outer: a block owns B_r query rows, computes and
   writes D_i, recomputes P and dS for every key block and writes dQ_i once) and a stage ``dkdv``
@@ -36,6 +44,14 @@ FAST_BWD_FALLBACKS = ({}, {"block_r": 64, "block_c": 64},
 FAST_BWD_KV_BLOCK = 64  # keys per step of the deterministic dq kernel (does not change its bytes)
 DETERMINISTIC = "deterministic"
 KERNEL = "flash_tc_bwd"
+KERNEL_WGMMA = "flash_wgmma_bwd"
+FAST_BWD_KERNELS = ("wgmma", "mma")
+# (d, dtype) -> (B_r, B_c) of the wgmma kernel (timed on an H200; bfloat16 at d = 64 takes B_r = 64
+# because its counting build spills registers at B_r = 128)
+FAST_BWD_WGMMA_TILES = {(64, "float16"): (128, 128), (64, "bfloat16"): (64, 128),
+                        (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
+# (d, B_r, B_c) variants of the wgmma kernel compiled (CPU test) and timed besides the defaults
+FAST_BWD_WGMMA_TUNING = ((64, 64, 128), (128, 64, 64))
 KERNEL_DKDV = "flash_tc_bwd_dkdv"
 KERNEL_DQ = "flash_tc_bwd_dq"
 # (d, B_r, B_c, ds_stages) variants compiled (CPU test) and timed besides the defaults and FALLBACKS
@@ -43,6 +59,7 @@ FAST_BWD_TUNING = ((64, 64, 128, 2), (64, 128, 128, 1), (128, 64, 128, 1))
 # The launcher's argument names of each kernel (iokernels.gpu.ARGS has the same entries).
 FAST_BWD_ARGS: dict[str, tuple[str, ...]] = {
     KERNEL: ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
+    KERNEL_WGMMA: ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale", "kv_group"),
     KERNEL_DKDV: ("Q", "K", "V", "dO", "lse", "D", "dK", "dV", "n_q", "n_k", "scale"),
     KERNEL_DQ: ("Q", "K", "V", "O", "dO", "lse", "D", "dQ", "n_q", "n_k", "scale"),
 }
@@ -62,6 +79,14 @@ def kv_outer_buffers(d: int, e: int, block_r: int, block_c: int, dq: bool = True
     return out
 
 
+def wgmma_buffers(d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
+    """Shared memory of flash_wgmma_bwd: K_j, V_j; two stages of Q_i and dO_i; dSᵀ (B_c x B_r of T);
+    two stages of lse_i and D_i (last, so that every tile stays 1024-byte aligned)."""
+    q, kv, row = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE
+    return [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q), ("dS", block_c * block_r * e),
+            ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
+
+
 def dq_buffers(d: int, e: int, block_r: int, kv_block: int = FAST_BWD_KV_BLOCK) -> list[tuple[str, int]]:
     """Shared memory of flash_tc_bwd_dq: Q_i, dO_i, O_i; two stages of K and V sub-blocks; lse_i, D_i."""
     q, kv, row = block_r * d * e, kv_block * d * e, block_r * ACC_ITEMSIZE
@@ -77,7 +102,8 @@ def _check_tiles(block_r: int, block_c: int) -> None:
 
 def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                             heads: int = 1, block_r: int | None = None, block_c: int = FAST_BWD_BC,
-                            q_stages: int = 2, ds_stages: int = 2, deterministic: bool = False) -> Plan:
+                            q_stages: int = 2, ds_stages: int = 2, deterministic: bool = False,
+                            kernel: str | None = None) -> Plan:
     """The plan of the tensor-core backward for one problem (:class:`iokernels.plan.Unsupported`, a
     ValueError, when the kernels do not take it: float32, or d other than 64 and 128).
 
@@ -86,21 +112,36 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     deterministic (the warps split dQ by rows). ``q_stages``: 2 double-buffers the query blocks of the
     K/V-outer kernel, 1 does not (less memory); ``ds_stages``: the same for its dSᵀ (2: one barrier
     per step instead of two). ``deterministic``: no atomics (a query-outer dQ stage and a dK/dV
-    stage), bit-identical results."""
+    stage), bit-identical results. ``kernel``: ``"wgmma"`` or ``"mma"`` (default: see the module);
+    the wgmma kernel takes B_r and B_c of 64 or 128 (default :data:`FAST_BWD_WGMMA_TILES`), with
+    double-buffered query blocks (``q_stages``/``ds_stages`` apply to mma only)."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     if dtype not in FAST_BWD_DTYPES:
         raise Unsupported(f"flash/fast backward (tensor cores) takes {' or '.join(FAST_BWD_DTYPES)}, got {dtype}")
     if d not in FAST_BWD_HEAD_DIMS:
         raise Unsupported(f"flash/fast backward (tensor cores) takes d in {FAST_BWD_HEAD_DIMS}, got d={d}")
-    if block_r is None:
-        block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
-    _check_tiles(block_r, block_c)
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    if kernel is None:
+        from .fast import default_kernel
+
+        kernel = "mma" if deterministic else default_kernel()
+    if kernel not in FAST_BWD_KERNELS:
+        raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
     for name, value in (("q_stages", q_stages), ("ds_stages", ds_stages)):
         if value not in (1, 2) or isinstance(value, bool):
             raise ValueError(f"{name} must be 1 or 2, got {value!r}")
-    if not isinstance(deterministic, bool):
-        raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
+    if kernel == "wgmma":
+        if deterministic:
+            raise ValueError("deterministic=True runs the mma kernels (the wgmma backward adds dQ with atomics)")
+        if (q_stages, ds_stages) != (2, 2):
+            raise ValueError("q_stages and ds_stages are options of the mma kernel (wgmma: double-buffered "
+                             "query blocks, one dSᵀ buffer)")
+        return _wgmma_plan(N_q, N_k, d, dtype, batch, heads, block_r, block_c)
+    if block_r is None:
+        block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
+    _check_tiles(block_r, block_c)
     if not deterministic and block_r > block_c:
         raise ValueError(f"block_r={block_r} > block_c={block_c}: the dQ product needs a warp per 16 query rows")
     e, bh = itemsize(dtype), batch * heads
@@ -124,11 +165,37 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
                 variant=DETERMINISTIC if deterministic else "")
 
 
-def fit_fast_backward_plan(*, sram: int, **problem) -> Plan:
-    """The first of :data:`FAST_BWD_FALLBACKS` whose shared memory fits in ``sram`` bytes (the last,
-    the smallest, when none does: the caller checks that the result fits)."""
-    for options in FAST_BWD_FALLBACKS:
-        plan = make_fast_backward_plan(**problem, **options)
+def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, block_r: int | None,
+                block_c: int | None) -> Plan:
+    default_r, default_c = FAST_BWD_WGMMA_TILES[d, dtype]
+    block_r = default_r if block_r is None else block_r
+    block_c = default_c if block_c is None else block_c
+    _check_tiles(block_r, block_c)
+    e, bh = itemsize(dtype), batch * heads
+    tr, tc = _cdiv(N_q, block_r), _cdiv(N_k, block_c)
+    main = Stage("main", KERNEL_WGMMA, (tc, 1, bh), 2 * block_c, _layout(wgmma_buffers(d, e, block_r, block_c)))
+    stages = (_rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
+              _rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
+    return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
+                sram_bytes=max(s.smem_bytes for s in stages), batch=batch, heads=heads,
+                tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=stages)
+
+
+def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, **problem) -> Plan:
+    """The fastest backward plan whose shared memory fits in ``sram`` bytes: the wgmma kernel's
+    default tiles, then its 64 x 64 tiles (where the kernel is wgmma), then the mma kernel with
+    :data:`FAST_BWD_FALLBACKS` in order (the last, the smallest, when none fits: the caller checks
+    that the result fits)."""
+    if kernel is None:
+        from .fast import default_kernel
+
+        kernel = "mma" if problem.get("deterministic") else default_kernel()
+    options: list[dict] = []
+    if kernel == "wgmma":
+        options += [{"kernel": "wgmma"}, {"kernel": "wgmma", "block_r": 64, "block_c": 64}]
+    options += [{"kernel": "mma", **o} for o in FAST_BWD_FALLBACKS]
+    for option in options:
+        plan = make_fast_backward_plan(**problem, **option)
         if plan.smem_bytes <= sram:
             break
     return plan

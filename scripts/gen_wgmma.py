@@ -1,5 +1,5 @@
 """Writes iokernels/kernels/wgmma.cuh: inline-PTX wrappers of the sm_90a warpgroup matrix products
-used by flash_wgmma.cu (their operand lists are long and regular, so they are generated).
+used by flash_wgmma.cu and flash_wgmma_bwd.cu (their operand lists are long and regular, so they are generated).
 
     python scripts/gen_wgmma.py        # rewrites the header; tests/test_kernels_compile.py checks it is current
 """
@@ -19,15 +19,15 @@ def _acc(n: int) -> str:
     return ",\n                   ".join(", ".join(f'"+f"(d[{i + j}])' for j in range(4)) for i in range(0, n // 2, 4))
 
 
-def _ss(ctype: str, n: int) -> str:
+def _ss(ctype: str, n: int, name: str = "wg_mma_ss", trans_a: int = 0, trans_b: int = 0) -> str:
     acc = n // 2
     return f'''template <>
-__device__ __forceinline__ void wg_mma_ss<{ctype}, {n}>(float (&d)[{acc}], unsigned long long da, unsigned long long db,
+__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{acc}], unsigned long long da, unsigned long long db,
                                                      int scale_d)
 {{
     asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
                  "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{PTX_TYPES[ctype]}.{PTX_TYPES[ctype]} "
-                 "{{{_regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+                 "{{{_regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
                  : {_acc(n)}
                  : "l"(da), "l"(db), "r"(scale_d));
 }}
@@ -54,7 +54,9 @@ def render() -> str:
 //   wg_mma_ss<T, N>(d, da, db, scale_d):    d (64 x N, float32) = [d +] A B, A (64 x 16) and B (16 x N)
 //       both from shared memory through descriptors, both K-major (no transpose);
 //   wg_mma_rs_tb<T, N>(d, a, db, scale_d): the same with A from registers (the mma.sync m16n8k16 A
-//       fragment of each warp's 16 rows) and B from shared memory MN-major (imm-trans-b = 1).
+//       fragment of each warp's 16 rows) and B from shared memory MN-major (imm-trans-b = 1);
+//   wg_mma_ss_tt<T, N>(d, da, db, scale_d): A and B from shared memory, both MN-major (imm-trans-a =
+//       imm-trans-b = 1).
 // scale_d = 0 overwrites d instead of accumulating. Accumulator register i of a warp holds row
 // 16 * warp + g (+ 8 for i % 4 >= 2), column 8 * (i / 4) + 2 * t + (i % 2), g = lane / 4, t = lane % 4.
 #pragma once
@@ -65,10 +67,13 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[N / 2], unsigned long long 
 template <typename T, int N>
 __device__ __forceinline__ void wg_mma_rs_tb(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db,
                                              int scale_d);
+template <typename T, int N>
+__device__ __forceinline__ void wg_mma_ss_tt(float (&d)[N / 2], unsigned long long da, unsigned long long db,
+                                             int scale_d);
 ''']
     for ctype in PTX_TYPES:
         for n in WIDTHS:
-            parts += [_ss(ctype, n), _rs(ctype, n)]
+            parts += [_ss(ctype, n), _rs(ctype, n), _ss(ctype, n, "wg_mma_ss_tt", 1, 1)]
     return "\n".join(parts)
 
 

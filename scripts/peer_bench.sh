@@ -2,8 +2,10 @@
 # Issue #5's benchmark on one GPU: `iokernels bench` with every implementation and peer (torch SDPA
 # FLASH/CUDNN/EFFICIENT/MATH, cupy/cuBLAS, the research plans, the fast path), as JSON and text.
 #   main: d 64,128; N 1024,4096,16384 with B*H*N = 262144 (16 heads); float16, bfloat16; fwd + bwd
-#   long: heads 48, d 64, batch 1, float16, N = 512, 1024, ... until memory or the time limits end it
-# Kept under about 4 minutes: 20 timed calls per measurement, but a configuration whose one call
+#   long: heads 48, d 64, batch 1, float16, N = 512, 1024, ..., 65536: the N² implementations (standard,
+#         MATH) run out of memory on the way (-1); the flash ones do not before 65536, and N = 131072 would
+#         take about 5 minutes of calls (LONG_MAX_N raises it)
+# main takes about 4 minutes, long about 4: 20 timed calls per measurement, but a configuration whose one call
 # exceeds --max-call-ms (or is estimated to, from the same implementation at a smaller N) is skipped
 # and labelled, and each run has a --time-budget after which the rest is skipped and labelled (so the
 # JSON is always written); `timeout` is the hard stop. The research flash kv_outer forward (Algorithm 1,
@@ -44,8 +46,8 @@ for part in ${PARTS:-main long}; do
     case $part in
         main) bench main 210 --d 64,128 --N 1024,4096,16384 --tokens 262144 --heads 16 --dtype float16,bfloat16 \
                   --backward --impls all --peers all --repeats 20 --warmup 3 --max-call-ms 150 --time-budget 140 ;;
-        long) bench long 120 --long-only --long-dtype float16 --long-max-n 131072 --backward --impls all --peers all \
-                  --repeats 20 --warmup 3 --max-call-ms 250 --time-budget 55 ;;
+        long) bench long 290 --long-only --long-dtype float16 --long-max-n "${LONG_MAX_N:-65536}" --backward \
+                  --impls all --peers all --repeats 20 --warmup 3 --max-call-ms 1500 --time-budget 230 ;;
         *) echo "unknown part $part" >&2 ;;
     esac
 done

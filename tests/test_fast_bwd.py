@@ -13,6 +13,9 @@ from iokernels.fast_bwd import (
     FAST_BWD_BC,
     FAST_BWD_BR,
     FAST_BWD_TUNING,
+    FAST_BWD_WGMMA_TILES,
+    FAST_BWD_WGMMA_TUNING,
+    fit_fast_backward_plan,
     make_fast_backward_plan,
 )
 from iokernels.kernels import compile_variants
@@ -23,11 +26,11 @@ from iokernels.simulate import make_inputs, reference_outputs, simulate
 KB = 1024
 
 
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_plan_shapes(deterministic):
+@pytest.mark.parametrize("kernel, deterministic", [("mma", False), ("mma", True), ("wgmma", False)])
+def test_plan_shapes(kernel, deterministic):
     plan = make_fast_backward_plan(N_q=1000, N_k=300, d=128, dtype="bfloat16", batch=2, heads=3,
-                                   deterministic=deterministic)
-    br = FAST_BWD_BR[128]
+                                   deterministic=deterministic, kernel=kernel)
+    br = FAST_BWD_BR[128] if kernel == "mma" else FAST_BWD_WGMMA_TILES[128, "bfloat16"][0]
     tr, tc = math.ceil(1000 / br), math.ceil(300 / FAST_BWD_BC)
     assert plan.label == "flash/fast/bwd" + ("+deterministic" if deterministic else "")
     assert plan.variant == (DETERMINISTIC if deterministic else "")
@@ -40,7 +43,8 @@ def test_plan_shapes(deterministic):
         assert plan.stage("dkdv").grid == (tc, 1, 6) and plan.stage("dkdv").threads == 2 * FAST_BWD_BC
         assert plan.as_dict()["variant"] == DETERMINISTIC
     else:
-        assert names == [("prep", "flash_bwd_prep"), ("main", "flash_tc_bwd"), ("dq", "flash_bwd_dq")]
+        main = {"mma": "flash_tc_bwd", "wgmma": "flash_wgmma_bwd"}[kernel]
+        assert names == [("prep", "flash_bwd_prep"), ("main", main), ("dq", "flash_bwd_dq")]
         assert plan.stage("main").grid == (tc, 1, 6) and plan.stage("main").threads == 2 * FAST_BWD_BC
         # the research backward's prep and dq stages, unchanged
         research = make_plan("flash", "kv_outer", N_q=1000, N_k=300, d=128, dtype="bfloat16", sram=227 * KB,
@@ -49,7 +53,7 @@ def test_plan_shapes(deterministic):
         assert "variant" not in plan.as_dict()
     for stage, ref in plan_kernels(plan):
         assert stage.kernel in SOURCES
-        if ref.source == "flash_tc_bwd.cu":
+        if ref.source in ("flash_tc_bwd.cu", "flash_wgmma_bwd.cu"):
             assert stage.kernel in FAST_BWD_ARGS
             defines = ref.define_dict
             assert (defines["BR"], defines["BC"], defines["HEAD_D"]) == (br, FAST_BWD_BC, 128)
@@ -61,9 +65,14 @@ def test_buffers_fit_a_block_of_every_variant():
             for dtype in ("float16", "bfloat16"):
                 plan = make_fast_backward_plan(N_q=4096, d=d, dtype=dtype, deterministic=det)
                 assert plan.smem_bytes <= 227 * KB
-    # d = 128: K, V (128 x 128), two stages of Q, dO (64 x 128), of dSᵀ (128 x 64), of lse and D (64 floats)
-    plan = make_fast_backward_plan(N_q=4096, d=128, dtype="float16")
+    # d = 128: K, V (128 x 128), two stages of Q, dO (64 x 128), of dSᵀ (128 x 64) (mma; wgmma: one), of
+    # lse and D (64 floats)
+    plan = make_fast_backward_plan(N_q=4096, d=128, dtype="float16", kernel="mma")
     assert plan.stage("main").smem_bytes == 2 * 2 * 128 * 128 + 4 * 2 * 64 * 128 + 2 * 2 * 128 * 64 + 4 * 4 * 64
+    plan = make_fast_backward_plan(N_q=4096, d=128, dtype="float16", kernel="wgmma")
+    assert plan.stage("main").smem_bytes == 2 * 2 * 128 * 128 + 4 * 2 * 64 * 128 + 2 * 128 * 64 + 4 * 4 * 64
+    # its tiles 1024-byte aligned (wgmma's 128-byte swizzle repeats every 1024 bytes)
+    assert all(off % 1024 == 0 for name, off, _ in plan.stage("main").smem if name[0] != "l" and name[0] != "D")
     # d = 64: 128 query rows per step
     assert make_fast_backward_plan(N_q=4096, d=64, dtype="float16").tile["Br"] == FAST_BWD_BR[64] == 128
     assert make_fast_backward_plan(N_q=4096, d=64, dtype="float16", deterministic=True).tile["Br"] == 64
@@ -150,7 +159,10 @@ def test_fast_is_a_backward_schedule_of_flash():
     ({"d": 64, "dtype": "float16", "deterministic": 1}, "deterministic must be"),
     ({"d": 64, "dtype": "float16", "q_stages": 3}, "q_stages must be 1 or 2"),
     ({"d": 64, "dtype": "float16", "ds_stages": 0}, "ds_stages must be 1 or 2"),
-    ({"d": 64, "dtype": "float16", "block_r": 128, "block_c": 64}, "block_r=128 > block_c=64"),
+    ({"d": 64, "dtype": "float16", "ds_stages": 1, "kernel": "wgmma"}, "options of the mma kernel"),
+    ({"d": 64, "dtype": "float16", "block_r": 128, "block_c": 64, "kernel": "mma"}, "block_r=128 > block_c=64"),
+    ({"d": 64, "dtype": "float16", "kernel": "wmma"}, "kernel must be one of"),
+    ({"d": 64, "dtype": "float16", "kernel": "wgmma", "deterministic": True}, "deterministic=True runs the mma"),
     ({"d": 64, "dtype": "float16", "N_k": 0}, "N_k must be"),
 ])
 def test_unsupported_problems_are_refused(kwargs, message):
@@ -174,3 +186,33 @@ def test_every_variant_is_compiled():
     want = {(64, FAST_BWD_BR[64], FAST_BWD_BC), (128, FAST_BWD_BR[128], FAST_BWD_BC), (64, 64, 64), (128, 64, 64)}
     assert want | {(d, br, bc) for d, br, bc, _ in FAST_BWD_TUNING} <= tiles
 
+
+
+def test_wgmma_plans_and_the_fit_order():
+    """The wgmma kernel: a warpgroup per 64 keys, its default tiles per d; fit_fast_backward_plan takes its
+    default tiles, then 64 x 64, then the mma kernel's, as M shrinks."""
+    for (d, dtype), (br, bc) in FAST_BWD_WGMMA_TILES.items():
+        plan = make_fast_backward_plan(N_q=1000, d=d, dtype=dtype, kernel="wgmma")
+        assert (plan.tile["Br"], plan.tile["Bc"]) == (br, bc) and plan.stage("main").threads == 2 * bc
+    problem = {"N_q": 333, "N_k": 250, "d": 128, "dtype": "float16", "heads": 2}
+    got = [(p.stage("main").kernel, p.tile["Br"], p.tile["Bc"])
+           for p in (fit_fast_backward_plan(sram=m * KB, kernel="wgmma", **problem) for m in (227, 140, 100))]
+    assert got == [("flash_wgmma_bwd", 64, 128), ("flash_wgmma_bwd", 64, 64), ("flash_tc_bwd", 64, 64)]
+    assert fit_fast_backward_plan(sram=227 * KB, kernel="mma", **problem).stage("main").kernel == "flash_tc_bwd"
+    det = fit_fast_backward_plan(sram=227 * KB, deterministic=True, **problem)
+    assert det.variant == DETERMINISTIC and det.stage("dkdv").kernel == "flash_tc_bwd_dkdv"
+
+
+def test_every_wgmma_variant_is_compiled():
+    variants = compile_variants("flash_wgmma_bwd.cu")
+    names = {n for v in variants for n in v.name_expressions}
+    assert names == {"flash_wgmma_bwd<__half>", "flash_wgmma_bwd<__nv_bfloat16>"}
+    tiles = {(v.defines["HEAD_D"], v.defines["BR"], v.defines["BC"]) for v in variants}
+    want = {(d, *tiles) for (d, _), tiles in FAST_BWD_WGMMA_TILES.items()} | {(64, 64, 64), (128, 64, 64)}
+    assert want | set(FAST_BWD_WGMMA_TUNING) <= tiles
+
+
+def test_wgmma_model_equals_simulator():
+    plan = make_fast_backward_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, kernel="wgmma")
+    inputs = make_inputs(plan, seed=3)
+    assert simulate(plan, inputs).counts == model.exact(plan)

@@ -88,11 +88,25 @@ def _plan_variants(source: str) -> list[CompileVariant]:
             make_fast_backward_plan,
         )
 
-        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, deterministic=det, **options)
+        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, deterministic=det, kernel="mma", **options)
                  for t in FAST_BWD_DTYPES for d in FAST_BWD_HEAD_DIMS for det in (False, True)
                  for options in FAST_BWD_FALLBACKS]  # the defaults and make_plan's smaller fallbacks
-        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, ds_stages=ds)
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, ds_stages=ds,
+                                          kernel="mma")
                   for d, br, bc, ds in FAST_BWD_TUNING]  # tuning variants
+    if source == "flash_wgmma_bwd.cu":
+        from iokernels.fast_bwd import (
+            FAST_BWD_DTYPES,
+            FAST_BWD_HEAD_DIMS,
+            FAST_BWD_WGMMA_TUNING,
+            make_fast_backward_plan,
+        )
+
+        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel="wgmma", **tiles)
+                 for t in FAST_BWD_DTYPES for d in FAST_BWD_HEAD_DIMS
+                 for tiles in ({}, {"block_r": 64, "block_c": 64})]  # defaults and make_plan's fallback
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
+                  for d, br, bc in FAST_BWD_WGMMA_TUNING]  # tuning variants
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):
@@ -106,12 +120,12 @@ COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
-                      "flash_wgmma.cu", "flash_tc_bwd.cu")},
+                      "flash_wgmma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu")},
 }
 
 # Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these
 # real architectures only, on the GPU and in the CPU compile test; any other device cannot use them.
-SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",)}
+SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",), "flash_wgmma_bwd.cu": ("sm_90a",)}
 
 
 def list_sources() -> list[str]:

@@ -38,6 +38,8 @@
 
 #include "tc.cuh"
 
+#include "bwd.cuh"
+
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS) || !defined(SMEM_BYTES)
 #error "flash_tc_bwd.cu needs BR, BC, HEAD_D, THREADS and SMEM_* from the plan"
 #endif
@@ -46,50 +48,7 @@ static_assert(BR % 64 == 0, "dSᵀ rows of BR elements are at least 8 swizzled 1
 static_assert(BC % 16 == 0, "16 keys per warp");
 
 // ---------------------------------------------------------------------------------------------
-// Helpers of this file (the counted ones follow common.cuh's pattern: the count sits beside the access).
-
-// One float, global -> shared, by a 4-byte cp.async, counted as 4 bytes read of tensor TI. With
-// valid == false the float is zero-filled and nothing is read or counted (src must still point into
-// the tensor).
-template <int TI, int... Ts>
-__device__ __forceinline__ void ftb_cp_async4(IokCounters<Ts...>& c, float* dst, const float* src, bool valid)
-{
-    constexpr int slot = iok_slot<TI, Ts...>();
-    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
-    if constexpr (IokCounters<Ts...>::counting) c.r[slot] += valid ? 4u : 0u;
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
-}
-
-// ROWS row scalars (lse or D of a block of rows), rows [0, rows_valid) read, the rest zero.
-template <int TI, int ROWS, typename C>
-__device__ __forceinline__ void ftb_load_scalars(C& io, float* s, const float* g, int rows_valid)
-{
-#pragma unroll
-    for (int r = threadIdx.x; r < ROWS; r += THREADS) {
-        const bool valid = r < rows_valid;
-        ftb_cp_async4<TI>(io, s + r, g + (valid ? r : 0), valid);
-    }
-}
-
-// p[0] += a, p[1] += b in global memory (p 8-byte aligned): a read-modify-write of 8 bytes, counted
-// as 8 read and 8 written (DESIGN.md rule 4), like two float iok_atomic_add.
-template <int TI, int... Ts>
-__device__ __forceinline__ void ftb_red_add2(IokCounters<Ts...>& c, float* p, float a, float b)
-{
-    constexpr int slot = iok_slot<TI, Ts...>();
-    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
-    if constexpr (IokCounters<Ts...>::counting) {
-        c.r[slot] += 8u;
-        c.w[slot] += 8u;
-    }
-#if __CUDA_ARCH__ >= 900
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-#else
-    atomicAdd(p, a);
-    atomicAdd(p + 1, b);
-#endif
-}
+// Helpers of this file (the counted ones shared with flash_wgmma_bwd.cu are in bwd.cuh).
 
 // Element offset of (row, chunk) in a swizzled tile of LEN-element rows (LEN / 8 >= 8 chunks).
 template <int LEN>
@@ -257,8 +216,8 @@ __device__ __forceinline__ void ftb_kv_outer(C& io, const T* __restrict__ Q, con
         const int rows = min(BR, n_q - i * BR);
         tc_load_tile<IOK_T_Q, BR>(io, tc_buffer<T>(smem, buf ? FTB_Q1 : SMEM_Q0), Q + row * HEAD_D, rows);
         tc_load_tile<IOK_T_dO, BR>(io, tc_buffer<T>(smem, buf ? FTB_DO1 : SMEM_DO0), dO + row * HEAD_D, rows);
-        ftb_load_scalars<IOK_T_lse, BR>(io, tc_buffer<float>(smem, buf ? FTB_LSE1 : SMEM_LSE0), lse + row, rows);
-        ftb_load_scalars<IOK_T_D, BR>(io, tc_buffer<float>(smem, buf ? FTB_D1 : SMEM_D0), Dg + row, rows);
+        bwd_load_scalars<IOK_T_lse, BR>(io, tc_buffer<float>(smem, buf ? FTB_LSE1 : SMEM_LSE0), lse + row, rows);
+        bwd_load_scalars<IOK_T_D, BR>(io, tc_buffer<float>(smem, buf ? FTB_D1 : SMEM_D0), Dg + row, rows);
     };
     load_q_block(0, 0);
     iok_cp_async_commit();
@@ -301,7 +260,7 @@ __device__ __forceinline__ void ftb_kv_outer(C& io, const T* __restrict__ Q, con
                     float* dst = dQacc + (q_base + row0 + r) * HEAD_D + c0 * 8 + 2 * t;
 #pragma unroll
                     for (int n = 0; n < DQ_PASS_NT; ++n) {
-                        ftb_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[n][2 * h] * scale, acc[n][2 * h + 1] * scale);
+                        bwd_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[n][2 * h] * scale, acc[n][2 * h + 1] * scale);
                     }
                 }
             }
@@ -498,7 +457,7 @@ flash_tc_bwd_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     tc_load_tile<IOK_T_Q, BR>(io, tc_buffer<T>(smem, SMEM_Q), Q + q_off * HEAD_D, rows);
     tc_load_tile<IOK_T_dO, BR>(io, tc_buffer<T>(smem, SMEM_DO), dO + q_off * HEAD_D, rows);
     tc_load_tile<IOK_T_O, BR>(io, tc_buffer<T>(smem, SMEM_O), O + q_off * HEAD_D, rows);
-    ftb_load_scalars<IOK_T_lse, BR>(io, lse_s, lse + q_off, rows);
+    bwd_load_scalars<IOK_T_lse, BR>(io, lse_s, lse + q_off, rows);
     iok_cp_async_commit();
     tc_load_tile<IOK_T_K, KV_BLOCK>(io, tc_buffer<T>(smem, SMEM_K0), K + kv_base * HEAD_D, min(KV_BLOCK, n_k));
     tc_load_tile<IOK_T_V, KV_BLOCK>(io, tc_buffer<T>(smem, SMEM_V0), V + kv_base * HEAD_D, min(KV_BLOCK, n_k));

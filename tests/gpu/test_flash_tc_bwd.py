@@ -1,6 +1,7 @@
-"""The tensor-core backward (flash_tc_bwd.cu, iokernels.fast_bwd): counters == model == simulator byte for
-byte; gradients within flash-attention's same-precision tolerance (ragged N, N_q != N_k included); the
-plain build agrees with the counting build; the deterministic variant is bit-identical run to run."""
+"""The tensor-core backward (flash_wgmma_bwd.cu on sm_90, flash_tc_bwd.cu, iokernels.fast_bwd): counters ==
+model == simulator byte for byte; gradients within flash-attention's same-precision tolerance (ragged N,
+N_q != N_k included); the plain build agrees with the counting build; the deterministic variant is bit-identical run
+to run."""
 
 import zlib
 
@@ -8,7 +9,13 @@ import numpy as np
 import pytest
 
 from iokernels import gpu, model, reference
-from iokernels.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_TUNING, make_fast_backward_plan
+from iokernels.fast_bwd import (
+    FAST_BWD_FALLBACKS,
+    FAST_BWD_TUNING,
+    FAST_BWD_WGMMA_TUNING,
+    fit_fast_backward_plan,
+    make_fast_backward_plan,
+)
 from iokernels.plan import make_plan
 from iokernels.simulate import simulate
 
@@ -26,6 +33,14 @@ CASES = [  # (N_q, N_k, d, dtype, batch, heads)
     (257, 4097, 128, "bfloat16", 1, 1),
 ]
 GRADS = ("dQ", "dK", "dV")
+# (kernel, deterministic): the wgmma kernel (sm_90 only) and the mma kernels, atomic and deterministic
+KERNELS = [("wgmma", False), ("mma", False), ("mma", True)]
+KERNEL_IDS = ["wgmma", "mma-atomic", "mma-deterministic"]
+
+
+def _need(kernel: str) -> None:
+    if kernel == "wgmma" and cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma backward runs on sm_90 only")
 
 
 def _seed(*parts) -> int:
@@ -48,12 +63,13 @@ def _check_grads(got, host, dtype):
         assert err <= bound, (name, err, bound)
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("kernel, deterministic", KERNELS, ids=KERNEL_IDS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_counters_and_gradients(case, deterministic):
+def test_counters_and_gradients(case, kernel, deterministic):
+    _need(kernel)
     n_q, n_k, d, dtype, batch, heads = case
     plan = make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                   deterministic=deterministic)
+                                   deterministic=deterministic, kernel=kernel)
     inputs, host = gpu.make_device_inputs(plan, seed=_seed(case))
     run = gpu.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)
@@ -63,18 +79,32 @@ def test_counters_and_gradients(case, deterministic):
     _check_grads(_grads(run, plan), host, dtype)
 
 
-VARIANTS = ([{"block_r": br, "block_c": bc, "ds_stages": ds, "d": d} for d, br, bc, ds in FAST_BWD_TUNING]
-            + [{**options, "d": d} for options in FAST_BWD_FALLBACKS[1:] for d in (64, 128)])
+VARIANTS = ([{"kernel": "mma", "block_r": br, "block_c": bc, "ds_stages": ds, "d": d}
+             for d, br, bc, ds in FAST_BWD_TUNING]
+            + [{"kernel": "mma", **options, "d": d} for options in FAST_BWD_FALLBACKS[1:] for d in (64, 128)]
+            + [{"kernel": "wgmma", "block_r": br, "block_c": bc, "d": d} for d, br, bc in FAST_BWD_WGMMA_TUNING]
+            + [{"kernel": "wgmma", "block_r": 64, "block_c": 64, "d": d} for d in (64, 128)])
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
 def test_tile_variants(variant):
+    _need(variant["kernel"])
     dtype = "bfloat16" if variant.get("q_stages") == 1 else "float16"
     plan = make_fast_backward_plan(N_q=300, N_k=517, dtype=dtype, heads=2, **variant)
     inputs, host = gpu.make_device_inputs(plan, seed=_seed(variant))
     run = gpu.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     _check_grads(_grads(run, plan), host, dtype)
+
+
+@pytest.mark.parametrize("sram_kb", [227, 140, 100])
+def test_fit_takes_the_fastest_plan_that_fits(sram_kb):
+    plan = fit_fast_backward_plan(sram=sram_kb * 1024, N_q=333, N_k=250, d=128, dtype="float16", heads=2)
+    assert plan.smem_bytes <= sram_kb * 1024
+    inputs, host = gpu.make_device_inputs(plan, seed=sram_kb)
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    _check_grads(_grads(run, plan), host, "float16")
 
 
 def test_make_plan_takes_the_fallback_that_fits_m():
@@ -86,9 +116,11 @@ def test_make_plan_takes_the_fallback_that_fits_m():
     _check_grads(_grads(run, plan), host, "float16")
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
-def test_plain_build_matches_counting_build(deterministic):
-    plan = make_fast_backward_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, deterministic=deterministic)
+@pytest.mark.parametrize("kernel, deterministic", KERNELS, ids=KERNEL_IDS)
+def test_plain_build_matches_counting_build(kernel, deterministic):
+    _need(kernel)
+    plan = make_fast_backward_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, deterministic=deterministic,
+                                   kernel=kernel)
     inputs, _ = gpu.make_device_inputs(plan, seed=5)
     counted = _grads(gpu.run_plan(plan, inputs, counting=True), plan)
     plain_run = gpu.run_plan(plan, inputs, counting=False)
@@ -111,7 +143,7 @@ def test_deterministic_is_bit_identical(d, dtype):
     for name in GRADS:
         assert runs[0][name].tobytes() == runs[1][name].tobytes() == runs[2][name].tobytes(), name
     # and the same gradients as the atomic plan, up to the order of the float additions of dQ
-    atomic = make_fast_backward_plan(N_q=1500, N_k=700, d=d, dtype=dtype, heads=3)
+    atomic = make_fast_backward_plan(N_q=1500, N_k=700, d=d, dtype=dtype, heads=3, kernel="mma")
     other = _grads(gpu.run_plan(atomic, inputs, counting=False), atomic)
     mine = {n: gpu.to_float64(cp.asarray(x), dtype) for n, x in runs[0].items()}
     for name in GRADS:
@@ -119,10 +151,12 @@ def test_deterministic_is_bit_identical(d, dtype):
         assert np.max(np.abs(mine[name] - other[name])) <= 2 ** -6 * ref, name
 
 
-@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("kernel, deterministic", KERNELS, ids=KERNEL_IDS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_large_logits_stay_finite(dtype, deterministic):
-    plan = make_fast_backward_plan(N_q=300, N_k=200, d=128, dtype=dtype, heads=2, deterministic=deterministic)
+def test_large_logits_stay_finite(dtype, kernel, deterministic):
+    _need(kernel)
+    plan = make_fast_backward_plan(N_q=300, N_k=200, d=128, dtype=dtype, heads=2, deterministic=deterministic,
+                                   kernel=kernel)
     inputs, _ = gpu.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
     got = _grads(gpu.run_plan(plan, inputs, counting=False), plan)
     for name, x in got.items():
