@@ -29,7 +29,11 @@ __device__ __forceinline__ int wg_off(int row, int col)
 template <int TI, int ROWS, typename T, typename C>
 __device__ __forceinline__ void wg_load_tile(C& io, T* s, const T* g, int rows_valid)
 {
+#ifdef IOK_COUNT
+#pragma unroll 1  // the counting build: fewer registers (its counters take some)
+#else
 #pragma unroll
+#endif
     for (int q = threadIdx.x; q < ROWS * WG_ROW_CHUNKS; q += THREADS) {
         const int row = q / WG_ROW_CHUNKS, col = (q % WG_ROW_CHUNKS) * 8;
         const bool valid = row < rows_valid;  // a zero-filled row points at row 0 (always valid)
