@@ -7,7 +7,7 @@ from typing import Any
 
 from ._cupy import require_cupy
 from .fast import FAST_DTYPES, FAST_HEAD_DIMS
-from .plan import D_MAX, D_MIN, D_MULTIPLE, make_plan
+from .plan import D_MAX, D_MIN, D_MULTIPLE, make_plan, normalize_causal, supports_causal
 from .units import parse_size
 
 FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
@@ -70,7 +70,7 @@ def _check(arrays: dict[str, Any], n_names: dict[str, str], kv_group: int = 1
     return mods.pop(), _DTYPES[dtype], lead, n_q, n_k, d
 
 
-def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1):
+def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal=""):
     from .specs import current_device_spec
 
     spec = current_device_spec()
@@ -83,7 +83,7 @@ def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_gro
     # grouped-query attention needs the head dim apart (the last leading dim); otherwise all are batch
     batch, heads = (math.prod(lead), 1) if kv_group == 1 else (math.prod(lead[:-1]), lead[-1])
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
-                     heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit)
+                     heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal)
 
 
 def _to_device(cp, x, shape):
@@ -108,20 +108,29 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     (bytes or "96KB"; default 96 KB, or for "fast" the device's limit, where its fastest tiles
     fit; capped at the device's limit). return_lse: also return the row
     logsumexp (..., N_q), float32. Returns O (..., N_q, d) in the input dtype [, lse].
+
+    causal: False, True, "bottom_right" or "top_left". True means **bottom-right** alignment (as
+    FlashAttention-2 and torch's ``causal_lower_right``): query i sees key j iff
+    j <= i + N_k - N_q, so the last query sees every key (decoding with a KV cache). "top_left" is
+    torch's ``is_causal=True``: j <= i. With bottom-right and N_q > N_k the first N_q - N_k queries
+    see no key: their output rows are 0 and their lse −inf (top-left never masks a whole row). Flash
+    and two_pass skip the blocks that are entirely masked; standard attention computes them. The
+    tensor-core schedule "fast" has no causal kernel yet: causal runs use "q_outer" unless a schedule
+    is given.
     """
-    if causal:
-        raise NotImplementedError("causal masking is not implemented yet")
+    causal = normalize_causal(causal)
     group = _kv_group(q, k, v)
     mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group)
     cp = require_cupy()
     from . import gpu
 
-    if algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS:
+    if (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
+            and (not causal or supports_causal("flash", "fast", "fwd"))):
         schedule = "fast"  # the tensor-core kernel where it applies
     if group > 1 and (algorithm, schedule) != ("flash", "fast"):
         raise ValueError(f"grouped-query attention (k and v with {lead[-1] // group} heads, q with {lead[-1]}) "
                          f"runs on the tensor-core flash path only: float16 with d in {FAST_HEAD_DIMS}")
-    plan = _plan(algorithm, schedule, "fwd", n_q, n_k, d, dtype, lead, sram, kv_group=group)
+    plan = _plan(algorithm, schedule, "fwd", n_q, n_k, d, dtype, lead, sram, kv_group=group, causal=causal)
     bh, bh_kv = plan.bh, plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh_kv, n_k, d)),
               "V": _to_device(cp, v, (bh_kv, n_k, d))}
@@ -136,7 +145,7 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
 
 
 def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
-                       scale: float | None = None, sram: int | str | None = None,
+                       causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                        deterministic: bool = False) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
@@ -146,21 +155,29 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     the standard forward first). Flash uses the tensor-core backward (schedule "fast") for float16
     with d of 64 or 128. deterministic=True (that path only): dQ from a query-outer kernel instead of
     float32 atomics, so gradients are bitwise identical run to run (about 25% slower).
+    causal: as :func:`attention` (True is the bottom-right alignment), and the same as the forward
+    that produced o and lse; queries that see no key get dq = 0 and contribute nothing to dk, dv.
+    The tensor-core backward has no causal kernel yet: causal gradients come from the research flash
+    backward ("kv_outer"), so deterministic=True does not take causal.
     Returns dq, dk, dv in the input dtype, numpy or cupy like the inputs.
     """
+    causal = normalize_causal(causal)
     mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
                                            {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"})
     lse_shape = (*lead, n_q)
     if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
         raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
-    cp = require_cupy()
-    from . import gpu
-
-    fast = algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
+    fast = (algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
+            and (not causal or supports_causal("flash", "fast", "bwd")))
+    if deterministic and causal and not fast:
+        raise ValueError("deterministic=True needs the tensor-core flash backward, which has no causal kernel yet")
     if deterministic and not fast:
         raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
                          f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
-    plan = _plan(algorithm, "fast" if fast else None, "bwd", n_q, n_k, d, dtype, lead, sram)
+    cp = require_cupy()
+    from . import gpu
+
+    plan = _plan(algorithm, "fast" if fast else None, "bwd", n_q, n_k, d, dtype, lead, sram, causal=causal)
     if deterministic:
         from .fast_bwd import make_fast_backward_plan
 
@@ -170,7 +187,7 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (bh, n_k, d)),
               "V": _to_device(cp, v, (bh, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}
     if algorithm == "standard":
-        fwd = _plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram)
+        fwd = _plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram, causal=causal)
         inputs["P"] = gpu.run_plan(fwd, {n: inputs[n] for n in ("Q", "K", "V")}, scale=scale).buffers["P"]
     else:
         inputs["O"] = _to_device(cp, o, (bh, n_q, d))

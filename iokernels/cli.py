@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from . import model
-from .plan import all_plans
+from .plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
 from .report import build, render
 from .specs import DEFAULT_GPU, current_device_spec, list_specs, resolve_spec, table_notes
 from .units import check_dtype, format_bytes, parse_size
@@ -80,6 +80,13 @@ def problem_options(fn: Callable) -> Callable:
         click.option("--gpu", default=None,
                      help=f"GPU spec by name (see `iokernels specs`); default: the current device, else {DEFAULT_GPU}"),
         click.option("--backward", is_flag=True, help="also the backward passes"),
+        click.option("--causal", is_flag=True,
+                     help="causal attention (key j visible to query i iff j <= i + offset); flash and two_pass "
+                          "skip fully masked blocks"),
+        click.option("--causal-align", "causal_align", default=None, metavar="bottom-right|top-left",
+                     help=f"alignment of the causal mask when N_q != N_k (with --causal; default "
+                          f"{DEFAULT_CAUSAL_ALIGNMENT.replace('_', '-')}: offset N_k - N_q, the last query sees "
+                          "every key; top-left: offset 0)"),
         click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout"),
     ]
     for option in reversed(options):
@@ -87,7 +94,17 @@ def problem_options(fn: Callable) -> Callable:
     return fn
 
 
-def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward):
+def _causal(causal: bool, causal_align: str | None) -> str:
+    """The plans' causal alignment ("" for none) from --causal and --causal-align."""
+    if causal_align is not None and not causal:
+        raise ValueError(f"--causal-align {causal_align} needs --causal")
+    if not causal:
+        return ""
+    return normalize_causal(True if causal_align is None else causal_align)
+
+
+def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None):
+    causal = _causal(causal, causal_align)
     n_q = n if n_q is None else n_q
     n_k = n if n_k is None else n_k
     if n_q is None or n_k is None:
@@ -99,7 +116,8 @@ def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward):
         raise ValueError(f"--sram {sram_bytes} bytes exceeds the per-block shared-memory limit of {spec.name}, "
                          f"{limit} bytes ({format_bytes(limit)}); choose a smaller --sram or another --gpu")
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
-                      heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None)
+                      heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
+                      causal=causal)
     return plans, spec
 
 
@@ -118,11 +136,13 @@ def cli() -> None:
 @click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
-def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, detail, latex) -> None:
+def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, detail,
+              latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
-    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
-    doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True))
+    doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
+                                                    causal=p.causal))
                        for p in plans}
     lines = [render(doc, detail=detail, measured=False), ""]
     totals = {(r["algorithm"], r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
@@ -132,10 +152,13 @@ def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json,
                      f"extra memory {format_bytes(t['footprint_bytes'])}, "
                      f"roofline {t['roofline_seconds'] * 1e3:.3f} ms on {spec.name}")
     lines.append("")
+    causal_note = ("; causal: R_K, R_Q key and query rows the block loops load over the visible block pairs, "
+                   "A_S elements of the visible S blocks, N_qv, N_kv rows of blocks with a visible pair")
     lines.append("formulas (bytes; N_q, N_k, d, BH = batch*heads, e = bytes per element, M in elements, "
-                 "B_r, B_c, BM, BN tiles):")
+                 "B_r, B_c, BM, BN tiles" + (causal_note if any(p.causal for p in plans) else "") + "):")
     for p in plans:
-        for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail):
+        for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail,
+                                             causal=p.causal):
             lines.append(f"[{p.label}] {label}:")
             lines.extend("    " + x for x in formula.splitlines())
     _emit(doc, as_json, "\n".join(lines))
@@ -172,8 +195,8 @@ def specs_cmd(as_json: bool) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
 @user_errors
-def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, detail, simulate, seed,
-                repeats) -> None:
+def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, detail,
+                simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor."""
     from .compare import compare
 
@@ -181,7 +204,7 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_jso
     if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
         raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
                          "simulate another GPU's tiling")
-    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
     reason = "--simulate" if simulate else "no CUDA device found"
@@ -195,13 +218,14 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_jso
 @problem_options
 @click.option("--repeats", type=int, default=20, show_default=True, help="timed runs per stage")
 @user_errors
-def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, repeats) -> None:
+def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json,
+                     repeats) -> None:
     """Each kernel stage against the GPU's copy bandwidth and cupy.matmul; counting vs plain build."""
     from . import bench
     from ._cupy import require_cupy
 
     require_cupy()
-    plans, _ = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    plans, _ = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
     click.echo(f"iokernels: benchmarking {len(plans)} plans ...", err=True)
     doc = bench.kernel_bench(plans, repeats=repeats)
     _emit(doc, as_json, bench.render(doc))
@@ -279,15 +303,15 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, backward, long_table, long_
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
 @click.option("--detail", is_flag=True, help="per-tensor counted and model bytes under each kernel")
 @user_errors
-def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_json, algorithms, kernels,
-                cache_control, seed, detail) -> None:
+def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, algorithms,
+                kernels, cache_control, seed, detail) -> None:
     """Nsight Compute counters (DRAM, L1, L2) beside the kernels' counted bytes and the model, per kernel."""
     from . import profile
 
     device = current_device_spec()
     if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
         raise ValueError(f"--gpu {gpu} does not match this device ({device.name})")
-    plans, _ = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward)
+    plans, _ = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
     plans = profile.select_plans(plans, algorithms)
     selection = profile.select_stages(plans, kernels)
     ncu = profile.check_environment()
@@ -319,9 +343,12 @@ def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, as_jso
               help="write log-log plots to this file (PNG; needs matplotlib)")
 @user_errors
 def sweep_cmd(vary, values, algorithms, schedules, n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
-              as_json, simulate, seed, repeats, no_check, no_fit, csv_path, plot_path) -> None:
+              causal, causal_align, as_json, simulate, seed, repeats, no_check, no_fit, csv_path, plot_path) -> None:
     """Run compare for each value of N, d, M or block size; fit log-log exponents beside the model's."""
     from . import sweep
+
+    if _causal(causal, causal_align):
+        raise ValueError("sweep does not take --causal yet; use compare or model --causal per point")
 
     if plot_path is not None:
         from .plotting import require_matplotlib

@@ -10,6 +10,16 @@ elements) in place of the plan's, giving the Θ forms with the constant each sch
 Counting rules (``DESIGN.md``): every load counts, re-reads included; only in-range elements count;
 atomics count as a read and a write. FLOPs are matrix-product FLOPs (2 per multiply-add), the
 FlashAttention-2 convention; the softmax's elementwise work is not counted.
+
+Causal plans (``causal=`` of the functions below, ``plan.causal``): the tiled schedules skip every
+(query block, key block) pair whose elements are all masked, so their block-loop re-reads become
+sums over the visible pairs. These are the symbols ``R_K``, ``R_Q``, ``A_S``, ``N_qv``, ``N_kv``
+(:func:`iokernels.plan.causal_sums`), whose values :func:`exact` takes from the plan; without a
+mask they are N_k·T_r, N_q·T_c, N_q·N_k, N_q and N_k. Standard attention computes all of S, so
+its bytes do not change. The Θ forms put the visible area A (continuous: ``m(N_q − m/2)`` top-left,
+``m(N_k − m/2)`` bottom-right, m = min(N_q, N_k); N²/2 when N_q = N_k = N) for the sums: R_K → A/B_r,
+R_Q → A/B_c, A_S → A. FLOPs are halved for causal plans (the FlashAttention-2 convention for
+TFLOP/s), whatever the schedule actually computes.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from functools import cache
 
 import sympy as sp
 
-from .plan import FLOAT32_TENSORS, SCHEDULES, Plan
+from .plan import FLOAT32_TENSORS, SCHEDULES, Plan, causal_sums, normalize_causal
 from .specs import GpuSpec
 from .tensors import DIMS, TENSORS
 from .units import ACC_ITEMSIZE
@@ -37,6 +47,24 @@ N = _pos("N")  # N_q = N_k = N, for the Θ forms
 
 T_r = sp.ceiling(N_q / B_r)
 T_c = sp.ceiling(N_k / B_c)
+
+# causal plans: sums over the visible (query block, key block) pairs (iokernels.plan.causal_sums)
+R_K = _pos("R_K")  # key rows the query-block loops load: Σ cols_j (N_k·T_r without a mask)
+R_Q = _pos("R_Q")  # query rows the key-block loops load: Σ rows_i (N_q·T_c)
+A_S = _pos("A_S")  # elements of the visible S blocks: Σ rows_i·cols_j (N_q·N_k)
+N_qv = _pos("N_qv")  # rows of query blocks with a visible pair (N_q)
+N_kv = _pos("N_kv")  # rows of key blocks with a visible pair (N_k)
+CAUSAL_SYMBOLS = {R_K: "R_K", R_Q: "R_Q", A_S: "A_S", N_qv: "N_qv", N_kv: "N_kv"}
+
+
+class _Loops:
+    """What a schedule's block loops move: the unmasked products, or the causal sums."""
+
+    def __init__(self, causal: bool) -> None:
+        if causal:
+            self.k_by_q, self.q_by_k, self.s, self.q_any, self.k_any = R_K, R_Q, A_S, N_qv, N_kv
+        else:
+            self.k_by_q, self.q_by_k, self.s, self.q_any, self.k_any = N_k * T_r, N_q * T_c, N_q * N_k, N_q, N_k
 
 IoTable = dict[str, dict[str, tuple[sp.Expr, sp.Expr]]]  # stage -> tensor -> (read, write) bytes
 
@@ -63,7 +91,7 @@ class _Stage:
         return self.read(a, m * k * sp.ceiling(n / BN)).read(b, k * n * sp.ceiling(m / BM)).write(c, m * n)
 
 
-def _standard_fwd() -> dict[str, _Stage]:
+def _standard_fwd(c: _Loops) -> dict[str, _Stage]:  # causal: S computed in full (−inf where masked)
     return {
         "qk": _Stage().gemm("Q", "K", "S", N_q, N_k, d),
         "rowmax": _Stage().read("S", N_q * N_k).write("m", N_q),
@@ -73,7 +101,7 @@ def _standard_fwd() -> dict[str, _Stage]:
     }
 
 
-def _standard_bwd() -> dict[str, _Stage]:
+def _standard_bwd(c: _Loops) -> dict[str, _Stage]:  # causal: P is 0 where masked, same products
     return {
         "dv": _Stage().gemm("P", "dO", "dV", N_k, d, N_q),
         "dp": _Stage().gemm("dO", "V", "dP", N_q, N_k, d),
@@ -84,37 +112,39 @@ def _standard_bwd() -> dict[str, _Stage]:
     }
 
 
-def _two_pass(schedule: str) -> dict[str, _Stage]:
-    stats = _Stage().read("Q", N_q * d).read("K", N_k * d * T_r).write("m", N_q).write("l", N_q)
-    output = _Stage().read("m", N_q).read("l", N_q).read("V", N_k * d * T_r).write("O", N_q * d)
+def _two_pass(schedule: str, c: _Loops) -> dict[str, _Stage]:
+    # causal: a query block with no visible key loads nothing (and writes m = −inf, l = 0, O = 0)
+    stats = _Stage().read("Q", c.q_any * d).read("K", d * c.k_by_q).write("m", N_q).write("l", N_q)
+    output = _Stage().read("m", c.q_any).read("l", c.q_any).read("V", d * c.k_by_q).write("O", N_q * d)
     if schedule == "store":
-        stats.write("S", N_q * N_k)
-        output.read("S", N_q * N_k)
+        stats.write("S", c.s)
+        output.read("S", c.s)
     else:
-        output.read("Q", N_q * d).read("K", N_k * d * T_r)
+        output.read("Q", c.q_any * d).read("K", d * c.k_by_q)
     return {"stats": stats, "output": output}
 
 
-def _flash_kv_outer_fwd() -> dict[str, _Stage]:
-    main = _Stage().read("K", N_k * d).read("V", N_k * d).read("Q", N_q * d * T_c)
+def _flash_kv_outer_fwd(c: _Loops) -> dict[str, _Stage]:
+    main = _Stage().read("K", c.k_any * d).read("V", c.k_any * d).read("Q", d * c.q_by_k)
     for tensor, width in (("l", 1), ("m", 1), ("Oacc", d)):  # O's round trips, in float32
-        main.read(tensor, N_q * width * T_c).write(tensor, N_q * width * T_c)
+        main.read(tensor, width * c.q_by_k).write(tensor, width * c.q_by_k)
     return {"init": _Stage().write("m", N_q).write("l", N_q).write("Oacc", N_q * d),
             "main": main,
             "finalize": _Stage().write("O", N_q * d).read("Oacc", N_q * d)}
 
 
-def _flash_q_outer_fwd() -> dict[str, _Stage]:
-    main = (_Stage().read("Q", N_q * d).read("K", N_k * d * T_r).read("V", N_k * d * T_r)
+def _flash_q_outer_fwd(c: _Loops) -> dict[str, _Stage]:
+    main = (_Stage().read("Q", c.q_any * d).read("K", d * c.k_by_q).read("V", d * c.k_by_q)
             .write("O", N_q * d).write("lse", N_q))
     return {"main": main}
 
 
-def _flash_bwd() -> dict[str, _Stage]:
-    main = (_Stage().read("K", N_k * d).read("V", N_k * d)
-            .read("Q", N_q * d * T_c).read("dO", N_q * d * T_c)
-            .read("lse", N_q * T_c).read("D", N_q * T_c)
-            .read("dQacc", N_q * d * T_c).write("dQacc", N_q * d * T_c)  # atomic adds
+def _flash_bwd(c: _Loops) -> dict[str, _Stage]:
+    # causal: a key block no query sees loads nothing and writes dK_j = dV_j = 0
+    main = (_Stage().read("K", c.k_any * d).read("V", c.k_any * d)
+            .read("Q", d * c.q_by_k).read("dO", d * c.q_by_k)
+            .read("lse", c.q_by_k).read("D", c.q_by_k)
+            .read("dQacc", d * c.q_by_k).write("dQacc", d * c.q_by_k)  # atomic adds
             .write("dK", N_k * d).write("dV", N_k * d))
     return {
         "prep": _Stage().read("dO", N_q * d).read("O", N_q * d).write("D", N_q).write("dQacc", N_q * d),
@@ -123,7 +153,7 @@ def _flash_bwd() -> dict[str, _Stage]:
     }
 
 
-def _flash_fast_bwd_deterministic() -> dict[str, _Stage]:
+def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
     # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
     # and writes dQ once; the K/V-outer stage is the main stage without dQacc
     dq = (_Stage().read("Q", N_q * d).read("dO", N_q * d).read("O", N_q * d).read("lse", N_q).write("D", N_q)
@@ -138,8 +168,8 @@ def _flash_fast_bwd_deterministic() -> dict[str, _Stage]:
 _BUILDERS = {
     ("standard", "default", "fwd"): _standard_fwd,
     ("standard", "default", "bwd"): _standard_bwd,
-    ("two_pass", "store", "fwd"): lambda: _two_pass("store"),
-    ("two_pass", "recompute", "fwd"): lambda: _two_pass("recompute"),
+    ("two_pass", "store", "fwd"): lambda c: _two_pass("store", c),
+    ("two_pass", "recompute", "fwd"): lambda c: _two_pass("recompute", c),
     ("flash", "kv_outer", "fwd"): _flash_kv_outer_fwd,
     ("flash", "q_outer", "fwd"): _flash_q_outer_fwd,
     ("flash", "fast", "fwd"): _flash_q_outer_fwd,  # the q_outer loop order on tensor cores, own tiles
@@ -189,16 +219,19 @@ def _elements(tensor: str) -> sp.Expr:
     return sp.Mul(*(_EXTENT[x] for x in DIMS[tensor]))
 
 
-def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "") -> IoTable:
-    """Exact bytes read and written, per stage and tensor, as sympy expressions."""
-    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)]()
+def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+             causal: bool | str = False) -> IoTable:
+    """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
+    causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values)."""
+    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](_Loops(bool(normalize_causal(causal))))
     return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
             for name, st in stages.items()}
 
 
-def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "") -> tuple[sp.Expr, sp.Expr]:
+def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+                causal: bool | str = False) -> tuple[sp.Expr, sp.Expr]:
     read = write = sp.Integer(0)
-    for tensors in io_exprs(algorithm, schedule, direction, variant).values():
+    for tensors in io_exprs(algorithm, schedule, direction, variant, causal=causal).values():
         for r, w in tensors.values():
             read, write = read + r, write + w
     return read, write
@@ -213,15 +246,31 @@ def _ideal_tiles(algorithm: str, schedule: str, direction: str) -> dict:
     return {B_r: big, B_c: small}
 
 
+def visible_area_expr(causal: bool | str) -> sp.Expr:
+    """The visible part of the N_q x N_k score matrix, continuous (the Θ forms' causal area):
+    m(N_q − m/2) top-left, m(N_k − m/2) bottom-right, m = min(N_q, N_k); N_q·N_k without a mask."""
+    causal = normalize_causal(causal)
+    if not causal:
+        return N_q * N_k
+    m = sp.Min(N_q, N_k)
+    return m * ((N_q if causal == "top_left" else N_k) - m / 2)
+
+
 @cache  # simplify is slow, and sweeps ask for the same few forms at every point
-def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
+def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+               causal: bool | str = False) -> sp.Expr:
     """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
     For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
+    Causal: the visible area A (:func:`visible_area_expr`) in place of the causal sums.
     """
-    read, write = total_exprs(algorithm, schedule, direction, variant)
+    read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal)
+    expr = read + write
+    if normalize_causal(causal):
+        area = visible_area_expr(causal)
+        expr = expr.subs({R_K: area / B_r, R_Q: area / B_c, A_S: area, N_qv: N_q, N_kv: N_k})
     # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
-    expr = (read + write).replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
+    expr = expr.replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
     return sp.simplify(expr.subs(_ideal_tiles(algorithm, schedule, direction)))
 
 
@@ -231,7 +280,7 @@ def theta_leading(plan: Plan) -> tuple[int, float]:
     the FlashAttention-2 order; standard: (2, its N² bytes, which grow with d only through the
     matrix products' panel re-reads)."""
     values = {k: v for k, v in plan_values(plan).items() if k not in (N_q, N_k)}
-    expr = theta_expr(*_key(plan)).subs({N_q: N, N_k: N}).subs(values)
+    expr = theta_expr(*_key(plan), causal=plan.causal).subs({N_q: N, N_k: N}).subs(values)
     poly = sp.Poly(sp.expand(expr), N)
     return poly.degree(), float(poly.LC())
 
@@ -258,8 +307,11 @@ def order(algorithm: str, schedule: str, direction: str, variant: str = "") -> s
     return _ORDER[_k(algorithm, schedule, direction, variant)]
 
 
-def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
-    return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
+def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+               causal: bool | str = False) -> sp.Expr:
+    """Matrix-product FLOPs; halved for causal attention (the FlashAttention-2 convention)."""
+    flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
+    return flops / 2 if normalize_causal(causal) else flops
 
 
 def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
@@ -275,6 +327,9 @@ def plan_values(plan: Plan) -> dict:
     for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
         if key in tile:
             values[sym] = tile[key]
+    if plan.causal and "Br" in tile:
+        sums = causal_sums(plan.N_q, plan.N_k, tile["Br"], tile["Bc"], plan.causal)
+        values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
     return values
 
 
@@ -293,7 +348,7 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
     """Exact bytes (read, written) per stage and tensor for this plan."""
     values = plan_values(plan)
     return {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
-            for stage, tensors in io_exprs(*_key(plan)).items()}
+            for stage, tensors in io_exprs(*_key(plan), causal=plan.causal).items()}
 
 
 def per_tensor(stages: dict[str, dict[str, tuple[int, int]]]) -> dict[str, tuple[int, int]]:
@@ -347,22 +402,22 @@ def predict(plan: Plan) -> Prediction:
     return Prediction(
         plan=plan,
         stages=exact(plan),
-        theta_bytes=float(theta_expr(*key).subs(values)),
-        flops=_int(flops_expr(*key), values),
+        theta_bytes=float(theta_expr(*key, causal=plan.causal).subs(values)),
+        flops=_int(flops_expr(*key, causal=plan.causal), values),
         footprint_bytes=_int(footprint_expr(*key), values),
     )
 
 
 def formulas(algorithm: str, schedule: str, direction: str, *, latex: bool = False,
-             per_tensor: bool = False, variant: str = "") -> list[tuple[str, str]]:
+             per_tensor: bool = False, variant: str = "", causal: bool | str = False) -> list[tuple[str, str]]:
     """(label, formula) pairs: total read, write and Θ bytes, and optionally each tensor's."""
     show = sp.latex if latex else (lambda x: sp.pretty(x, use_unicode=True))
     key = (algorithm, schedule, direction, variant)
-    read, write = total_exprs(*key)
+    read, write = total_exprs(*key, causal=causal)
     out = [("read", show(sp.simplify(read))), ("write", show(sp.simplify(write))),
-           (f"theta {order(*key)}", show(theta_expr(*key)))]
+           (f"theta {order(*key)}", show(theta_expr(*key, causal=causal)))]
     if per_tensor:
-        for stage, tensors in io_exprs(*key).items():
+        for stage, tensors in io_exprs(*key, causal=causal).items():
             for t, (r, w) in tensors.items():
                 if r != 0:
                     out.append((f"{stage} {t} read", show(r)))

@@ -18,12 +18,24 @@ Tile rules (M_el = M / itemsize, the paper's M in elements):
 Figure 2): a forced tile is used as given, and a tile left free follows the rule above relative to
 it (the streamed block at most min(forced, d), the resident block at most ceil(M_el / 4d)), shrunk
 until the buffers fit. A forced tiling that does not fit in M raises ValueError.
+
+Causal attention (``make_plan(..., causal=True)``): key j is visible to query i iff
+j <= i + offset, with offset = N_k - N_q for the **bottom-right** alignment (the default, like
+FlashAttention-2 and torch's ``causal_lower_right``: the last query sees every key, as in decoding
+with a KV cache) and offset = 0 for the **top-left** one (torch's ``is_causal=True``). With
+bottom-right and N_q > N_k the first N_q - N_k queries see no key: their output is 0, their
+logsumexp −inf and their gradients 0 (top-left never masks a whole row). Tiles do not change. The
+tiled schedules (flash, two_pass) skip every (query block, key block) pair whose elements are all
+masked, and load nothing for a query block (key block) with no visible pair; :func:`causal_sums`
+gives what they then move. Standard attention computes every element of S (masked ones stored as
+−inf, so P is 0 there): its bytes are those of the unmasked problem. Each causal kernel gets the
+compile-time define ``CAUSAL`` (1 top-left, 2 bottom-right) as a stage parameter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .units import ACC_ITEMSIZE, check_dtype, itemsize
 
@@ -45,6 +57,11 @@ GEMM_TILES = (128, 64, 32, 16)
 GEMM_BK = 32
 GEMM_PIPELINE_STAGES = 2
 SMEM_ALIGN = 16
+
+# causal alignments (Plan.causal); "" is no mask. CAUSAL_CODES: the kernels' CAUSAL define
+CAUSAL_ALIGNMENTS = ("bottom_right", "top_left")
+DEFAULT_CAUSAL_ALIGNMENT = "bottom_right"
+CAUSAL_CODES = {"top_left": 1, "bottom_right": 2}
 
 # Tensors stored in float32 whatever the input dtype; all others use the input dtype.
 FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc"})
@@ -119,8 +136,13 @@ class Plan:
     # grouped-query attention: K and V have kv_heads heads, each shared by heads / kv_heads query
     # heads (0: as many as heads). Only flash/fast/fwd takes kv_heads < heads.
     kv_heads: int = 0
+    # causal mask alignment: "" (none), "bottom_right" or "top_left" (module docstring)
+    causal: str = ""
 
     def __post_init__(self) -> None:
+        if self.causal not in ("", *CAUSAL_ALIGNMENTS):
+            allowed = " or ".join(map(repr, CAUSAL_ALIGNMENTS))
+            raise ValueError(f"Plan.causal must be '' or {allowed}, got {self.causal!r}")
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if not isinstance(self.kv_heads, int) or self.kv_heads < 1 or self.heads % self.kv_heads:
@@ -129,6 +151,11 @@ class Plan:
     @property
     def tile(self) -> dict[str, int]:
         return dict(self.tiles)
+
+    @property
+    def causal_offset(self) -> int:
+        """Key j is visible to query i iff j <= i + causal_offset (causal plans only)."""
+        return causal_offset(self.N_q, self.N_k, self.causal)
 
     @property
     def bh(self) -> int:
@@ -175,6 +202,7 @@ class Plan:
             "pass": self.direction,
             **({"variant": self.variant} if self.variant else {}),
             **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
+            **({"causal": self.causal} if self.causal else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],
@@ -259,6 +287,61 @@ def check_schedule(algorithm: str, schedule: str | None, direction: str) -> str:
             f"unknown schedule {schedule!r} for {algorithm} {direction}: expected one of {', '.join(allowed)}"
         )
     return schedule
+
+
+def normalize_causal(causal: bool | str | None) -> str:
+    """The canonical alignment of a ``causal`` argument: False/None/"" -> "" (no mask), True -> the
+    default (bottom-right), "bottom_right"/"bottom-right"/"top_left"/"top-left" -> that alignment."""
+    if type(causal).__name__ in ("bool", "bool_"):  # Python's or numpy's
+        causal = bool(causal)
+    if causal is None or causal is False or causal == "":
+        return ""
+    if causal is True:
+        return DEFAULT_CAUSAL_ALIGNMENT
+    if isinstance(causal, str):
+        name = causal.strip().lower().replace("-", "_")
+        if name in CAUSAL_ALIGNMENTS:
+            return name
+    raise ValueError(f"unknown causal alignment {causal!r}: expected True, False, "
+                     "'bottom_right' (the default for True) or 'top_left'")
+
+
+def causal_offset(n_q: int, n_k: int, causal: str) -> int:
+    """Key j is visible to query i iff j <= i + offset: N_k - N_q bottom-right, 0 top-left."""
+    return n_k - n_q if causal == "bottom_right" else 0
+
+
+def visible_key_blocks(n_q: int, n_k: int, br: int, bc: int, causal: str) -> list[int]:
+    """For each query block i (rows [i·br, min((i+1)·br, n_q))), how many key blocks of bc it
+    reads under the causal mask: those with any element visible to its last row, a prefix of the
+    key blocks (0 when every element of the block's rows is masked; all of them without a mask)."""
+    tc = _cdiv(n_k, bc)
+    if not causal:
+        return [tc] * _cdiv(n_q, br)
+    off = causal_offset(n_q, n_k, causal)
+    out = []
+    for row0 in range(0, n_q, br):
+        last = min(row0 + br, n_q) - 1 + off  # the largest key any row of the block sees
+        out.append(0 if last < 0 else min(tc, last // bc + 1))
+    return out
+
+
+def causal_sums(n_q: int, n_k: int, br: int, bc: int, causal: str) -> dict[str, int]:
+    """What the tiled schedules move under the causal mask, summed over the visible
+    (query block i, key block j) pairs (rows_i, cols_j: the blocks' in-range rows):
+
+    * ``R_K`` = Σ cols_j: key rows a query-block loop loads (q_outer, two_pass); N_k·T_r unmasked
+    * ``R_Q`` = Σ rows_i: query rows a key-block loop loads (kv_outer, the backward); N_q·T_c
+    * ``A_S`` = Σ rows_i·cols_j: elements of the visible S blocks (two_pass store); N_q·N_k
+    * ``N_qv`` = Σ rows_i over query blocks with a visible pair; N_q
+    * ``N_kv`` = Σ cols_j over key blocks with a visible pair; N_k
+    """
+    vis = visible_key_blocks(n_q, n_k, br, bc, causal)
+    rows = [min(br, n_q - row0) for row0 in range(0, n_q, br)]
+    keys = [min(n_k, v * bc) for v in vis]  # key rows of the visible prefix (only the last block is ragged)
+    return {"R_K": sum(keys), "R_Q": sum(r * v for r, v in zip(rows, vis, strict=True)),
+            "A_S": sum(r * k for r, k in zip(rows, keys, strict=True)),
+            "N_qv": sum(r for r, v in zip(rows, vis, strict=True) if v), "N_kv": max(keys, default=0)}
 
 
 class Unsupported(ValueError):
@@ -396,6 +479,7 @@ def make_plan(
     block_r: int | None = None,
     block_c: int | None = None,
     kv_heads: int | None = None,
+    causal: bool | str = False,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -404,10 +488,73 @@ def make_plan(
     Raises ValueError (SramTooSmall when no tiling fits, naming the smallest M that works;
     TilesDoNotFit when forced tiles do not fit in M). ``kv_heads`` (grouped-query attention: K and
     V with fewer heads, each shared by heads / kv_heads query heads) is taken by flash/fast/fwd only.
+    ``causal``: False, True (bottom-right alignment, the default), "bottom_right" or "top_left"
+    (module docstring); flash/fast/bwd raises Unsupported for causal plans.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     schedule = check_schedule(algorithm, schedule, direction)
+    causal = normalize_causal(causal)
+    plan = _make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype, sram=sram, batch=batch,
+                      heads=heads, direction=direction, smem_limit=smem_limit, block_r=block_r,
+                      block_c=block_c, kv_heads=kv_heads, causal=causal)
+    return with_causal(plan, causal)
+
+
+# the stages whose kernels take the causal mask (CAUSAL define); the others are the unmasked ones
+_CAUSAL_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("standard", "default", "fwd"): ("qk", "rowsum", "normalize"),  # S = -inf where masked; rows with none
+    ("standard", "default", "bwd"): (),  # P is 0 where masked: the backward's products need no mask
+    ("two_pass", "store", "fwd"): ("stats", "output"),
+    ("two_pass", "recompute", "fwd"): ("stats", "output"),
+    ("flash", "kv_outer", "fwd"): ("main",),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "fast", "fwd"): ("main",),  # the mma.sync kernel (flash_tc.cu): make_plan picks it for causal
+    ("flash", "kv_outer", "bwd"): ("main",),
+}
+
+
+def supports_causal(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, causal=True)`` has kernels."""
+    return (algorithm, schedule, direction) in _CAUSAL_STAGES
+
+
+def with_causal(plan: Plan, causal: bool | str) -> Plan:
+    """``plan`` with the causal mask: its ``causal`` field set and the ``CAUSAL`` define (1 top-left,
+    2 bottom-right) added to the parameters of the stages whose kernels apply the mask."""
+    causal = normalize_causal(causal)
+    if not causal:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    if key not in _CAUSAL_STAGES or plan.variant:
+        raise Unsupported(f"causal attention is not implemented by {plan.label} yet")
+    masked = _CAUSAL_STAGES[key]
+    if any(s.kernel == "flash_wgmma_fwd" for s in plan.stages):
+        raise Unsupported("the wgmma forward (flash_wgmma.cu) has no causal mask yet; causal flash/fast plans use "
+                          "the mma.sync kernel (make_plan picks it)")
+    stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s
+                   for s in plan.stages)
+    return replace(plan, causal=causal, stages=stages)
+
+
+def _make_plan(
+    algorithm: str,
+    schedule: str,
+    *,
+    N_q: int,
+    N_k: int,
+    d: int,
+    dtype: str,
+    sram: int,
+    batch: int,
+    heads: int,
+    direction: str,
+    smem_limit: int | None,
+    block_r: int | None,
+    block_c: int | None,
+    kv_heads: int | None,
+    causal: str,
+) -> Plan:
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
             raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
@@ -430,12 +577,17 @@ def make_plan(
         from .fast import _TooSmall, make_fast_plan_within
         from .fast_bwd import fit_fast_backward_plan
 
+        if causal and direction == "bwd":
+            raise Unsupported("causal attention is not implemented by the tensor-core backward (flash/fast/bwd) "
+                              "yet; use flash/kv_outer/bwd")
         if forced:
             raise ValueError("block_r/block_c do not apply to flash/fast: its tiles are fixed")
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
+            # causal: the mma.sync kernel (flash_tc.cu); the wgmma one has no causal mask yet
+            kernel = {"kernel": "mma"} if causal else {}
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads)
+                                             kv_heads=kv_heads, **kernel)
             except _TooSmall as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
@@ -514,8 +666,10 @@ def all_plans(
     heads: int = 1,
     backward: bool = False,
     smem_limit: int | None = None,
+    causal: bool | str = False,
 ) -> list[Plan]:
-    """Every algorithm and schedule (forward, plus backward when asked), in display order."""
+    """Every algorithm and schedule (forward, plus backward when asked), in display order; with
+    ``causal``, those that implement the causal mask (flash/fast/bwd does not yet)."""
     directions = ("fwd", "bwd") if backward else ("fwd",)
     plans, too_small = [], []
     for algorithm in ALGORITHMS:
@@ -524,7 +678,7 @@ def all_plans(
                 try:
                     plans.append(make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                                            sram=sram, batch=batch, heads=heads, direction=direction,
-                                           smem_limit=smem_limit))
+                                           smem_limit=smem_limit, causal=causal))
                 except SramTooSmall as exc:
                     too_small.append((exc.min_bytes, f"{algorithm}/{schedule}/{direction}"))
                 except Unsupported:

@@ -1,10 +1,17 @@
-"""Naive float64 attention on the CPU: the reference every other result is checked against."""
+"""Naive float64 attention on the CPU: the reference every other result is checked against.
+
+``causal``: False, True (bottom-right alignment, the default), "bottom_right" or "top_left"; key j
+is visible to query i iff j <= i + offset (offset N_k - N_q bottom-right, 0 top-left; see
+:mod:`iokernels.plan`). A query that sees no key outputs 0 with logsumexp −inf and zero gradients.
+"""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from .plan import causal_offset, normalize_causal
 
 
 def default_scale(d: int) -> float:
@@ -19,28 +26,70 @@ def _check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         raise ValueError(f"shape mismatch: q {q.shape}, k {k.shape}, v {v.shape}")
 
 
-def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64."""
+def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray | None:
+    """Boolean (n_q, n_k): True where key j is visible to query i; None without a mask."""
+    causal = normalize_causal(causal)
+    if not causal:
+        return None
+    off = causal_offset(n_q, n_k, causal)
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + off
+
+
+def _probabilities(s: np.ndarray, visible: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """softmax over the last axis of s restricted to ``visible`` (rows with none: 0), and the row
+    logsumexp (−inf for those rows)."""
+    if visible is not None:
+        s = np.where(visible, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)  # a row with no visible key: exp(-inf) = 0, l = 0
+    p = np.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        probs = np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
+        lse = np.where(l > 0, m_safe + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+    return probs, lse[..., 0]
+
+
+def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, causal: bool | str = False
+                  ) -> np.ndarray:
+    """P = softmax(scale * Q K^T) in float64, 0 where masked (and on rows with no visible key)."""
+    scale = default_scale(q.shape[-1]) if scale is None else scale
+    s = scale * (np.asarray(q, dtype=np.float64) @ np.swapaxes(np.asarray(k, dtype=np.float64), -1, -2))
+    return _probabilities(s, causal_mask(s.shape[-2], s.shape[-1], causal))[0]
+
+
+def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
+            causal: bool | str = False) -> tuple[np.ndarray, np.ndarray]:
+    """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64
+    (``causal``: see the module docstring)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     s = scale * (q @ np.swapaxes(k, -1, -2))
-    m = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - m)
-    l = p.sum(axis=-1, keepdims=True)
-    return (p / l) @ v, (m + np.log(l))[..., 0]
+    visible = causal_mask(q.shape[-2], k.shape[-2], causal)
+    if visible is None:
+        m = s.max(axis=-1, keepdims=True)
+        p = np.exp(s - m)
+        l = p.sum(axis=-1, keepdims=True)
+        return (p / l) @ v, (m + np.log(l))[..., 0]
+    p, lse = _probabilities(s, visible)
+    return p @ v, lse
 
 
-def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64."""
+def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None,
+             causal: bool | str = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64 (``causal``: see the
+    module docstring)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     s = scale * (q @ np.swapaxes(k, -1, -2))
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    visible = causal_mask(q.shape[-2], k.shape[-2], causal)
+    if visible is None:
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+    else:
+        p = _probabilities(s, visible)[0]
     dv = np.swapaxes(p, -1, -2) @ do
     dp = do @ np.swapaxes(v, -1, -2)
     ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))

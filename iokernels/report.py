@@ -60,6 +60,7 @@ def build(plans: list[Plan], spec: GpuSpec, source: str, measured: dict[str, Mea
         "heads": first.heads,
         "sram_bytes": first.sram_bytes,
         "sram_elements": first.sram_elements,
+        "causal": first.causal or None,
         "plans": [p.as_dict() for p in plans],
     }
     rows, stage_rows, totals = [], [], {}
@@ -140,7 +141,8 @@ def header_text(doc: dict) -> str:
     lines = [
         f"source: {h['source']}" + (f"  ({h['note']})" if h.get("note") else ""),
         f"gpu: {h['gpu']}   dtype: {h['dtype']}   N_q={h['N_q']}  N_k={h['N_k']}  d={h['d']}  "
-        f"batch={h['batch']}  heads={h['heads']}",
+        f"batch={h['batch']}  heads={h['heads']}"
+        + (f"  causal ({h['causal'].replace('_', '-')} aligned)" if h.get("causal") else ""),
         f"M (--sram) = {h['sram_bytes']:,} bytes = {format_bytes(h['sram_bytes'])} "
         f"= {h['sram_elements']:,} elements of {h['dtype']} (the paper's M is in elements)",
         "plans:",

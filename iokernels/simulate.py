@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import reference
-from .plan import Plan
+from .plan import Plan, visible_key_blocks
 from .tensors import DIMS, OUTPUTS, TENSORS
 from .units import round_to
 
@@ -78,11 +78,51 @@ def _t(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# the causal mask (iokernels.plan): key j visible to query i iff j <= i + plan.causal_offset
+
+def _visible(plan: Plan, rs: slice, cs: slice) -> np.ndarray | None:
+    """Boolean (rows, cols) of the block: True where visible; None without a mask."""
+    if not plan.causal:
+        return None
+    return np.arange(cs.start, cs.stop)[None, :] <= np.arange(rs.start, rs.stop)[:, None] + plan.causal_offset
+
+
+def _masked(s: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
+    return s if visible is None else np.where(visible, s, -np.inf)
+
+
+def _pair_visible(plan: Plan, rs: slice, cs: slice) -> bool:
+    """Whether any element of the (query block, key block) pair is visible (its last row sees most)."""
+    return not plan.causal or cs.start <= rs.stop - 1 + plan.causal_offset
+
+
+def _key_block_used(plan: Plan, cs: slice) -> bool:
+    """Whether any query sees a key of this block (the last query sees the most)."""
+    return _pair_visible(plan, slice(0, plan.N_q), cs)
+
+
+def _finite(m: np.ndarray) -> np.ndarray:
+    """m with −inf (a row that has seen no visible key yet) as 0, so exp(s − m) is 0, never NaN."""
+    return np.where(np.isneginf(m), 0.0, m)
+
+
+def _rescale(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
+    """e^{m_old − m_new}, 0 where m_old is −inf (nothing to rescale)."""
+    return np.where(np.isneginf(m_old), 0.0, np.exp(_finite(m_old) - _finite(m_new)))
+
+
+def _divide(x: np.ndarray, l: np.ndarray) -> np.ndarray:
+    """x / l per row, 0 on rows with l = 0 (no visible key)."""
+    return np.where(l[..., None] > 0, x / np.where(l > 0, l, 1.0)[..., None], 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
 # standard attention (paper Algorithms 0 and 3)
 
 def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float = 1.0,
-          a_t: bool = False, b_t: bool = False) -> None:
-    """C = alpha * A B, A (m x k), B (k x n); ``a_t``/``b_t``: the operand is stored transposed."""
+          a_t: bool = False, b_t: bool = False, causal: bool = False) -> None:
+    """C = alpha * A B, A (m x k), B (k x n); ``a_t``/``b_t``: the operand is stored transposed;
+    ``causal``: C = −inf where the plan's mask hides (row, column) (S = τQKᵀ)."""
     tile = hbm.plan.tile
     for ms in _blocks(m, tile["BM"]):
         for ns in _blocks(n, tile["BN"]):
@@ -91,22 +131,22 @@ def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float
                 at = _t(hbm.load(a, (ALL, ks, ms))) if a_t else hbm.load(a, (ALL, ms, ks))
                 bt = _t(hbm.load(b, (ALL, ns, ks))) if b_t else hbm.load(b, (ALL, ks, ns))
                 acc = acc + at @ bt
-            hbm.store(c, (ALL, ms, ns), alpha * acc)
+            hbm.store(c, (ALL, ms, ns), _masked(alpha * acc, _visible(hbm.plan, ms, ns) if causal else None))
 
 
 def _standard_fwd(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     mat, vec = (ALL, ALL, ALL), (ALL, ALL)
-    hbm.begin("qk")
-    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True)
+    hbm.begin("qk")  # causal: S = −inf where masked, so P = 0 there (rows with no visible key: l = 0, P = 0)
+    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal))
     hbm.begin("rowmax")
     hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
     hbm.begin("rowsum")
-    m = hbm.load("m", vec)[..., None]
+    m = _finite(hbm.load("m", vec))[..., None]
     hbm.store("l", vec, np.exp(hbm.load("S", mat) - m).sum(axis=-1))
     hbm.begin("normalize")
-    m, l = hbm.load("m", vec)[..., None], hbm.load("l", vec)[..., None]
-    hbm.store("P", mat, np.exp(hbm.load("S", mat) - m) / l)
+    m, l = _finite(hbm.load("m", vec))[..., None], hbm.load("l", vec)
+    hbm.store("P", mat, _divide(np.exp(hbm.load("S", mat) - m), l))
     hbm.begin("pv")
     _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k)
 
@@ -136,32 +176,42 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     store = p.schedule == "store"
     t = p.tile
+    cols = _blocks(p.N_k, t["Bc"])
+    # causal: key blocks past a query block's last visible key are skipped; a block with none loads nothing
+    visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
     hbm.begin("stats")
-    for rs in _blocks(p.N_q, t["Br"]):
+    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+        if nv == 0:
+            hbm.store("m", (ALL, rs), -np.inf)
+            hbm.store("l", (ALL, rs), 0.0)
+            continue
         q = hbm.load("Q", (ALL, rs, ALL))  # resident for the whole sweep over K
         m = np.full(q.shape[:-1], -np.inf)
         l = np.zeros(q.shape[:-1])
-        for cs in _blocks(p.N_k, t["Bc"]):
-            s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
+        for cs in cols[:nv]:
+            s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
             if store:
                 hbm.store("S", (ALL, rs, cs), s)
             m_new = np.maximum(m, s.max(axis=-1))
-            l = l * np.exp(m - m_new) + np.exp(s - m_new[..., None]).sum(axis=-1)
+            l = l * _rescale(m, m_new) + np.exp(s - _finite(m_new)[..., None]).sum(axis=-1)
             m = m_new
         hbm.store("m", (ALL, rs), m)
         hbm.store("l", (ALL, rs), l)
     hbm.begin("output")
-    for rs in _blocks(p.N_q, t["Br"]):
-        m, l = hbm.load("m", (ALL, rs))[..., None], hbm.load("l", (ALL, rs))[..., None]
+    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+        if nv == 0:
+            hbm.store("O", (ALL, rs, ALL), 0.0)
+            continue
+        m, l = _finite(hbm.load("m", (ALL, rs)))[..., None], hbm.load("l", (ALL, rs))
         q = None if store else hbm.load("Q", (ALL, rs, ALL))
         acc = 0.0
-        for cs in _blocks(p.N_k, t["Bc"]):
+        for cs in cols[:nv]:
             if store:
                 s = hbm.load("S", (ALL, rs, cs))
             else:
-                s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
-            acc = acc + (np.exp(s - m) / l) @ hbm.load("V", (ALL, cs, ALL))
-        hbm.store("O", (ALL, rs, ALL), acc)
+                s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
+            acc = acc + np.exp(s - m) @ hbm.load("V", (ALL, cs, ALL))
+        hbm.store("O", (ALL, rs, ALL), _divide(acc, l))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,18 +226,26 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     hbm.store("Oacc", (ALL, ALL, ALL), 0.0)
     hbm.begin("main")
     for cs in _blocks(p.N_k, t["Bc"]):
+        if not _key_block_used(p, cs):
+            break  # causal: no query sees this key block, nor the later ones
         k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
         for rs in _blocks(p.N_q, t["Br"]):
+            if not _pair_visible(p, rs, cs):
+                continue  # causal: every element of the pair is masked
             q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("Oacc", (ALL, rs, ALL))
             l, m = hbm.load("l", (ALL, rs)), hbm.load("m", (ALL, rs))
-            s = scale * (q @ _t(k))
+            s = _masked(scale * (q @ _t(k)), _visible(p, rs, cs))
             m_tile = s.max(axis=-1)
-            p_tile = np.exp(s - m_tile[..., None])
+            empty = np.isneginf(m_tile)  # rows that see no key of this block keep m, l, O
+            p_tile = np.exp(s - _finite(m_tile)[..., None])
             l_tile = p_tile.sum(axis=-1)
             m_new = np.maximum(m, m_tile)
-            a, b = np.exp(m - m_new), np.exp(m_tile - m_new)
+            a = np.where(empty, 1.0, _rescale(m, m_new))
+            b = np.where(empty, 0.0, np.exp(_finite(m_tile) - _finite(m_new)))
             l_new = a * l + b * l_tile
-            o = ((l * a)[..., None] * o + b[..., None] * (p_tile @ v)) / l_new[..., None]
+            l_div = np.where(empty, 1.0, l_new)
+            alpha = np.where(empty, 1.0, l * a / l_div)
+            o = alpha[..., None] * o + (b / l_div)[..., None] * (p_tile @ v)
             hbm.store("Oacc", (ALL, rs, ALL), o)
             hbm.store("l", (ALL, rs), l_new)
             hbm.store("m", (ALL, rs), m_new)
@@ -207,22 +265,29 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     t = p.tile
     kv = kv_rows(p)  # a K/V tile is read once per query head that uses it
+    cols = _blocks(p.N_k, t["Bc"])
+    visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
     hbm.begin("main")
-    for rs in _blocks(p.N_q, t["Br"]):
+    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+        if nv == 0:  # causal: no row of the block sees a key: O = 0, lse = −inf, nothing loaded
+            hbm.store("O", (ALL, rs, ALL), 0.0)
+            hbm.store("lse", (ALL, rs), -np.inf)
+            continue
         q = hbm.load("Q", (ALL, rs, ALL))  # resident; O accumulates on chip, written once
         m = np.full(q.shape[:-1], -np.inf)
         l = np.zeros(q.shape[:-1])
         acc = np.zeros(q.shape)
-        for cs in _blocks(p.N_k, t["Bc"]):
-            s = scale * (q @ _t(hbm.load("K", (kv, cs, ALL))))
+        for cs in cols[:nv]:
+            s = _masked(scale * (q @ _t(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
             m_new = np.maximum(m, s.max(axis=-1))
-            prob = np.exp(s - m_new[..., None])
-            alpha = np.exp(m - m_new)
+            prob = np.exp(s - _finite(m_new)[..., None])
+            alpha = _rescale(m, m_new)
             l = alpha * l + prob.sum(axis=-1)
             acc = alpha[..., None] * acc + prob @ hbm.load("V", (kv, cs, ALL))
             m = m_new
-        hbm.store("O", (ALL, rs, ALL), acc / l[..., None])
-        hbm.store("lse", (ALL, rs), m + np.log(l))
+        hbm.store("O", (ALL, rs, ALL), _divide(acc, l))
+        with np.errstate(divide="ignore"):
+            hbm.store("lse", (ALL, rs), np.where(l > 0, _finite(m) + np.log(l), -np.inf))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,12 +300,19 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
     t = p.tile
     hbm.begin(stage)
     for cs in _blocks(p.N_k, t["Bc"]):
+        if not _key_block_used(p, cs):  # causal: no query sees these keys: dK_j = dV_j = 0, nothing loaded
+            hbm.store("dK", (ALL, cs, ALL), 0.0)
+            hbm.store("dV", (ALL, cs, ALL), 0.0)
+            continue
         k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
         dk, dv = np.zeros(k.shape), np.zeros(v.shape)
         for rs in _blocks(p.N_q, t["Br"]):
+            if not _pair_visible(p, rs, cs):
+                continue  # causal: every element of the pair is masked
             q, do = hbm.load("Q", (ALL, rs, ALL)), hbm.load("dO", (ALL, rs, ALL))
             lse, dd = hbm.load("lse", (ALL, rs)), hbm.load("D", (ALL, rs))
-            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
+            # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
+            prob = np.exp(_masked(scale * (q @ _t(k)) - lse[..., None], _visible(p, rs, cs)))
             dv += _t(prob) @ do
             ds = prob * (do @ _t(v) - dd[..., None])
             if dq_atomics:
@@ -323,9 +395,10 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
     inputs = {"Q": q, "K": k, "V": v}
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale
-        o, lse = reference.forward(q, k, v, scale)
+        o, lse = reference.forward(q, k, v, scale, causal=plan.causal)
         inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
-                      P=stored(np.exp(scale * (q @ _t(k)) - lse[..., None])))
+                      P=stored(reference.probabilities(q, k, scale, causal=plan.causal) if plan.causal
+                               else np.exp(scale * (q @ _t(k)) - lse[..., None])))
     return inputs
 
 
@@ -351,8 +424,8 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
     """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
     if plan.direction == "fwd":
         kv = kv_rows(plan)
-        return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale)[0]}
-    dq, dk, dv = reference.backward(inputs["Q"], inputs["K"], inputs["V"], inputs["dO"], scale)
+        return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal)[0]}
+    dq, dk, dv = reference.backward(inputs["Q"], inputs["K"], inputs["V"], inputs["dO"], scale, causal=plan.causal)
     return {"dQ": dq, "dK": dk, "dV": dv}
 
 

@@ -23,9 +23,18 @@ def test_bad_input(args, error, message):
         iokernels.attention(*args)
 
 
-def test_causal_is_not_implemented_yet():
-    with pytest.raises(NotImplementedError, match="causal"):
-        iokernels.attention(Q, Q, Q, causal=True)
+@pytest.mark.parametrize("causal", ["diagonal", "upper_left", 1.5])
+def test_unknown_causal_alignment(causal):
+    with pytest.raises(ValueError, match="unknown causal alignment"):
+        iokernels.attention(Q, Q, Q, causal=causal)
+    with pytest.raises(ValueError, match="unknown causal alignment"):
+        iokernels.attention_backward(Q, Q, Q, Q, Q, np.zeros((2, 3, 10), np.float32), causal=causal)
+
+
+def test_causal_deterministic_backward_is_refused_before_the_gpu():
+    h = Q.astype(np.float16)
+    with pytest.raises(ValueError, match="no causal kernel"):
+        iokernels.attention_backward(h, h, h, h, h, np.zeros((2, 3, 10), np.float32), causal=True, deterministic=True)
 
 
 def test_backward_checks_lse():

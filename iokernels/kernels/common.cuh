@@ -20,6 +20,16 @@
 #error "IOK_NUM_TENSORS is defined by iokernels.kernels.build_source; compile its output, not this file"
 #endif
 
+// Causal attention (iokernels/plan.py): a kernel compiled with CAUSAL (1 top-left, 2 bottom-right, a
+// stage parameter of causal plans) sees key j from query i iff j <= i + iok_causal_offset(n_q, n_k).
+#ifdef CAUSAL
+static_assert(CAUSAL == 1 || CAUSAL == 2, "CAUSAL is 1 (top-left) or 2 (bottom-right)");
+__device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
+{
+    return CAUSAL == 2 ? n_k - n_q : 0;
+}
+#endif
+
 // Scratch iok_flush needs: one (read, written) pair of u64 per warp.
 #define IOK_FLUSH_SCRATCH_BYTES(nthreads) ((((nthreads) + 31) / 32) * 16)
 

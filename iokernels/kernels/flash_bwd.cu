@@ -9,6 +9,10 @@
 // The five products run on register micro-tiles whose shapes are chosen at compile time from
 // BR, BC and HEAD_D (fb_pick_tiling), so any tile the plan produces works, from 1x1 up.
 // Global base pointers must be 16-byte aligned (tiles move as 16-byte vectors).
+//
+// CAUSAL (causal plans; common.cuh): P = 0 where masked (so dS = 0 there); Q blocks whose pair with
+// K_j is all masked are skipped, loads and dQ atomics included; a K/V block that no query sees loads
+// nothing and writes dK_j = dV_j = 0. Rows with no visible key (lse = −inf) are masked everywhere.
 #include "common.cuh"
 
 #if !defined(HEAD_D) || !defined(BR) || !defined(BC) || !defined(THREADS) || !defined(SMEM_BYTES)
@@ -180,7 +184,12 @@ __device__ __forceinline__ uint4 fb_pack(const float* f)
 template <typename T>
 __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const uint4* k, const uint4* v,
                                         const float* lse, const float* dd, float* p, float* ds, int rows,
-                                        int cols, float scale)
+                                        int cols, float scale
+#ifdef CAUSAL
+                                        ,
+                                        int diag  // element (r, c) is masked iff c > r + diag
+#endif
+)
 {
     using C = FbConfig<T>;
     constexpr FbTiling t = C::s();
@@ -254,7 +263,11 @@ __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const 
                 for (int b = 0; b < t.tn; ++b) {
                     const int c = c0 + b * t.gn;
                     if (c >= cols) break;
+#ifdef CAUSAL
+                    const float pv = c > r + diag ? 0.0f : expf(fmaf(scale, s[a][b], -lse_r));
+#else
                     const float pv = expf(fmaf(scale, s[a][b], -lse_r));
+#endif
                     p[r * BC + c] = pv;
                     ds[r * BC + c] = scale * pv * (dp[a][b] - d_r);
                 }
@@ -417,9 +430,20 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
     const int col0 = blockIdx.x * BC;
     const int cols = min(BC, n_k - col0);  // the last K/V block is ragged
     const int tr = (n_q + BR - 1) / BR;
+    const size_t kv_base = (bh * n_k + col0) * C::NKV;  // in 16-byte vectors
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    if (col0 > n_q - 1 + off) {  // no query sees K_j: dK_j = dV_j = 0, nothing loaded
+        for (int x = tid; x < cols * C::NKV; x += THREADS) {
+            iok_st<IOK_T_dK>(c, reinterpret_cast<uint4*>(dk) + kv_base + x, make_uint4(0u, 0u, 0u, 0u));
+            iok_st<IOK_T_dV>(c, reinterpret_cast<uint4*>(dv) + kv_base + x, make_uint4(0u, 0u, 0u, 0u));
+        }
+        iok_flush(c, iok_counters, smem);
+        return;
+    }
+#endif
 
     // K_j, V_j -> SRAM once (in-range rows only); dK_j = dV_j = 0.
-    const size_t kv_base = (bh * n_k + col0) * C::NKV;  // in 16-byte vectors
     for (int x = tid; x < cols * C::NKV; x += THREADS) {
         k_s[x] = iok_ld<IOK_T_K>(c, reinterpret_cast<const uint4*>(k) + kv_base + x);
         v_s[x] = iok_ld<IOK_T_V>(c, reinterpret_cast<const uint4*>(v) + kv_base + x);
@@ -432,6 +456,11 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
     for (int i = 0; i < tr; ++i) {
         const int row0 = i * BR;
         const int rows = min(BR, n_q - row0);  // the last Q block is ragged
+#ifdef CAUSAL
+        // every element of the pair is masked (the same for the whole block); the last Q block always
+        // sees K_j, so the loop still ends at the barrier the final stores wait for
+        if (col0 > row0 + rows - 1 + off) continue;
+#endif
         const size_t q_row = bh * n_q + row0;
 
         // Q_i, dO_i, lse_i, D_i -> SRAM, each element once; one thread per row scalar.
@@ -445,7 +474,11 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
         }
         __syncthreads();  // Q_i, dO_i, lse_i, D_i (and at i = 0 K_j, V_j, zeroed dK_j, dV_j) are read by all
 
+#ifdef CAUSAL
+        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, row0 + off - col0);
+#else
         fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale);
+#endif
         __syncthreads();  // P and τdS are reduced over rows and columns that other threads computed
 
         fb_dk_dv<T>(q_s, do_s, p_s, ds_s, dk_s, dv_s, rows, cols);

@@ -5,6 +5,9 @@
 //                   Oacc, so half-precision runs accumulate in float32; flash_finalize rounds it once).
 //
 // BR, BC, HEAD_D and the SMEM_* offsets come from the plan. CUDA cores, float32 accumulation.
+// CAUSAL (causal plans; common.cuh): masked elements of S are −inf; (query block, key block) pairs
+// whose elements are all masked are skipped, loads included; a row that sees no key ends with O = 0
+// and lse = −inf (m stays −inf, l = 0, and exp is taken against 0 instead of −inf, never NaN).
 // Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
@@ -50,16 +53,26 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
     const int rows = min(BR, n_q - row0);  // the last row block is ragged
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;  // first row of Q_i, O_i, lse_i
     const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    // keys past the block's last row's last visible key are masked for all its rows: their blocks are skipped
+    const int kend = min(n_k, row0 + rows + off);
+#else
+    const int kend = n_k;
+#endif
 
     // Q_i -> SRAM once: it stays for the whole sweep over K, V. O = 0, m = -inf, l = 0.
-    load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+#ifdef CAUSAL
+    if (kend > 0)  // no key visible to the block: nothing to load, O = 0 and lse = -inf below
+#endif
+        load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
     for (int i = threadIdx.x; i < rows * HEAD_D; i += THREADS) Oacc[i] = 0.0f;
     for (int r = threadIdx.x; r < rows; r += THREADS) {
         m_i[r] = neg_inf();
         l_i[r] = 0.0f;
     }
 
-    for (int col0 = 0; col0 < n_k; col0 += BC) {
+    for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
         // K_j, V_j -> SRAM (the previous iteration ended at a barrier: nobody reads them any more)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
@@ -67,7 +80,12 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
         __syncthreads();  // K_j, V_j (and Q_i, O, m, l on the first pass) were stored by other threads
 
         // S = τ Q_i K_jᵀ
+#ifdef CAUSAL
+        qk_tile(Qt, Kt, S, rows, cols,
+                [&](int r, int c, float qk) { return col0 + c > row0 + r + off ? neg_inf() : scale * qk; });
+#else
         qk_tile(Qt, Kt, S, rows, cols, [&](int, int, float qk) { return scale * qk; });
+#endif
         __syncthreads();  // a row of S comes from many threads' micro-tiles
 
         // m_new = max(m, rowmax S); P = exp(S − m_new); l = e^{m − m_new} l + rowsum P; O *= e^{m − m_new}
@@ -77,9 +95,14 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
             for (int c = lane; c < cols; c += 32) mx = fmaxf(mx, s[c]);
             const float m_old = m_i[r];
             const float m_new = fmaxf(m_old, warp_max(mx));
+#ifdef CAUSAL
+            const float m_ref = m_new == neg_inf() ? 0.0f : m_new;  // no key seen yet: every p is exp(-inf) = 0
+#else
+            const float m_ref = m_new;
+#endif
             float sum = 0.0f;
             for (int c = lane; c < cols; c += 32) {
-                const float p = __expf(s[c] - m_new);
+                const float p = __expf(s[c] - m_ref);
                 s[c] = p;
                 sum += p;
             }
@@ -100,7 +123,10 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
         __syncthreads();  // done with S, V_j and O before the next K_j, V_j and the final store
     }
 
-    // O_i = O / l, lse_i = m + log l, each written once
+    // O_i = O / l, lse_i = m + log l, each written once (CAUSAL, a row that saw no key: 0 and -inf)
+#ifdef CAUSAL
+    __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, m, l before this
+#endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
     for (int r = threadIdx.x; r < rows; r += THREADS) iok_st<IOK_T_lse>(io, lse + q_off + r, m_i[r] + logf(l_i[r]));
     iok_flush(io, iok_counters, smem);
@@ -130,15 +156,26 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const size_t q_base = static_cast<size_t>(blockIdx.z) * n_q;
     const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+#endif
 
     for (int col0 = 0; col0 < n_k; col0 += BC) {
         const int cols = min(BC, n_k - col0);
+#ifdef CAUSAL
+        if (col0 > n_q - 1 + off) break;  // no query sees this key block, nor the later ones
+#endif
         // K_j, V_j -> SRAM, once (the previous i ended at a barrier: nobody reads them any more)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
 
         for (int row0 = 0; row0 < n_q; row0 += BR) {
             const int rows = min(BR, n_q - row0);
+#ifdef CAUSAL
+            // every element of the pair is masked (the same for the whole block). The last row block
+            // always sees this key block, so the loop still ends at the barrier the next K_j, V_j wait for.
+            if (col0 > row0 + rows - 1 + off) continue;
+#endif
             const size_t q_off = q_base + row0;
             // Q_i, O_i (float32), l_i, m_i -> SRAM
             load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
@@ -154,7 +191,12 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
             __syncthreads();  // Q_i, O_i, l_i, m_i (and K_j, V_j) were stored by other threads
 
             // S_ij = τ Q_i K_jᵀ
+#ifdef CAUSAL
+            qk_tile(Qt, Kt, S, rows, cols,
+                    [&](int r, int c, float qk) { return col0 + c > row0 + r + off ? neg_inf() : scale * qk; });
+#else
             qk_tile(Qt, Kt, S, rows, cols, [&](int, int, float qk) { return scale * qk; });
+#endif
             __syncthreads();  // a row of S comes from many threads' micro-tiles
 
             // m̃ = rowmax S_ij, P̃ = exp(S_ij − m̃), l̃ = rowsum P̃; m_new = max(m_i, m̃),
@@ -166,9 +208,15 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
                 float mx = neg_inf();
                 for (int c = lane; c < cols; c += 32) mx = fmaxf(mx, s[c]);
                 mx = warp_max(mx);
+#ifdef CAUSAL
+                const bool empty = mx == neg_inf();  // the row sees no key of this block: m, l, O stay
+                const float mx_ref = empty ? 0.0f : mx;  // and its p are exp(-inf) = 0, never NaN
+#else
+                const float mx_ref = mx;
+#endif
                 float sum = 0.0f;
                 for (int c = lane; c < cols; c += 32) {
-                    const float p = __expf(s[c] - mx);
+                    const float p = __expf(s[c] - mx_ref);
                     s[c] = p;
                     sum += p;
                 }
@@ -177,14 +225,24 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
                 const float m_new = fmaxf(m_old, mx);
                 // m_i = -inf until the row's first update: nothing to rescale, and no e^{-inf - (-inf)}
                 const float a = m_old == neg_inf() ? 0.0f : __expf(m_old - m_new);
+#ifdef CAUSAL
+                const float b = empty ? 0.0f : __expf(mx - m_new);
+                const float l_new = empty ? l_old : a * l_old + b * sum;
+#else
                 const float b = __expf(mx - m_new);
                 const float l_new = a * l_old + b * sum;
+#endif
                 __syncwarp();  // every lane has read m_i[r], l_i[r] before lane 0 overwrites them
                 if (lane == 0) {
                     iok_st<IOK_T_m>(io, m + q_off + r, m_new);
                     iok_st<IOK_T_l>(io, l + q_off + r, l_new);
+#ifdef CAUSAL
+                    m_i[r] = empty ? 1.0f : l_old * a / l_new;
+                    l_i[r] = empty ? 0.0f : b / l_new;
+#else
                     m_i[r] = l_old * a / l_new;
                     l_i[r] = b / l_new;
+#endif
                 }
             }
             __syncthreads();  // P̃, α and β were written by other warps than the PV micro-tiles

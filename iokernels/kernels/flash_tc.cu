@@ -11,6 +11,9 @@
 // ldmatrix reads 8 rows without bank conflicts.
 //
 // BR, BC, HEAD_D and the SMEM_* offsets come from the plan (HEAD_D a multiple of 16, BC of 16).
+// CAUSAL (causal plans; common.cuh): the key tiles stop at the block's last row's last visible key
+// (none: nothing is loaded, O = 0 and lse = −inf), masked elements of S are −inf, and the softmax
+// takes exp2 against 0 where a row's running max is still −inf, so a row with no key ends at 0, not NaN.
 #include "common.cuh"
 
 #include "tiles.cuh"
@@ -52,14 +55,29 @@ flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     const int rows = min(BR, n_q - row0);
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;
     const size_t kv_base = static_cast<size_t>(blockIdx.z / kv_group) * n_k;  // this head's K/V head
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    // key tiles from the block's last row's last visible key on are masked for all its rows
+    const int tiles = (max(0, min(n_k, row0 + rows + off)) + BC - 1) / BC;
+#else
     const int tiles = (n_k + BC - 1) / BC;
+#endif
     const float scale2 = scale * TC_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
 
-    tc_load_tile<IOK_T_Q, BR>(io, Qs, Q + q_off * HEAD_D, rows);
-    iok_cp_async_commit();
-    tc_load_tile<IOK_T_K, BC>(io, tc_buffer<T>(smem, SMEM_K0), K + kv_base * HEAD_D, min(BC, n_k));
-    tc_load_tile<IOK_T_V, BC>(io, tc_buffer<T>(smem, SMEM_V0), V + kv_base * HEAD_D, min(BC, n_k));
-    iok_cp_async_commit();
+#ifdef CAUSAL
+    if (tiles > 0) {  // else no row of the block sees a key: nothing to load (the groups stay, empty)
+#endif
+        tc_load_tile<IOK_T_Q, BR>(io, Qs, Q + q_off * HEAD_D, rows);
+        iok_cp_async_commit();
+        tc_load_tile<IOK_T_K, BC>(io, tc_buffer<T>(smem, SMEM_K0), K + kv_base * HEAD_D, min(BC, n_k));
+        tc_load_tile<IOK_T_V, BC>(io, tc_buffer<T>(smem, SMEM_V0), V + kv_base * HEAD_D, min(BC, n_k));
+        iok_cp_async_commit();
+#ifdef CAUSAL
+    } else {
+        iok_cp_async_commit();
+        iok_cp_async_commit();
+    }
+#endif
 
     // Q fragments of this warp's 16 rows, for every 16-wide step of HEAD_D
     unsigned qa[HEAD_D / 16][4];
@@ -119,6 +137,20 @@ flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
             }
         }
 
+#ifdef CAUSAL
+        // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
+        if (key0 + BC - 1 > row0 + off) {
+#pragma unroll
+            for (int n = 0; n < BC / 8; ++n) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = row0 + warp * 16 + g + 8 * (e >> 1);
+                    if (key0 + n * 8 + 2 * t + (e & 1) > row + off) s[n][e] = neg_inf();
+                }
+            }
+        }
+#endif
+
         // online softmax, rows g (e = 0, 1) and g + 8 (e = 2, 3)
         float corr[2];
 #pragma unroll
@@ -128,13 +160,19 @@ flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
             for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]) * scale2);
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            corr[h] = exp2f(m[h] - mx);  // m = -inf at first: 0
+#ifdef CAUSAL
+            // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
+            const float mx_ref = mx == neg_inf() ? 0.0f : mx;
+#else
+            const float mx_ref = mx;
+#endif
+            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
             m[h] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < BC / 8; ++n) {
-                s[n][2 * h] = exp2f(fmaf(s[n][2 * h], scale2, -mx));
-                s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], scale2, -mx));
+                s[n][2 * h] = exp2f(fmaf(s[n][2 * h], scale2, -mx_ref));
+                s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], scale2, -mx_ref));
                 sum += s[n][2 * h] + s[n][2 * h + 1];
             }
             l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
@@ -174,7 +212,11 @@ flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
+#ifdef CAUSAL
+    const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
+#else
     const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = warp * 16 + g + 8 * h;

@@ -10,6 +10,8 @@
 //   float, and the smaller tiles: SIMT, 16 x 16 threads, each a (BM/16) x (BN/16) micro-tile in two
 //     halves (rows ty*h and BM/2 + ty*h), read from k-major shared tiles.
 // Ragged edges: only in-range elements are loaded (the rest of a slice is zero) or stored.
+// CAUSAL (the qk stage of causal plans; common.cuh): C[row][col] = −inf where key col is masked for
+// query row (S = τQKᵀ with M = n_q, N = n_k); every element is still computed and stored.
 #include "common.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(BK) || !defined(THREADS) || !defined(SMEM_A) || \
@@ -436,6 +438,13 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
     }
 
     // C tile, once, in range only
+#ifdef CAUSAL
+    const int causal_off = iok_causal_offset(M, N);
+    const float masked = __int_as_float(static_cast<int>(0xff800000u));  // -inf
+#define GEMM_OUT(row, col, x) ((col) > (row) + causal_off ? masked : (x))
+#else
+#define GEMM_OUT(row, col, x) (x)
+#endif
     if constexpr (USE_MMA) {
         using Pair = GemmPair<T>;
         const bool pairs = N % 2 == 0 && reinterpret_cast<size_t>(C) % 4 == 0;
@@ -449,8 +458,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
                     const int row = m0 + wm0 + mi * 16 + (lane >> 2) + h * 8;
                     if (row >= M || col >= N) continue;
                     T* dst = C + static_cast<size_t>(row) * N + col;
-                    const float x = alpha * acc_mma[mi][ni][2 * h];
-                    const float y = alpha * acc_mma[mi][ni][2 * h + 1];
+                    const float x = GEMM_OUT(row, col, alpha * acc_mma[mi][ni][2 * h]);
+                    const float y = GEMM_OUT(row, col + 1, alpha * acc_mma[mi][ni][2 * h + 1]);
                     if (pairs) {
                         iok_st<TC>(c, reinterpret_cast<typename Pair::type*>(dst), Pair::make(x, y));
                     } else {
@@ -473,17 +482,20 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
                 if constexpr (sizeof(T) == 4 && GEMM_HN % 4 == 0) {
                     if (quads) {
                         if (jn % 4 == 0 && col < N) {
-                            const float4 v = make_float4(alpha * acc_simt[i][jn], alpha * acc_simt[i][jn + 1],
-                                                         alpha * acc_simt[i][jn + 2], alpha * acc_simt[i][jn + 3]);
+                            const float4 v = make_float4(GEMM_OUT(row, col, alpha * acc_simt[i][jn]),
+                                                         GEMM_OUT(row, col + 1, alpha * acc_simt[i][jn + 1]),
+                                                         GEMM_OUT(row, col + 2, alpha * acc_simt[i][jn + 2]),
+                                                         GEMM_OUT(row, col + 3, alpha * acc_simt[i][jn + 3]));
                             iok_st<TC>(c, reinterpret_cast<float4*>(dst + col), v);
                         }
                         continue;
                     }
                 }
-                if (col < N) iok_st<TC>(c, dst + col, T(alpha * acc_simt[i][jn]));
+                if (col < N) iok_st<TC>(c, dst + col, T(GEMM_OUT(row, col, alpha * acc_simt[i][jn])));
             }
         }
     }
 
+#undef GEMM_OUT
     iok_flush(c, iok_counters, smem);
 }

@@ -6,6 +6,8 @@
 // in 16-byte chunks when every row starts 16-byte aligned (aligned base, n a multiple of the chunk), element by element otherwise; both count the same bytes. Each thread
 // loads ROW_ROUND chunks of a row before it uses any, so a whole row of 4096 is in flight at once.
 // A row's scalars (m, l, D) are loaded once, by thread 0, and broadcast through shared memory.
+// CAUSAL (rowsum and normalize of causal plans): S is already −inf where masked (the qk product wrote
+// it); a row with no visible key has m = −inf, and gets l = 0 and P = 0 instead of NaN.
 // The flash kernels here move short rows (d <= 256): a block's rows as one flat run (RowBlock).
 #include "common.cuh"
 
@@ -176,7 +178,12 @@ rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__
         if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
         if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_m>(c, m + row);
         __syncthreads();  // m visible to all
+#ifdef CAUSAL
+        // a row with no visible key (S = -inf throughout, m = -inf): exp(-inf - 0) = 0, so l = 0
+        const float mr = scalars[0] == row_neg_inf() ? 0.0f : scalars[0];
+#else
         const float mr = scalars[0];
+#endif
 
         float x = 0.0f;
         if (vector) {
@@ -232,8 +239,14 @@ normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __r
             scalars[1] = iok_ld<IOK_T_l>(c, l + row);
         }
         __syncthreads();  // m, l visible to all
+#ifdef CAUSAL
+        // a row with no visible key (m = -inf, l = 0): P = 0
+        const float mr = scalars[0] == row_neg_inf() ? 0.0f : scalars[0];
+        const float inv_l = scalars[1] == 0.0f ? 0.0f : 1.0f / scalars[1];
+#else
         const float mr = scalars[0];
         const float inv_l = 1.0f / scalars[1];
+#endif
 
         if (vector) {
             for (int base = 0;;) {

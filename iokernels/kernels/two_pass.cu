@@ -6,7 +6,9 @@
 //
 // BR, BC, HEAD_D and the SMEM_* offsets come from the plan. Each stage is compiled with its own
 // layout's defines, so a kernel is only defined where the buffers it uses are. CUDA cores, float32
-// accumulation. Shared memory (the plan's buffers, nothing else):
+// accumulation. CAUSAL (causal plans; common.cuh): S is −inf where masked (stored so too); a query block
+// reads key blocks only up to its last row's last visible key, and with none it loads nothing (pass 1
+// writes m = −inf, l = 0, pass 2 O = 0); exp is taken against 0 where m is −inf, never NaN. Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
 //   V  BC x HEAD_D of T, as in HBM
@@ -47,15 +49,24 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
     const int rows = min(BR, n_q - row0);  // the last row block is ragged
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;  // first row of Q_i, S_i, m_i, l_i
     const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    const int kend = min(n_k, row0 + rows + off);  // key blocks from here on are masked for the whole block
+#else
+    const int kend = n_k;
+#endif
 
     // Q_i -> SRAM once: it stays for the whole sweep over K. m = -inf, l = 0.
-    load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+#ifdef CAUSAL
+    if (kend > 0)
+#endif
+        load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
     for (int r = threadIdx.x; r < rows; r += THREADS) {
         m_i[r] = neg_inf();
         l_i[r] = 0.0f;
     }
 
-    for (int col0 = 0; col0 < n_k; col0 += BC) {
+    for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
         // K_j -> SRAM (QKᵀ of the previous j finished before its barrier below)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
@@ -65,7 +76,11 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
         // S_ij = τ Q_i K_jᵀ; STORE_S: rounded to T and written, and the statistics use the stored
         // values, so that pass 2's exp(S − m) / l sums to 1 over what it reads
         qk_tile(Qt, Kt, Sij, rows, cols, [&](int r, int c, float qk) {
+#ifdef CAUSAL
+            float s = col0 + c > row0 + r + off ? neg_inf() : scale * qk;
+#else
             float s = scale * qk;
+#endif
             if constexpr (STORE_S != 0) {
                 const T stored = from_f<T>(s);
                 iok_st<IOK_T_S>(io, S + (q_off + r) * n_k + col0 + c, stored);
@@ -82,8 +97,13 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
             for (int c = lane; c < cols; c += 32) mx = fmaxf(mx, s[c]);
             const float m_old = m_i[r];
             const float m_new = fmaxf(m_old, warp_max(mx));
+#ifdef CAUSAL
+            const float m_ref = m_new == neg_inf() ? 0.0f : m_new;  // no key seen yet: exp(-inf) = 0
+#else
+            const float m_ref = m_new;
+#endif
             float sum = 0.0f;
-            for (int c = lane; c < cols; c += 32) sum += __expf(s[c] - m_new);
+            for (int c = lane; c < cols; c += 32) sum += __expf(s[c] - m_ref);
             sum = warp_sum(sum);
             // the first tile has nothing to rescale, and e^{-inf - (-inf)} would be NaN
             const float alpha = m_old == neg_inf() ? 0.0f : __expf(m_old - m_new);
@@ -133,22 +153,38 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     const int rows = min(BR, n_q - row0);  // the last row block is ragged
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;  // first row of S_i, m_i, l_i, O_i
     const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+#ifdef CAUSAL
+    const int kend = min(n_k, row0 + rows + iok_causal_offset(n_q, n_k));  // as pass 1
+#else
+    const int kend = n_k;
+#endif
 
     // m_i, l_i -> SRAM once; O = 0
     for (int r = threadIdx.x; r < rows; r += THREADS) {
+#ifdef CAUSAL
+        if (kend <= 0) {  // no key visible to the block: nothing to read, O = 0
+            m_i[r] = neg_inf();
+            l_i[r] = 0.0f;
+            continue;
+        }
+#endif
         m_i[r] = iok_ld<IOK_T_m>(io, m + q_off + r);
         l_i[r] = iok_ld<IOK_T_l>(io, l + q_off + r);
     }
     for (int i = threadIdx.x; i < rows * HEAD_D; i += THREADS) Oacc[i] = 0.0f;
     __syncthreads();  // m_i is read below by other threads than the ones that loaded it
 
-    for (int col0 = 0; col0 < n_k; col0 += BC) {
+    for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
         // P_ij = exp(S_ij − m_i) as S_ij streams in (the 1/l_i waits for the final store); V_j -> SRAM.
         // The previous iteration ended at a barrier: nobody reads P or V any more.
         for (int r = warp; r < rows; r += NWARPS) {
             const T* s = S + (q_off + r) * n_k + col0;
+#ifdef CAUSAL
+            const float mr = m_i[r] == neg_inf() ? 0.0f : m_i[r];  // a row with no visible key: S = -inf, P = 0
+#else
             const float mr = m_i[r];
+#endif
             for (int c = lane; c < cols; c += 32) P[r * BC + c] = __expf(to_f(iok_ld<IOK_T_S>(io, s + c)) - mr);
         }
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
@@ -160,6 +196,9 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     }
 
     // O_i = O / l_i, written once
+#ifdef CAUSAL
+    __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, l before this
+#endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
     iok_flush(io, iok_counters, smem);
 }
@@ -197,16 +236,32 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
     const int rows = min(BR, n_q - row0);  // the last row block is ragged
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;  // first row of Q_i, m_i, l_i, O_i
     const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    const int kend = min(n_k, row0 + rows + off);  // as pass 1
+#else
+    const int kend = n_k;
+#endif
 
     // Q_i, m_i, l_i -> SRAM once; O = 0
-    load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+#ifdef CAUSAL
+    if (kend > 0)  // no key visible to the block: nothing to read, O = 0
+#endif
+        load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
     for (int r = threadIdx.x; r < rows; r += THREADS) {
+#ifdef CAUSAL
+        if (kend <= 0) {
+            m_i[r] = neg_inf();
+            l_i[r] = 0.0f;
+            continue;
+        }
+#endif
         m_i[r] = iok_ld<IOK_T_m>(io, m + q_off + r);
         l_i[r] = iok_ld<IOK_T_l>(io, l + q_off + r);
     }
     for (int i = threadIdx.x; i < rows * HEAD_D; i += THREADS) Oacc[i] = 0.0f;
 
-    for (int col0 = 0; col0 < n_k; col0 += BC) {
+    for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
         // K_j, V_j -> SRAM (the previous iteration ended at a barrier: nobody reads them any more)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
@@ -214,7 +269,13 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
         __syncthreads();  // K_j, V_j (and Q_i, m_i, l_i, O on the first pass) were stored by other threads
 
         // P_ij = exp(τ Q_i K_jᵀ − m_i), S recomputed exactly as pass 1 did (the 1/l_i waits for the store)
+#ifdef CAUSAL
+        qk_tile(Qt, Kt, P, rows, cols, [&](int r, int c, float qk) {
+            return col0 + c > row0 + r + off ? 0.0f : __expf(scale * qk - m_i[r]);
+        });
+#else
         qk_tile(Qt, Kt, P, rows, cols, [&](int r, int, float qk) { return __expf(scale * qk - m_i[r]); });
+#endif
         __syncthreads();  // a row of P comes from many threads' micro-tiles
 
         // O += P_ij V_j
@@ -223,6 +284,9 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
     }
 
     // O_i = O / l_i, written once
+#ifdef CAUSAL
+    __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, l before this
+#endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
     iok_flush(io, iok_counters, smem);
 }
