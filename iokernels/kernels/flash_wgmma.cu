@@ -21,14 +21,13 @@
 
 #include "wgmma.cuh"
 
+#include "wg.cuh"
+
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
 #error "flash_wgmma.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
 static_assert(BR % 64 == 0 && THREADS == 2 * BR, "a warpgroup (128 threads) per 64 query rows");
 static_assert((BC == 64 || BC == 128) && (HEAD_D == 64 || HEAD_D == 128), "wgmma tile widths");
-
-constexpr float WG_LOG2E = 1.4426950408889634f;
-constexpr int WG_ROW_CHUNKS = HEAD_D / 8;  // 16-byte chunks per row
 
 template <typename T>
 __device__ constexpr bool wg_layout_ok()
@@ -40,61 +39,6 @@ __device__ constexpr bool wg_layout_ok()
                          {SMEM_V1, BC * HEAD_D * sizeof(T)}})
            && SMEM_Q % 1024 == 0 && SMEM_K0 % 1024 == 0 && SMEM_K1 % 1024 == 0 && SMEM_V0 % 1024 == 0
            && SMEM_V1 % 1024 == 0;
-}
-
-// Element offset of (row, col) in a ROWS-row tile stored as 128-byte-swizzled slabs of 64 columns.
-template <int ROWS>
-__device__ __forceinline__ int wg_off(int row, int col)
-{
-    return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3);
-}
-
-// rows [0, rows_valid) of a ROWS-row tile from global memory (row stride HEAD_D), 16 bytes per
-// counted cp.async; rows past the end are zero-filled, nothing read, nothing counted.
-template <int TI, int ROWS, typename T, typename C>
-__device__ __forceinline__ void wg_load_tile(C& io, T* s, const T* g, int rows_valid)
-{
-#pragma unroll
-    for (int q = threadIdx.x; q < ROWS * WG_ROW_CHUNKS; q += THREADS) {
-        const int row = q / WG_ROW_CHUNKS, col = (q % WG_ROW_CHUNKS) * 8;
-        const bool valid = row < rows_valid;  // a zero-filled row points at row 0 (always valid)
-        iok_cp_async16<TI>(io, s + wg_off<ROWS>(row, col), g + static_cast<size_t>(valid ? row : 0) * HEAD_D + col,
-                           valid);
-    }
-}
-
-// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and
-// stride byte offsets (16-byte units), 128-byte swizzle.
-__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned lead_bytes, unsigned stride_bytes)
-{
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4)
-           | (static_cast<unsigned long long>(lead_bytes >> 4) << 16)
-           | (static_cast<unsigned long long>(stride_bytes >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accesses of wgmma accumulators across the asynchronous products.
-template <int N>
-__device__ __forceinline__ void wg_fence_regs(float (&r)[N])
-{
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-// cp.async writes (generic proxy) made visible to wgmma's reads (async proxy); then a block barrier.
-__device__ __forceinline__ void wg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// Two floats -> one register of two T (low half = first).
-template <typename T>
-__device__ __forceinline__ unsigned wg_pack(float lo, float hi)
-{
-    return to_bits(from_f<T>(lo)) | (to_bits(from_f<T>(hi)) << 16);
 }
 
 // Grid (ceil(N_q / BR), 1, BH). Q, O: (BH, N_q, HEAD_D) of T; K, V: (BH / kv_group, N_k, HEAD_D) of T,

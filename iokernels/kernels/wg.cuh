@@ -1,4 +1,5 @@
-// Shared-memory tiles and synchronisation for the sm_90a warpgroup kernels (flash_wgmma_bwd.cu;
+// Shared-memory tiles and synchronisation for the sm_90a warpgroup kernels (flash_wgmma.cu,
+// flash_wgmma_bwd.cu;
 // the products themselves are in the generated wgmma.cuh).
 //
 // Tiles are stored the way wgmma reads them: HEAD_D / 64 slabs of [rows][64 elements], 128-byte rows
