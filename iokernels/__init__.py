@@ -5,8 +5,9 @@ Import is cheap and works without cupy or a GPU: plans, the model and the simula
 
 from __future__ import annotations
 
-from .api import attention, attention_backward
+from .api import DeviceMemoryError, attention, attention_backward, memory_needed
 from .gpu import count_io
+from .masks import BlockMask
 from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, all_plans, make_plan, min_sram
 from .reference import default_scale
 from .units import parse_size
@@ -16,6 +17,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ALGORITHMS",
     "SCHEDULES",
+    "BlockMask",
+    "DeviceMemoryError",
     "Plan",
     "SramTooSmall",
     "__version__",
@@ -25,6 +28,7 @@ __all__ = [
     "count_io",
     "default_scale",
     "make_plan",
+    "memory_needed",
     "min_sram",
     "parse_size",
 ]

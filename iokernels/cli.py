@@ -17,6 +17,8 @@ from typing import Any
 import click
 
 from . import model
+from .masks import DEFAULT_BLOCK, PATTERNS
+from .masks import pattern as block_pattern
 from .plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
 from .report import build, render
 from .specs import DEFAULT_GPU, current_device_spec, list_specs, resolve_spec, table_notes
@@ -103,12 +105,52 @@ def _causal(causal: bool, causal_align: str | None) -> str:
     return normalize_causal(True if causal_align is None else causal_align)
 
 
-def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None):
+def block_sparse_options(fn: Callable) -> Callable:
+    """--block-sparse DENSITY and the block mask's pattern, seed and block size (iokernels.masks)."""
+    options = [
+        click.option("--block-sparse", "block_sparse", type=float, default=None, metavar="DENSITY",
+                     help="block-sparse attention (the paper's Algorithm 5) with about this fraction of nonzero "
+                          "blocks, in (0, 1]; flash and two_pass skip the zero blocks"),
+        click.option("--block-pattern", "block_pattern", default=None, metavar="|".join(PATTERNS),
+                     help=f"the block mask's pattern (with --block-sparse; default {PATTERNS[0]}: a sliding "
+                          "window; strided; random)"),
+        click.option("--block-seed", "block_seed", type=int, default=None,
+                     help="seed of --block-pattern random (default 0)"),
+        click.option("--block-size", "block_size", type=int, default=None,
+                     help=f"queries and keys per block of the mask (default {DEFAULT_BLOCK}); the plans' tiles "
+                          "divide it"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _sparse(block_sparse, block_pattern, block_seed, block_size) -> dict | None:
+    """The block-sparse options as pattern arguments (None without --block-sparse)."""
+    if block_sparse is None:
+        given = [name for name, v in (("--block-pattern", block_pattern), ("--block-seed", block_seed),
+                                      ("--block-size", block_size)) if v is not None]
+        if given:
+            raise ValueError(f"{given[0]} needs --block-sparse DENSITY")
+        return None
+    return {"kind": block_pattern or PATTERNS[0], "density": block_sparse, "seed": block_seed or 0,
+            "block_q": DEFAULT_BLOCK if block_size is None else block_size}
+
+
+KV_HEADS_OPTION = click.option(
+    "--kv-heads", "kv_heads", type=int, default=None,
+    help="grouped-query attention: K and V with this many heads, each shared by heads / kv-heads query heads "
+         "(only flash/fast takes it; the other plans are left out)")
+
+
+def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None, sparse=None,
+           kv_heads=None):
     causal = _causal(causal, causal_align)
     n_q = n if n_q is None else n_q
     n_k = n if n_k is None else n_k
     if n_q is None or n_k is None:
         raise ValueError("give --N, or both --Nq and --Nk")
+    block_mask = None if sparse is None else block_pattern(n_q=n_q, n_k=n_k, **sparse)
     spec = resolve_spec(gpu)
     sram_bytes = parse_size(sram)
     limit = spec.smem_per_block_bytes
@@ -117,7 +159,11 @@ def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=Fals
                          f"{limit} bytes ({format_bytes(limit)}); choose a smaller --sram or another --gpu")
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
-                      causal=causal)
+                      causal=causal, block_mask=block_mask, kv_heads=kv_heads)
+    if not plans:
+        raise ValueError("no algorithm implements this combination of masks" if kv_heads is None else
+                         "no plan takes grouped-query attention here: flash/fast needs float16 or bfloat16 and "
+                         "d of 64 or 128")
     return plans, spec
 
 
@@ -133,16 +179,19 @@ def cli() -> None:
 
 @cli.command("model")
 @problem_options
+@block_sparse_options
+@KV_HEADS_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
-def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, detail,
-              latex) -> None:
+def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
+              block_pattern, block_seed, block_size, kv_heads, detail, latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
-    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
+    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
+                         _sparse(block_sparse, block_pattern, block_seed, block_size), kv_heads)
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
-                                                    causal=p.causal))
+                                                    causal=p.causal, block_sparse=p.block_mask is not None))
                        for p in plans}
     lines = [render(doc, detail=detail, measured=False), ""]
     totals = {(r["algorithm"], r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
@@ -154,11 +203,15 @@ def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, 
     lines.append("")
     causal_note = ("; causal: R_K, R_Q key and query rows the block loops load over the visible block pairs, "
                    "A_S elements of the visible S blocks, N_qv, N_kv rows of blocks with a visible pair")
-    lines.append("formulas (bytes; N_q, N_k, d, BH = batch*heads, e = bytes per element, M in elements, "
-                 "B_r, B_c, BM, BN tiles" + (causal_note if any(p.causal for p in plans) else "") + "):")
+    sparse_note = ("; block-sparse: R_K, R_Q, A_S, N_qv, N_kv over the block pairs the mask keeps, N_bm "
+                   "block-mask bytes read (one per pair visited), s the fraction of visited pairs kept")
+    lines.append("formulas (bytes; N_q, N_k, d, BH = batch*heads, BH_kv = batch*kv_heads (rows of K, V), "
+                 "e = bytes per element, M in elements, "
+                 "B_r, B_c, BM, BN tiles" + (causal_note if any(p.causal for p in plans) else "")
+                 + (sparse_note if any(p.block_mask for p in plans) else "") + "):")
     for p in plans:
         for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail,
-                                             causal=p.causal):
+                                             causal=p.causal, block_sparse=p.block_mask is not None):
             lines.append(f"[{p.label}] {label}:")
             lines.extend("    " + x for x in formula.splitlines())
     _emit(doc, as_json, "\n".join(lines))
@@ -190,13 +243,15 @@ def specs_cmd(as_json: bool) -> None:
 
 @cli.command("compare")
 @problem_options
+@block_sparse_options
+@KV_HEADS_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows")
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
 @user_errors
-def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, detail,
-                simulate, seed, repeats) -> None:
+def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
+                block_pattern, block_seed, block_size, kv_heads, detail, simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor."""
     from .compare import compare
 
@@ -204,7 +259,8 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
     if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
         raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
                          "simulate another GPU's tiling")
-    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
+    plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
+                         _sparse(block_sparse, block_pattern, block_seed, block_size), kv_heads)
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
     reason = "--simulate" if simulate else "no CUDA device found"
@@ -237,7 +293,7 @@ def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, c
 @click.option("--tokens", type=int, default=262144, show_default=True, help="B*H*N of every configuration")
 @click.option("--heads", type=int, default=16, show_default=True, help="H; batch B = tokens / (N*H)")
 @click.option("--dtype", "dtypes", default="float16,bfloat16", show_default=True, help="comma-separated dtypes")
-@click.option("--causal", is_flag=True, help="causal attention (iokernels and cupy: unsupported until issue #6)")
+@click.option("--causal", is_flag=True, help="causal attention (N_q = N_k, so top-left and bottom-right agree)")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
 @click.option("--long", "long_table", is_flag=True,
               help="also the long-sequence table: heads 48, d 64, batch 1, N from 512 doubling to --long-max-n")
@@ -322,16 +378,19 @@ def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
 
 
 @cli.command("sweep")
-@click.option("--vary", required=True, type=click.Choice(["N", "d", "M", "block"], case_sensitive=False),
-              metavar="N|d|M|block",
+@click.option("--vary", required=True,
+              type=click.Choice(["N", "d", "M", "block", "density"], case_sensitive=False),
+              metavar="N|d|M|block|density",
               help="the quantity to vary (block: the resident B_c of flash kv_outer and bwd, B_r of q_outer "
-                   "and two_pass; it overrides --N, --d or --sram)")
+                   "and two_pass; it overrides --N, --d or --sram; density: of the block-sparse mask, "
+                   "--block-pattern, fractions in (0, 1])")
 @click.option("--values", required=True,
               help="comma-separated values: 1024,2048,4096 (M: sizes such as 48KB,96KB,192KB)")
 @click.option("--algorithms", default=None, help="comma-separated: standard,two_pass,flash (default: all; "
                                                  "--vary block: flash)")
 @click.option("--schedules", default=None, help="comma-separated schedules to keep, e.g. q_outer,kv_outer")
 @problem_options
+@block_sparse_options
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
@@ -343,12 +402,10 @@ def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
               help="write log-log plots to this file (PNG; needs matplotlib)")
 @user_errors
 def sweep_cmd(vary, values, algorithms, schedules, n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
-              causal, causal_align, as_json, simulate, seed, repeats, no_check, no_fit, csv_path, plot_path) -> None:
+              causal, causal_align, as_json, block_sparse, block_pattern, block_seed, block_size, simulate, seed,
+              repeats, no_check, no_fit, csv_path, plot_path) -> None:
     """Run compare for each value of N, d, M or block size; fit log-log exponents beside the model's."""
     from . import sweep
-
-    if _causal(causal, causal_align):
-        raise ValueError("sweep does not take --causal yet; use compare or model --causal per point")
 
     if plot_path is not None:
         from .plotting import require_matplotlib
@@ -362,7 +419,9 @@ def sweep_cmd(vary, values, algorithms, schedules, n, n_q, n_k, d, sram, dtype, 
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
     spec = resolve_spec(gpu)
     base = sweep.Problem(N_q=n if n_q is None else n_q, N_k=n if n_k is None else n_k, d=d,
-                         dtype=check_dtype(dtype), sram=parse_size(sram), batch=batch, heads=heads)
+                         dtype=check_dtype(dtype), sram=parse_size(sram), batch=batch, heads=heads,
+                         causal=_causal(causal, causal_align),
+                         **_sweep_sparse(vary, block_sparse, block_pattern, block_seed, block_size))
     value_list = sweep.parse_values(vary, values)
     keys = sweep.select(algorithms, schedules, backward, vary)
     reason = "--simulate" if simulate else "no CUDA device found"
@@ -383,11 +442,68 @@ def sweep_cmd(vary, values, algorithms, schedules, n, n_q, n_k, d, sram, dtype, 
     _emit(doc, as_json, sweep.render(doc))
 
 
+def _sweep_sparse(vary: str, block_sparse, block_pattern, block_seed, block_size) -> dict:
+    """sweep.Problem's block-sparse fields: --vary density takes the pattern options without --block-sparse."""
+    if vary == "density" and block_sparse is not None:
+        raise ValueError("--vary density sets the density: drop --block-sparse")
+    sparse = _sparse(0.5 if vary == "density" else block_sparse, block_pattern, block_seed, block_size)
+    if sparse is None:
+        return {}
+    return {"block_sparse": None if vary == "density" else sparse["density"], "block_pattern": sparse["kind"],
+            "block_seed": sparse["seed"], "block_size": sparse["block_q"]}
+
+
 def _progress(jobs: list, label: str) -> Any:
     """Iterate ``jobs`` with a progress bar on stderr, so stdout stays the report."""
     with click.progressbar(jobs, label=label, file=sys.stderr,
                            item_show_func=lambda job: None if job is None else f"{job[0]} {job[1].label}") as bar:
         yield from bar
+
+
+@cli.command("info")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@user_errors
+def info_cmd(as_json: bool) -> None:
+    """Device, CUDA/cupy/torch versions, the algorithms and dtypes that run here, the kernel caches."""
+    from . import info
+
+    doc = info.collect()
+    _emit(doc, as_json, info.render(doc))
+
+
+@cli.command("warmup")
+@click.option("--dtype", "dtypes", default="float16,float32", show_default=True,
+              help="comma-separated: float32, float16, bfloat16")
+@click.option("--d", "ds", default="64,128", show_default=True, help="head dims, comma-separated")
+@click.option("--algorithms", default="flash", show_default=True,
+              help="comma-separated: flash, two_pass, standard (the schedules the library picks for each)")
+@click.option("--causal", is_flag=True, help="also the causal plans")
+@click.option("--no-backward", is_flag=True, help="forward plans only")
+@click.option("--N", "n", type=int, default=None,
+              help="sequence length of the plans (default 4096; standard's row-wise kernels depend on it)")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@user_errors
+def warmup_cmd(dtypes, ds, algorithms, causal, no_backward, n, as_json) -> None:
+    """Compile the kernels of the library's common calls on this GPU (cupy keeps them on disk)."""
+    from . import warmup
+    from ._cupy import require_cupy
+    from .gpu import cupy_cache_dir
+
+    dtype_list = [check_dtype(x.strip()) for x in dtypes.split(",") if x.strip()]
+    try:
+        d_list = [int(x) for x in ds.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValueError(f"--d takes comma-separated integers, got {ds!r}") from exc
+    if n is not None and n < 1:
+        raise ValueError(f"--N must be >= 1, got {n}")
+    names = tuple(x.strip() for x in algorithms.split(",") if x.strip())
+    plans = warmup.warmup_plans(dtype_list, d_list, names, causal=causal, backward=not no_backward,
+                                n=n or warmup.WARMUP_N)
+    require_cupy()
+    rows = warmup.warmup(plans, progress=lambda p: click.echo(f"iokernels: compiling {p.label} {p.dtype} d={p.d}"
+                                                              + (" causal" if p.causal else ""), err=True))
+    _emit({"header": {"cache": str(cupy_cache_dir())}, "rows": rows}, as_json,
+          warmup.render(rows, str(cupy_cache_dir())))
 
 
 def main() -> None:

@@ -102,7 +102,7 @@ def _check_tiles(block_r: int, block_c: int) -> None:
 def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                             heads: int = 1, block_r: int | None = None, block_c: int = FAST_BWD_BC,
                             q_stages: int = 2, ds_stages: int = 2, deterministic: bool = False,
-                            kernel: str | None = None) -> Plan:
+                            kernel: str | None = None, kv_heads: int | None = None) -> Plan:
     """The plan of the tensor-core backward for one problem (:class:`iokernels.plan.Unsupported`, a
     ValueError, when the kernels do not take it: float32, or d other than 64 and 128).
 
@@ -113,7 +113,10 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     per step instead of two). ``deterministic``: no atomics (a query-outer dQ stage and a dK/dV
     stage), bit-identical results. ``kernel``: ``"wgmma"`` or ``"mma"`` (default: see the module);
     the wgmma kernel takes B_r and B_c of 64 or 128 (default :data:`FAST_BWD_WGMMA_TILES`), with
-    double-buffered query blocks (``q_stages``/``ds_stages`` apply to mma only)."""
+    double-buffered query blocks (``q_stages``/``ds_stages`` apply to mma only). ``kv_heads``
+    (grouped-query attention, K and V with fewer heads than Q; wgmma only): the main stage's grid has
+    one block per key block of each K/V head, which loops over the heads / kv_heads query heads that
+    share it, so K_j, V_j are read and dK_j, dV_j written once per K/V head."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     if dtype not in FAST_BWD_DTYPES:
@@ -128,6 +131,12 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         kernel = "mma" if deterministic else default_kernel()
     if kernel not in FAST_BWD_KERNELS:
         raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
+    kv_heads = heads if kv_heads is None else kv_heads
+    if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
+    if kv_heads != heads and (kernel != "wgmma" or deterministic):
+        raise Unsupported(f"grouped-query attention (kv_heads={kv_heads} < heads={heads}) in the backward is "
+                          "implemented by the wgmma kernel (sm_90), without deterministic=True")
     for name, value in (("q_stages", q_stages), ("ds_stages", ds_stages)):
         if value not in (1, 2) or isinstance(value, bool):
             raise ValueError(f"{name} must be 1 or 2, got {value!r}")
@@ -137,7 +146,7 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         if (q_stages, ds_stages) != (2, 2):
             raise ValueError("q_stages and ds_stages are options of the mma kernel (wgmma: double-buffered "
                              "query blocks, one dSᵀ buffer)")
-        return _wgmma_plan(N_q, N_k, d, dtype, batch, heads, block_r, block_c)
+        return _wgmma_plan(N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c)
     if block_r is None:
         block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
     _check_tiles(block_r, block_c)
@@ -164,27 +173,29 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
                 variant=DETERMINISTIC if deterministic else "")
 
 
-def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, block_r: int | None,
-                block_c: int | None) -> Plan:
+def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, kv_heads: int,
+                block_r: int | None, block_c: int | None) -> Plan:
     default_r, default_c = FAST_BWD_WGMMA_TILES[d, dtype]
     block_r = default_r if block_r is None else block_r
     block_c = default_c if block_c is None else block_c
     _check_tiles(block_r, block_c)
     e, bh = itemsize(dtype), batch * heads
     tr, tc = _cdiv(N_q, block_r), _cdiv(N_k, block_c)
-    main = Stage("main", KERNEL_WGMMA, (tc, 1, bh), 2 * block_c, _layout(wgmma_buffers(d, e, block_r, block_c)))
+    main = Stage("main", KERNEL_WGMMA, (tc, 1, batch * kv_heads), 2 * block_c,
+                 _layout(wgmma_buffers(d, e, block_r, block_c)))
     stages = (_rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
               _rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
     return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
-                sram_bytes=max(s.smem_bytes for s in stages), batch=batch, heads=heads,
+                sram_bytes=max(s.smem_bytes for s in stages), batch=batch, heads=heads, kv_heads=kv_heads,
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=stages)
 
 
-def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, **problem) -> Plan:
+def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: bool = False, **problem) -> Plan:
     """The fastest backward plan whose shared memory fits in ``sram`` bytes: the wgmma kernel's
     default tiles, then its 64 x 64 tiles (where the kernel is wgmma), then the mma kernel with
     :data:`FAST_BWD_FALLBACKS` in order (the last, the smallest, when none fits: the caller checks
-    that the result fits)."""
+    that the result fits). ``wgmma_only`` (causal plans) and grouped-query attention leave the mma
+    kernels out (Unsupported where the kernel is not wgmma)."""
     if kernel is None:
         from .fast import default_kernel
 
@@ -192,7 +203,12 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, **problem) -
     options: list[dict] = []
     if kernel == "wgmma":
         options += [{"kernel": "wgmma"}, {"kernel": "wgmma", "block_r": 64, "block_c": 64}]
-    options += [{"kernel": "mma", **o} for o in FAST_BWD_FALLBACKS]
+    elif wgmma_only:
+        raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
+                          "kernels have no causal mask")
+    grouped = problem.get("kv_heads") not in (None, problem.get("heads", 1))
+    if not (grouped or wgmma_only) or kernel != "wgmma":  # grouped-query, causal: wgmma only (mma raises)
+        options += [{"kernel": "mma", **o} for o in FAST_BWD_FALLBACKS]
     for option in options:
         plan = make_fast_backward_plan(**problem, **option)
         if plan.smem_bytes <= sram:

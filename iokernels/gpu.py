@@ -125,12 +125,20 @@ class ArchUnavailable(RuntimeError):
     """A kernel written for one architecture (``SOURCE_ARCHS``) was asked for on another GPU."""
 
 
-def _cubin_cache_dir() -> Path:
-    cp = require_cupy()
+def cupy_cache_dir() -> Path:
+    """cupy's on-disk kernel cache (``CUPY_CACHE_DIR``, default ``~/.cupy/kernel_cache``): RawModule
+    compiles land here. Needs neither cupy nor a GPU."""
     root = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
-    with contextlib.suppress(AttributeError):
-        root = cp.cuda.compiler.get_cache_dir()
-    return Path(root) / "iokernels-arch"
+    with contextlib.suppress(ImportError, AttributeError):
+        from cupy.cuda import compiler
+
+        root = compiler.get_cache_dir()
+    return Path(root)
+
+
+def _cubin_cache_dir() -> Path:
+    """Where the sm_90a cubins that cupy's compile path does not take are kept (inside cupy's cache)."""
+    return cupy_cache_dir() / "iokernels-arch"
 
 
 def _nvrtc_cubin(code: str, name: str, arch: str, expression: str) -> tuple[bytes, str]:
@@ -250,7 +258,10 @@ def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float)
         m, n, k, scaled = GEMM_SIZES[stage.name]
         return [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
                 np.float32(scale if scaled else 1.0)]
-    return [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
+    args = [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
+    if dict(stage.params).get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
+        args.append(buffers["block_mask"])
+    return args
 
 
 def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -270,7 +281,10 @@ def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
         else:
             buffers[name] = cp.empty(shape, dtype=dtype)
             poison(buffers[name], dtype)
-    return buffers, pool.used_bytes() - before
+    workspace = pool.used_bytes() - before
+    if plan.block_mask is not None:  # part of the plan: its block mask on the tile grid, T_r x T_c bytes
+        buffers["block_mask"] = cp.asarray(plan.block_grid())
+    return buffers, workspace
 
 
 def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float, counting: bool,
@@ -317,6 +331,39 @@ def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None
                     log.records.append({"plan": plan.label, "stage": stage.name, "kernel": stage.kernel,
                                         "tensor": tensor, "read_bytes": r, "write_bytes": w})
     return GpuRun(plan, buffers, counts, workspace)
+
+
+def plan_device_bytes(plan: Plan, exclude: tuple[str, ...] | set[str] = ()) -> int:
+    """Device bytes of every tensor ``plan`` touches (what :func:`allocate` holds), less ``exclude``
+    (inputs that already exist on the device). Needs no GPU."""
+    return sum(math.prod(tensor_shape(plan, name)) * _tensor_dtype(plan, name).itemsize
+               for name in plan_tensors(plan) if name not in exclude)
+
+
+def free_device_bytes() -> tuple[int, int]:
+    """(free, total) bytes of the current device; free counts what cupy's pool holds unused."""
+    cp = require_cupy()
+    free, total = cp.cuda.runtime.memGetInfo()
+    return free + cp.get_default_memory_pool().free_bytes(), total
+
+
+def capture_plans(runs: list[tuple[Plan, dict[str, Any]]], scale: float) -> Any:
+    """A CUDA graph of every stage of each ``(plan, buffers)`` in order (plain build), captured on a
+    private stream; replay it with ``graph.launch(stream)`` on any stream. ``buffers`` as from
+    :func:`allocate`: the graph reads and writes those addresses on every replay."""
+    cp = require_cupy()
+    for plan, _ in runs:
+        compile_plan(plan)  # nothing may compile or load during capture
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            for plan, buffers in runs:
+                for stage in plan.stages:
+                    launch_stage(plan, stage, buffers, scale, False)
+        finally:
+            graph = stream.end_capture()
+    return graph
 
 
 # Timing: CUDA-graph replays of back-to-back launches, CUDA events around each replay. A stage of a

@@ -20,17 +20,30 @@ its bytes do not change. The Θ forms put the visible area A (continuous: ``m(N_
 ``m(N_k − m/2)`` bottom-right, m = min(N_q, N_k); N²/2 when N_q = N_k = N) for the sums: R_K → A/B_r,
 R_Q → A/B_c, A_S → A. FLOPs are halved for causal plans (the FlashAttention-2 convention for
 TFLOP/s), whatever the schedule actually computes.
+
+Block-sparse plans (``block_sparse=``, ``plan.block_mask``; the paper's Algorithm 5): the same sums over
+the block pairs the mask keeps (:func:`iokernels.plan.pair_sums`), plus ``N_bm`` bytes of the block mask
+(one per pair a loop visits, per batch·head). FLOPs are those of the kept blocks (A_S elements of S);
+the Θ form is Proposition 4's Θ(Nd + N²d²M⁻¹s), with s·A in place of the sums.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import sympy as sp
 
-from .plan import FLOAT32_TENSORS, SCHEDULES, Plan, causal_sums, normalize_causal
+from .plan import (
+    _BLOCK_SPARSE_STAGES,
+    BYTE_TENSORS,
+    FLOAT32_TENSORS,
+    SCHEDULES,
+    Plan,
+    normalize_causal,
+    pair_sums,
+)
 from .specs import GpuSpec
 from .tensors import DIMS, TENSORS
 from .units import ACC_ITEMSIZE
@@ -41,6 +54,7 @@ def _pos(name: str) -> sp.Symbol:
 
 
 N_q, N_k, d, BH, e = _pos("N_q"), _pos("N_k"), _pos("d"), _pos("BH"), _pos("e")
+BH_kv = _pos("BH_kv")  # rows of K and V (batch * kv_heads): BH, or fewer with grouped-query attention
 B_r, B_c, BM, BN = _pos("B_r"), _pos("B_c"), _pos("BM"), _pos("BN")
 M = sp.Symbol("M", positive=True)  # SRAM size in elements, as in the paper
 N = _pos("N")  # N_q = N_k = N, for the Θ forms
@@ -55,6 +69,9 @@ A_S = _pos("A_S")  # elements of the visible S blocks: Σ rows_i·cols_j (N_q·N
 N_qv = _pos("N_qv")  # rows of query blocks with a visible pair (N_q)
 N_kv = _pos("N_kv")  # rows of key blocks with a visible pair (N_k)
 CAUSAL_SYMBOLS = {R_K: "R_K", R_Q: "R_Q", A_S: "A_S", N_qv: "N_qv", N_kv: "N_kv"}
+# block-sparse plans (iokernels.plan.pair_sums): the same sums over the pairs the block mask keeps, and
+N_bm = _pos("N_bm")  # block-mask entries read per (batch, head): the pairs the loops visit (T_r·T_c)
+s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited pairs the block mask keeps
 
 
 class _Loops:
@@ -70,6 +87,8 @@ IoTable = dict[str, dict[str, tuple[sp.Expr, sp.Expr]]]  # stage -> tensor -> (r
 
 
 def _size(tensor: str) -> sp.Expr:
+    if tensor in BYTE_TENSORS:
+        return sp.Integer(1)
     return sp.Integer(ACC_ITEMSIZE) if tensor in FLOAT32_TENSORS else e
 
 
@@ -77,12 +96,13 @@ class _Stage:
     def __init__(self) -> None:
         self.io: dict[str, list[sp.Expr]] = defaultdict(lambda: [sp.Integer(0), sp.Integer(0)])
 
-    def read(self, tensor: str, elements: sp.Expr) -> _Stage:
-        self.io[tensor][0] += BH * elements * _size(tensor)
+    def read(self, tensor: str, elements: sp.Expr, rows: sp.Expr = BH) -> _Stage:
+        """``elements`` of ``tensor`` per row of the batch (``rows``: BH, or BH_kv for K/V heads)."""
+        self.io[tensor][0] += rows * elements * _size(tensor)
         return self
 
-    def write(self, tensor: str, elements: sp.Expr) -> _Stage:
-        self.io[tensor][1] += BH * elements * _size(tensor)
+    def write(self, tensor: str, elements: sp.Expr, rows: sp.Expr = BH) -> _Stage:
+        self.io[tensor][1] += rows * elements * _size(tensor)
         return self
 
     def gemm(self, a: str, b: str, c: str, m: sp.Expr, n: sp.Expr, k: sp.Expr) -> _Stage:
@@ -139,13 +159,16 @@ def _flash_q_outer_fwd(c: _Loops) -> dict[str, _Stage]:
     return {"main": main}
 
 
-def _flash_bwd(c: _Loops) -> dict[str, _Stage]:
-    # causal: a key block no query sees loads nothing and writes dK_j = dV_j = 0
-    main = (_Stage().read("K", c.k_any * d).read("V", c.k_any * d)
+def _flash_bwd(c: _Loops, kv: sp.Expr = BH) -> dict[str, _Stage]:
+    # causal: a key block no query sees loads nothing and writes dK_j = dV_j = 0. ``kv``: the rows of
+    # K, V, dK, dV; BH_kv for the tensor-core backward, whose block owns a K/V head's key block and
+    # loops over the query heads that share it (grouped-query attention), so that K_j, V_j are read
+    # and dK_j, dV_j written once per K/V head
+    main = (_Stage().read("K", c.k_any * d, kv).read("V", c.k_any * d, kv)
             .read("Q", d * c.q_by_k).read("dO", d * c.q_by_k)
             .read("lse", c.q_by_k).read("D", c.q_by_k)
             .read("dQacc", d * c.q_by_k).write("dQacc", d * c.q_by_k)  # atomic adds
-            .write("dK", N_k * d).write("dV", N_k * d))
+            .write("dK", N_k * d, kv).write("dV", N_k * d, kv))
     return {
         "prep": _Stage().read("dO", N_q * d).read("O", N_q * d).write("D", N_q).write("dQacc", N_q * d),
         "main": main,
@@ -174,7 +197,8 @@ _BUILDERS = {
     ("flash", "q_outer", "fwd"): _flash_q_outer_fwd,
     ("flash", "fast", "fwd"): _flash_q_outer_fwd,  # the q_outer loop order on tensor cores, own tiles
     ("flash", "kv_outer", "bwd"): _flash_bwd,
-    ("flash", "fast", "bwd"): _flash_bwd,  # the research backward's stages, tensor-core main stage, own tiles
+    # the research backward's stages, tensor-core main stage, own tiles; K/V rows per K/V head
+    ("flash", "fast", "bwd"): lambda c: _flash_bwd(c, BH_kv),
     # variants (Plan.variant): keyed (algorithm, schedule, direction, variant)
     ("flash", "fast", "bwd", "deterministic"): _flash_fast_bwd_deterministic,
 }
@@ -220,18 +244,25 @@ def _elements(tensor: str) -> sp.Expr:
 
 
 def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-             causal: bool | str = False) -> IoTable:
+             causal: bool | str = False, block_sparse: bool = False) -> IoTable:
     """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
-    causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values)."""
-    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](_Loops(bool(normalize_causal(causal))))
+    causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values. ``block_sparse``:
+    the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
+    N_bm)."""
+    loops = _Loops(bool(normalize_causal(causal)) or block_sparse)
+    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
+    if block_sparse:
+        for name in _BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
+            stages[name].read("block_mask", N_bm)
     return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
             for name, st in stages.items()}
 
 
 def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-                causal: bool | str = False) -> tuple[sp.Expr, sp.Expr]:
+                causal: bool | str = False, block_sparse: bool = False) -> tuple[sp.Expr, sp.Expr]:
     read = write = sp.Integer(0)
-    for tensors in io_exprs(algorithm, schedule, direction, variant, causal=causal).values():
+    for tensors in io_exprs(algorithm, schedule, direction, variant, causal=causal,
+                            block_sparse=block_sparse).values():
         for r, w in tensors.values():
             read, write = read + r, write + w
     return read, write
@@ -258,17 +289,21 @@ def visible_area_expr(causal: bool | str) -> sp.Expr:
 
 @cache  # simplify is slow, and sweeps ask for the same few forms at every point
 def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False) -> sp.Expr:
+               causal: bool | str = False, block_sparse: bool = False) -> sp.Expr:
     """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
     For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
-    Causal: the visible area A (:func:`visible_area_expr`) in place of the causal sums.
+    Causal: the visible area A (:func:`visible_area_expr`) in place of the causal sums. Block-sparse
+    (Proposition 4, Θ(Nd + N²d²M⁻¹s)): s·A in place of the sums, s the fraction of visited block
+    pairs the mask keeps (a plan's value: :func:`plan_values`), and A/(B_r·B_c) mask bytes.
     """
-    read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal)
+    read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse)
     expr = read + write
-    if normalize_causal(causal):
+    if normalize_causal(causal) or block_sparse:
         area = visible_area_expr(causal)
-        expr = expr.subs({R_K: area / B_r, R_Q: area / B_c, A_S: area, N_qv: N_q, N_kv: N_k})
+        kept = s_density * area if block_sparse else area
+        expr = expr.subs({R_K: kept / B_r, R_Q: kept / B_c, A_S: kept, N_qv: N_q, N_kv: N_k,
+                          N_bm: area / (B_r * B_c)})
     # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
     expr = expr.replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
     return sp.simplify(expr.subs(_ideal_tiles(algorithm, schedule, direction)))
@@ -280,7 +315,7 @@ def theta_leading(plan: Plan) -> tuple[int, float]:
     the FlashAttention-2 order; standard: (2, its N² bytes, which grow with d only through the
     matrix products' panel re-reads)."""
     values = {k: v for k, v in plan_values(plan).items() if k not in (N_q, N_k)}
-    expr = theta_expr(*_key(plan), causal=plan.causal).subs({N_q: N, N_k: N}).subs(values)
+    expr = theta_expr(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan)).subs({N_q: N, N_k: N}).subs(values)
     poly = sp.Poly(sp.expand(expr), N)
     return poly.degree(), float(poly.LC())
 
@@ -308,8 +343,11 @@ def order(algorithm: str, schedule: str, direction: str, variant: str = "") -> s
 
 
 def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False) -> sp.Expr:
-    """Matrix-product FLOPs; halved for causal attention (the FlashAttention-2 convention)."""
+               causal: bool | str = False, block_sparse: bool = False) -> sp.Expr:
+    """Matrix-product FLOPs; halved for causal attention (the FlashAttention-2 convention);
+    block-sparse: those of the computed blocks, A_S elements of S."""
+    if block_sparse:
+        return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_S * d
     flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
     return flops / 2 if normalize_causal(causal) else flops
 
@@ -321,20 +359,27 @@ def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str =
 
 
 def plan_values(plan: Plan) -> dict:
-    values = {N_q: plan.N_q, N_k: plan.N_k, d: plan.d, BH: plan.bh, e: plan.itemsize,
+    values = {N_q: plan.N_q, N_k: plan.N_k, d: plan.d, BH: plan.bh, BH_kv: plan.bh_kv, e: plan.itemsize,
               M: sp.Rational(plan.sram_bytes, plan.itemsize)}
     tile = plan.tile
     for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
         if key in tile:
             values[sym] = tile[key]
-    if plan.causal and "Br" in tile:
-        sums = causal_sums(plan.N_q, plan.N_k, tile["Br"], tile["Bc"], plan.causal)
+    if (plan.causal or _sparse(plan)) and "Br" in tile:
+        sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
+        values[N_bm] = sums["N_bm"]
+        if _sparse(plan):  # kept pairs over visited ones, weighted by area: s of the Θ form
+            values[s_density] = sp.Rational(sums["A_S"], pair_sums(replace(plan, block_mask=None))["A_S"])
     return values
 
 
 def _key(plan: Plan) -> tuple[str, ...]:
     return _k(plan.algorithm, plan.schedule, plan.direction, plan.variant)
+
+
+def _sparse(plan: Plan) -> bool:
+    return plan.block_mask is not None
 
 
 def _int(expr: sp.Expr, values: dict) -> int:
@@ -345,10 +390,13 @@ def _int(expr: sp.Expr, values: dict) -> int:
 
 
 def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
-    """Exact bytes (read, written) per stage and tensor for this plan."""
+    """Exact bytes (read, written) per stage and tensor for this plan; a tensor a stage does not move
+    at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
     values = plan_values(plan)
-    return {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
-            for stage, tensors in io_exprs(*_key(plan), causal=plan.causal).items()}
+    table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan))
+    out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
+           for stage, tensors in table.items()}
+    return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
 
 
 def per_tensor(stages: dict[str, dict[str, tuple[int, int]]]) -> dict[str, tuple[int, int]]:
@@ -402,22 +450,24 @@ def predict(plan: Plan) -> Prediction:
     return Prediction(
         plan=plan,
         stages=exact(plan),
-        theta_bytes=float(theta_expr(*key, causal=plan.causal).subs(values)),
-        flops=_int(flops_expr(*key, causal=plan.causal), values),
+        theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan)).subs(values)),
+        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan)), values),
         footprint_bytes=_int(footprint_expr(*key), values),
     )
 
 
 def formulas(algorithm: str, schedule: str, direction: str, *, latex: bool = False,
-             per_tensor: bool = False, variant: str = "", causal: bool | str = False) -> list[tuple[str, str]]:
+             per_tensor: bool = False, variant: str = "", causal: bool | str = False,
+             block_sparse: bool = False) -> list[tuple[str, str]]:
     """(label, formula) pairs: total read, write and Θ bytes, and optionally each tensor's."""
     show = sp.latex if latex else (lambda x: sp.pretty(x, use_unicode=True))
     key = (algorithm, schedule, direction, variant)
-    read, write = total_exprs(*key, causal=causal)
+    masks = {"causal": causal, "block_sparse": block_sparse}
+    read, write = total_exprs(*key, **masks)
     out = [("read", show(sp.simplify(read))), ("write", show(sp.simplify(write))),
-           (f"theta {order(*key)}", show(theta_expr(*key, causal=causal)))]
+           (f"theta {order(*key)}", show(theta_expr(*key, **masks)))]
     if per_tensor:
-        for stage, tensors in io_exprs(*key, causal=causal).items():
+        for stage, tensors in io_exprs(*key, **masks).items():
             for t, (r, w) in tensors.items():
                 if r != 0:
                     out.append((f"{stage} {t} read", show(r)))

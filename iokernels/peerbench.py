@@ -411,7 +411,7 @@ def plan_runner(plan: Any, problem: Problem) -> Runner:
         inputs["lse"] = cp.full(gpu.tensor_shape(plan, "lse"), math.log(plan.N_k) + 0.5, dtype=cp.float32)
     if make_p:
         fwd = make_plan("standard", N_q=plan.N_q, N_k=plan.N_k, d=plan.d, dtype=plan.dtype, sram=plan.sram_bytes,
-                        batch=plan.batch, heads=plan.heads)
+                        batch=plan.batch, heads=plan.heads, causal=plan.causal)
         inputs["P"] = gpu.run_plan(fwd, {n: inputs[n] for n in ("Q", "K", "V")}).buffers["P"]
     buffers, _ = gpu.allocate(plan, {n: x for n, x in inputs.items() if n in needed})
     del inputs
@@ -456,14 +456,12 @@ class ResearchPlan(Impl):
     def setup(self, problem: Problem, direction: str) -> Runner:
         from .plan import make_plan
 
-        if problem.causal:
-            raise Unsupported("causal masking is issue #6")
         algorithm, schedule = self.schedules[direction]
         sram, limit = self.sram_bytes()
         try:
             plan = make_plan(algorithm, schedule, direction=direction, N_q=problem.n, N_k=problem.n, d=problem.d,
                              dtype=problem.dtype, sram=sram, batch=problem.batch, heads=problem.heads,
-                             smem_limit=limit)
+                             smem_limit=limit, causal=problem.causal)
         except ValueError as exc:
             raise Unsupported(str(exc)) from exc
         return plan_runner(plan, problem)
@@ -528,11 +526,11 @@ class FastPath(Impl):
         if kind is None:
             raise Unsupported(why)
         if kind == "plan":
-            if problem.causal:
-                raise Unsupported("causal masking is issue #6")
+            from .plan import with_causal
+
             try:
-                plan = fn(N_q=problem.n, N_k=problem.n, d=problem.d, dtype=problem.dtype, batch=problem.batch,
-                          heads=problem.heads)
+                plan = with_causal(fn(N_q=problem.n, N_k=problem.n, d=problem.d, dtype=problem.dtype,
+                                      batch=problem.batch, heads=problem.heads), problem.causal)
             except ValueError as exc:
                 raise Unsupported(str(exc)) from exc
             return plan_runner(plan, problem)
@@ -572,8 +570,6 @@ class CupyStandard(Impl):
         if problem.dtype == "bfloat16":
             raise Unsupported("cupy has no bfloat16 dtype (cupy.matmul cannot reach cuBLAS's bfloat16); "
                               "not substituted by float16")
-        if problem.causal:
-            raise Unsupported("causal masking is not implemented for the cupy peer")
         from ._cupy import require_cupy
 
         cp = require_cupy()
@@ -582,12 +578,16 @@ class CupyStandard(Impl):
         shape = (problem.batch, problem.heads, problem.n, problem.d)
         q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
         scale = 1.0 / math.sqrt(problem.d)
+        # causal (N_q = N_k): −inf above the diagonal, added to the scaled scores
+        mask = cp.triu(cp.full((problem.n, problem.n), -cp.inf, dtype=f32), 1) if problem.causal else None
 
         def forward() -> tuple[Any, Any]:
             s = cp.matmul(q, k.swapaxes(-1, -2))
             s32 = s.astype(f32)
             del s
             s32 *= scale
+            if mask is not None:
+                s32 += mask
             s32 -= s32.max(axis=-1, keepdims=True)
             cp.exp(s32, out=s32)
             s32 /= s32.sum(axis=-1, keepdims=True)

@@ -30,6 +30,10 @@ masked, and load nothing for a query block (key block) with no visible pair; :fu
 gives what they then move. Standard attention computes every element of S (masked ones stored as
 −inf, so P is 0 there): its bytes are those of the unmasked problem. Each causal kernel gets the
 compile-time define ``CAUSAL`` (1 top-left, 2 bottom-right) as a stage parameter.
+
+Block-sparse attention (``make_plan(..., block_mask=)``, :mod:`iokernels.masks`): the tiles are the
+largest up to the usual ones that divide the mask's blocks; the stages that skip zero blocks carry
+``BLOCK_SPARSE``; :func:`pair_sums` gives what they move.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from .masks import BlockMask
 from .units import ACC_ITEMSIZE, check_dtype, itemsize
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -63,8 +70,9 @@ CAUSAL_ALIGNMENTS = ("bottom_right", "top_left")
 DEFAULT_CAUSAL_ALIGNMENT = "bottom_right"
 CAUSAL_CODES = {"top_left": 1, "bottom_right": 2}
 
-# Tensors stored in float32 whatever the input dtype; all others use the input dtype.
+# Tensors stored in float32 whatever the input dtype; one byte per element; all others use the input dtype.
 FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc"})
+BYTE_TENSORS = frozenset({"block_mask"})
 
 
 def _align(n: int) -> int:
@@ -134,10 +142,12 @@ class Plan:
     # the model and the simulator pick its stages by it
     variant: str = ""
     # grouped-query attention: K and V have kv_heads heads, each shared by heads / kv_heads query
-    # heads (0: as many as heads). Only flash/fast/fwd takes kv_heads < heads.
+    # heads (0: as many as heads). Only flash/fast takes kv_heads < heads (its backward: the wgmma kernel).
     kv_heads: int = 0
     # causal mask alignment: "" (none), "bottom_right" or "top_left" (module docstring)
     causal: str = ""
+    # block-sparse attention (iokernels.masks): the tiles divide its blocks; None: every block computed
+    block_mask: BlockMask | None = None
 
     def __post_init__(self) -> None:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):
@@ -179,7 +189,18 @@ class Plan:
         return self.sram_bytes // self.itemsize
 
     def tensor_itemsize(self, tensor: str) -> int:
+        if tensor in BYTE_TENSORS:
+            return 1
         return ACC_ITEMSIZE if tensor in FLOAT32_TENSORS else self.itemsize
+
+    def block_grid(self) -> np.ndarray:
+        """The block mask on this plan's tile grid, (T_r, T_c) of uint8: what the kernels read."""
+        tile = self.tile
+        return self.block_mask.refine(tile["Br"], tile["Bc"]).astype(np.uint8)
+
+    def element_mask(self) -> np.ndarray | None:
+        """Boolean (N_q, N_k) of the block mask (the causal mask not included); None without one."""
+        return None if self.block_mask is None else self.block_mask.element_mask()
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -203,6 +224,7 @@ class Plan:
             **({"variant": self.variant} if self.variant else {}),
             **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
             **({"causal": self.causal} if self.causal else {}),
+            **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],
@@ -260,6 +282,10 @@ _Q_RESIDENT = {("flash", "q_outer", "fwd"), ("two_pass", "store", "fwd"),
 # ---------------------------------------------------------------------------------------------
 # validation
 
+INT32_MAX = 2**31 - 1
+GRID_Z_MAX = 65535  # CUDA's gridDim.z limit
+
+
 def check_problem(N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1) -> str:
     for name, value in (("N_q", N_q), ("N_k", N_k), ("batch", batch), ("heads", heads)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -269,6 +295,12 @@ def check_problem(N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads:
             f"unsupported head dimension d={d!r}: expected a multiple of {D_MULTIPLE} "
             f"from {D_MIN} to {D_MAX}"
         )
+    for name, value in (("N_q", N_q), ("N_k", N_k)):  # the kernels take lengths as int32
+        if value > INT32_MAX:
+            raise ValueError(f"{name}={value} exceeds the kernels' 32-bit lengths (at most {INT32_MAX})")
+    if batch * heads > GRID_Z_MAX:  # every kernel's grid has one z-slice per (batch, head)
+        raise ValueError(f"batch * heads = {batch * heads} exceeds CUDA's grid limit of {GRID_Z_MAX} "
+                         "(gridDim.z: one slice per batch-head); split the call")
     return check_dtype(dtype)
 
 
@@ -342,6 +374,32 @@ def causal_sums(n_q: int, n_k: int, br: int, bc: int, causal: str) -> dict[str, 
     return {"R_K": sum(keys), "R_Q": sum(r * v for r, v in zip(rows, vis, strict=True)),
             "A_S": sum(r * k for r, k in zip(rows, keys, strict=True)),
             "N_qv": sum(r for r, v in zip(rows, vis, strict=True) if v), "N_kv": max(keys, default=0)}
+
+
+def pair_grid(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """(computed, causal): boolean (T_r, T_c) grids of the (query block, key block) pairs of a tiled
+    plan; ``causal`` the pairs its loops visit (all without a causal mask), ``computed`` those of them
+    the block mask keeps (the same without one)."""
+    tile = plan.tile
+    br, bc = tile["Br"], tile["Bc"]
+    vis = visible_key_blocks(plan.N_q, plan.N_k, br, bc, plan.causal)
+    causal = np.arange(_cdiv(plan.N_k, bc))[None, :] < np.array(vis)[:, None]
+    return (causal & plan.block_grid().astype(bool) if plan.block_mask is not None else causal), causal
+
+
+def pair_sums(plan: Plan) -> dict[str, int]:
+    """:func:`causal_sums` over the pairs a tiled plan computes (causal mask and block mask), and
+    ``N_bm``: block-mask entries its kernels read per (batch, head), one per pair they visit (the
+    causally visible pairs; T_r·T_c without a causal mask)."""
+    computed, causal = pair_grid(plan)
+    tile = plan.tile
+    rows = np.minimum(tile["Br"], plan.N_q - np.arange(0, plan.N_q, tile["Br"]))
+    cols = np.minimum(tile["Bc"], plan.N_k - np.arange(0, plan.N_k, tile["Bc"]))
+    g = computed.astype(np.int64)
+    return {"R_K": int((g * cols[None, :]).sum()), "R_Q": int((g * rows[:, None]).sum()),
+            "A_S": int((g * rows[:, None] * cols[None, :]).sum()),
+            "N_qv": int(rows[computed.any(axis=1)].sum()), "N_kv": int(cols[computed.any(axis=0)].sum()),
+            "N_bm": int(causal.sum())}
 
 
 class Unsupported(ValueError):
@@ -480,6 +538,7 @@ def make_plan(
     block_c: int | None = None,
     kv_heads: int | None = None,
     causal: bool | str = False,
+    block_mask: BlockMask | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -487,18 +546,92 @@ def make_plan(
     ``block_r``/``block_c`` force B_r/B_c of flash and two_pass (see the module docstring).
     Raises ValueError (SramTooSmall when no tiling fits, naming the smallest M that works;
     TilesDoNotFit when forced tiles do not fit in M). ``kv_heads`` (grouped-query attention: K and
-    V with fewer heads, each shared by heads / kv_heads query heads) is taken by flash/fast/fwd only.
+    V with fewer heads, each shared by heads / kv_heads query heads) is taken by flash/fast only (the
+    backward by its wgmma kernel, sm_90).
     ``causal``: False, True (bottom-right alignment, the default), "bottom_right" or "top_left"
-    (module docstring); flash/fast/bwd raises Unsupported for causal plans.
+    (module docstring); flash/fast/bwd takes causal with its wgmma kernel only (sm_90; Unsupported
+    elsewhere).
+    ``block_mask``: block-sparse attention (:class:`iokernels.masks.BlockMask`, the paper's Algorithm 5)
+    by the research tiled schedules (:func:`supports_block_sparse`; Unsupported elsewhere). The tiles
+    are the largest ones up to the usual ones that divide the mask's blocks (forced tiles must divide
+    them), so each (query block, key block) pair lies in one mask block; with ``causal`` both masks apply.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     schedule = check_schedule(algorithm, schedule, direction)
     causal = normalize_causal(causal)
-    plan = _make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype, sram=sram, batch=batch,
-                      heads=heads, direction=direction, smem_limit=smem_limit, block_r=block_r,
-                      block_c=block_c, kv_heads=kv_heads, causal=causal)
-    return with_causal(plan, causal)
+    args = dict(N_q=N_q, N_k=N_k, d=d, dtype=dtype, sram=sram, batch=batch, heads=heads, direction=direction,
+                smem_limit=smem_limit, kv_heads=kv_heads, causal=causal)
+    if block_mask is not None:
+        block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
+    plan = _make_plan(algorithm, schedule, block_r=block_r, block_c=block_c, **args)
+    return with_block_mask(with_causal(plan, causal), block_mask)
+
+
+# the stages whose kernels skip the zero blocks of a block mask (BLOCK_SPARSE define)
+_BLOCK_SPARSE_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("two_pass", "store", "fwd"): ("stats", "output"),
+    ("two_pass", "recompute", "fwd"): ("stats", "output"),
+    ("flash", "kv_outer", "fwd"): ("main",),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "kv_outer", "bwd"): ("main",),
+}
+
+
+def supports_block_sparse(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, block_mask=...)`` has kernels."""
+    return (algorithm, schedule, direction) in _BLOCK_SPARSE_STAGES
+
+
+def _check_block_mask(key: tuple[str, str, str], block_mask: object, n_q: int, n_k: int) -> None:
+    if not isinstance(block_mask, BlockMask):
+        raise TypeError(f"block_mask must be an iokernels.masks.BlockMask, got {type(block_mask).__name__}")
+    if key not in _BLOCK_SPARSE_STAGES:
+        why = {"standard": "standard attention computes all of S (it has no blocks to skip)",
+               "fast": "the tensor-core kernels have no block-sparse variant yet; use flash/q_outer "
+                       "(forward) or flash/kv_outer (backward)"}
+        raise Unsupported(f"block-sparse attention is not implemented by {'/'.join(key)}: "
+                          f"{why.get(key[0], why.get(key[1], 'no kernel'))}")
+    if (block_mask.n_q, block_mask.n_k) != (n_q, n_k):
+        raise ValueError(f"block mask made for N_q={block_mask.n_q}, N_k={block_mask.n_k} given to a problem "
+                         f"with N_q={n_q}, N_k={n_k}")
+
+
+def _largest_divisor(n: int, upper: int) -> int:
+    return next(x for x in range(min(n, upper), 0, -1) if n % x == 0)
+
+
+def _block_sparse_tiles(algorithm: str, schedule: str, block_mask: BlockMask, block_r: int | None,
+                        block_c: int | None, args: dict) -> tuple[int, int]:
+    """(B_r, B_c) for a block-sparse plan: forced ones as given (they must divide the mask's blocks),
+    free ones the largest divisors of the blocks up to the usual tiles."""
+    _check_block_mask((algorithm, schedule, args["direction"]), block_mask, args["N_q"], args["N_k"])
+    for name, value, block in (("block_r", block_r, block_mask.block_q), ("block_c", block_c, block_mask.block_k)):
+        _check_block(name, value)
+        if value is not None and block % value:
+            raise ValueError(f"{name}={value} does not divide the block mask's block size {block}: "
+                             "block-sparse tiles must lie inside one mask block")
+    if block_r is not None and block_c is not None:
+        return block_r, block_c
+    tile = _make_plan(algorithm, schedule, block_r=block_r, block_c=block_c, **args).tile
+    return (block_r or _largest_divisor(block_mask.block_q, tile["Br"]),
+            block_c or _largest_divisor(block_mask.block_k, tile["Bc"]))
+
+
+def with_block_mask(plan: Plan, block_mask: BlockMask | None) -> Plan:
+    """``plan`` with a block mask: its ``block_mask`` field set and the ``BLOCK_SPARSE`` define added
+    to the stages whose kernels skip zero blocks. The plan's tiles must divide the mask's blocks."""
+    if block_mask is None:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    _check_block_mask(key, block_mask, plan.N_q, plan.N_k)
+    if plan.variant:
+        raise Unsupported(f"block-sparse attention is not implemented by {plan.label}")
+    block_mask.refine(plan.tile["Br"], plan.tile["Bc"])  # ValueError unless the tiles divide its blocks
+    sparse = _BLOCK_SPARSE_STAGES[key]
+    stages = tuple(replace(s, params=(*s.params, ("BLOCK_SPARSE", 1))) if s.name in sparse else s
+                   for s in plan.stages)
+    return replace(plan, block_mask=block_mask, stages=stages)
 
 
 # the stages whose kernels take the causal mask (CAUSAL define); the others are the unmasked ones
@@ -509,8 +642,9 @@ _CAUSAL_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("two_pass", "recompute", "fwd"): ("stats", "output"),
     ("flash", "kv_outer", "fwd"): ("main",),
     ("flash", "q_outer", "fwd"): ("main",),
-    ("flash", "fast", "fwd"): ("main",),  # the mma.sync kernel (flash_tc.cu): make_plan picks it for causal
+    ("flash", "fast", "fwd"): ("main",),  # flash_wgmma.cu and the mma.sync flash_tc.cu
     ("flash", "kv_outer", "bwd"): ("main",),
+    ("flash", "fast", "bwd"): ("main",),  # the wgmma backward (flash_wgmma_bwd.cu) only
 }
 
 
@@ -529,9 +663,9 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
     if key not in _CAUSAL_STAGES or plan.variant:
         raise Unsupported(f"causal attention is not implemented by {plan.label} yet")
     masked = _CAUSAL_STAGES[key]
-    if any(s.kernel == "flash_wgmma_fwd" for s in plan.stages):
-        raise Unsupported("the wgmma forward (flash_wgmma.cu) has no causal mask yet; causal flash/fast plans use "
-                          "the mma.sync kernel (make_plan picks it)")
+    if key == ("flash", "fast", "bwd") and plan.stage("main").kernel != "flash_wgmma_bwd":
+        raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
+                          "kernels (flash_tc_bwd.cu, and deterministic=True) have no causal mask")
     stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s
                    for s in plan.stages)
     return replace(plan, causal=causal, stages=stages)
@@ -558,9 +692,9 @@ def _make_plan(
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
             raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
-        if (algorithm, schedule, direction) != ("flash", "fast", "fwd"):
+        if (algorithm, schedule) != ("flash", "fast"):
             raise Unsupported(f"grouped-query attention (kv_heads={kv_heads} < heads={heads}) is implemented by "
-                              f"flash/fast forward only, not {algorithm}/{schedule}/{direction}")
+                              f"flash/fast only, not {algorithm}/{schedule}/{direction}")
     if not isinstance(sram, int) or sram <= 0:
         raise ValueError(f"sram must be a positive number of bytes, got {sram!r}")
     if smem_limit is not None and sram > smem_limit:
@@ -577,22 +711,18 @@ def _make_plan(
         from .fast import _TooSmall, make_fast_plan_within
         from .fast_bwd import fit_fast_backward_plan
 
-        if causal and direction == "bwd":
-            raise Unsupported("causal attention is not implemented by the tensor-core backward (flash/fast/bwd) "
-                              "yet; use flash/kv_outer/bwd")
         if forced:
             raise ValueError("block_r/block_c do not apply to flash/fast: its tiles are fixed")
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
-            # causal: the mma.sync kernel (flash_tc.cu); the wgmma one has no causal mask yet
-            kernel = {"kernel": "mma"} if causal else {}
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads, **kernel)
+                                             kv_heads=kv_heads)
             except _TooSmall as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
         # the backward: its default tiles, or B_c = 64 where those do not fit M
-        plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads)
+        plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                      kv_heads=kv_heads, wgmma_only=bool(causal))
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")
@@ -625,10 +755,21 @@ def _make_plan(
         tiles = (("BM", bm), ("BN", bn), ("BK", bk))
         return Plan(**common, tiles=tiles, stages=stages)
 
-    if forced:
-        br, bc = _forced_block_tiles(key, d, e, sram, block_r, block_c)
-    else:
-        br, bc = _block_tiles(key, d, e, sram)
+    # flash kv_outer's forward and the flash backward also run row-wise stages, whose buffers must fit M too
+    rowwise_need = _layout_bytes(_rowwise_buffers()) if schedule == "kv_outer" else 0
+    try:
+        if forced:
+            br, bc = _forced_block_tiles(key, d, e, sram, block_r, block_c)
+        else:
+            br, bc = _block_tiles(key, d, e, sram)
+    except SramTooSmall as exc:
+        if exc.min_bytes >= rowwise_need:
+            raise
+        raise SramTooSmall("/".join(key), sram, rowwise_need, f"its row-wise stages, d={d}, {e}-byte elements"
+                           ) from None
+    if sram < rowwise_need:
+        raise SramTooSmall("/".join(key), sram, rowwise_need,
+                           f"its row-wise stages' {rowwise_need}-byte buffers, d={d}, {e}-byte elements")
     tr, tc = _cdiv(N_q, br), _cdiv(N_k, bc)
     fams = [_layout(f(br, bc, d, e)) for f in _BLOCK_BUFFERS[key]]
     if key == ("flash", "kv_outer", "fwd"):
@@ -667,9 +808,13 @@ def all_plans(
     backward: bool = False,
     smem_limit: int | None = None,
     causal: bool | str = False,
+    block_mask: BlockMask | None = None,
+    kv_heads: int | None = None,
 ) -> list[Plan]:
     """Every algorithm and schedule (forward, plus backward when asked), in display order; with
-    ``causal``, those that implement the causal mask (flash/fast/bwd does not yet)."""
+    ``causal``, those that implement the causal mask (flash/fast/bwd: its wgmma kernel only); with
+    ``block_mask``, those that implement block-sparse attention; with ``kv_heads`` < ``heads``
+    (grouped-query attention), flash/fast only."""
     directions = ("fwd", "bwd") if backward else ("fwd",)
     plans, too_small = [], []
     for algorithm in ALGORITHMS:
@@ -678,7 +823,8 @@ def all_plans(
                 try:
                     plans.append(make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                                            sram=sram, batch=batch, heads=heads, direction=direction,
-                                           smem_limit=smem_limit, causal=causal))
+                                           smem_limit=smem_limit, causal=causal, block_mask=block_mask,
+                                           kv_heads=kv_heads))
                 except SramTooSmall as exc:
                     too_small.append((exc.min_bytes, f"{algorithm}/{schedule}/{direction}"))
                 except Unsupported:

@@ -16,8 +16,10 @@ Per launch the report gives (atomics count as read and written, as in the kernel
 
 - *counted*: the counting build's bytes (DESIGN.md rules); *model*: :func:`iokernels.model.exact`;
 - *requested*: bytes the threads' global load, store and atomic instructions asked for
-  (``smsp__sass_data_bytes_mem_global_op_{ld,st,red,atom}``): the hardware's view of what the
-  counters count, so it must equal *counted* exactly;
+  (``smsp__sass_data_bytes_mem_global_op_{ld,st,red,atom}``, plus
+  ``sm__sass_data_bytes_mem_global_op_ldgsts`` for the cp.async copies of the tensor-core kernels,
+  which ncu does not count as loads): the hardware's view of what the counters count, so it must
+  equal *counted* exactly;
 - *L1*: bytes of the 32-byte sectors the L1 looked up for those instructions
   (``l1tex__t_bytes_pipe_lsu_mem_global_op_{ld,st,red,atom}``): at least *requested*, more where an
   instruction uses only part of a sector (one float of m per row uses 4 of 32 bytes);
@@ -58,6 +60,8 @@ METRICS: dict[str, str] = {
     "req_st": "smsp__sass_data_bytes_mem_global_op_st.sum",
     "req_red": "smsp__sass_data_bytes_mem_global_op_red.sum",
     "req_atom": "smsp__sass_data_bytes_mem_global_op_atom.sum",
+    # cp.async (LDGSTS: global to shared, no register) is not an op_ld: its bytes are their own metric
+    "req_ldgsts": "sm__sass_data_bytes_mem_global_op_ldgsts.sum",
     "l2_read_sectors": "lts__t_sectors_srcunit_tex_op_read.sum",
     "l2_write_sectors": "lts__t_sectors_srcunit_tex_op_write.sum",
     "l2_red_sectors": "lts__t_sectors_srcunit_tex_op_red.sum",
@@ -316,7 +320,8 @@ def stage_row(plan: Plan, stage: Stage, launch: dict | None, counted: dict[str, 
         "grid": list(stage.grid), "threads": stage.threads,
         "counted_read_bytes": cr, "counted_write_bytes": cw, "counted_bytes": cr + cw,
         "predicted_read_bytes": pr, "predicted_write_bytes": pw, "predicted_bytes": pr + pw,
-        "requested_read_bytes": _add(m["req_ld"], rmw_req), "requested_write_bytes": _add(m["req_st"], rmw_req),
+        "requested_read_bytes": _add(m["req_ld"], m["req_ldgsts"], rmw_req),
+        "requested_write_bytes": _add(m["req_st"], rmw_req),
         "l1_read_bytes": _add(m["l1_ld"], rmw_l1), "l1_write_bytes": _add(m["l1_st"], rmw_l1),
         "dram_read_bytes": m["dram_read"], "dram_write_bytes": m["dram_write"],
         "l2_read_sectors": m["l2_read_sectors"], "l2_write_sectors": m["l2_write_sectors"],

@@ -2,7 +2,10 @@
 
 ``causal``: False, True (bottom-right alignment, the default), "bottom_right" or "top_left"; key j
 is visible to query i iff j <= i + offset (offset N_k - N_q bottom-right, 0 top-left; see
-:mod:`iokernels.plan`). A query that sees no key outputs 0 with logsumexp −inf and zero gradients.
+:mod:`iokernels.plan`). ``mask``: an explicit mask broadcastable to (..., N_q, N_k), boolean (True:
+visible; a block-sparse plan's :meth:`iokernels.masks.BlockMask.element_mask`) or float (added to
+the scaled scores; −inf hides). A query that sees no key outputs 0 with logsumexp −inf and zero
+gradients.
 """
 
 from __future__ import annotations
@@ -35,6 +38,22 @@ def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray | N
     return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + off
 
 
+def _scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool | str, mask: np.ndarray | None
+            ) -> tuple[np.ndarray, np.ndarray | None]:
+    """scale * Q K^T (plus an additive mask) and the boolean visibility (None: all visible)."""
+    s = scale * (q @ np.swapaxes(k, -1, -2))
+    visible = causal_mask(q.shape[-2], k.shape[-2], causal)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype == np.bool_:
+            visible = mask if visible is None else visible & mask
+        else:
+            s = s + mask.astype(np.float64)
+            finite = ~np.isneginf(np.broadcast_to(mask, s.shape))
+            visible = finite if visible is None else visible & finite
+    return s, visible
+
+
 def _probabilities(s: np.ndarray, visible: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """softmax over the last axis of s restricted to ``visible`` (rows with none: 0), and the row
     logsumexp (−inf for those rows)."""
@@ -50,23 +69,22 @@ def _probabilities(s: np.ndarray, visible: np.ndarray | None) -> tuple[np.ndarra
     return probs, lse[..., 0]
 
 
-def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, causal: bool | str = False
-                  ) -> np.ndarray:
+def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, causal: bool | str = False,
+                  mask: np.ndarray | None = None) -> np.ndarray:
     """P = softmax(scale * Q K^T) in float64, 0 where masked (and on rows with no visible key)."""
     scale = default_scale(q.shape[-1]) if scale is None else scale
-    s = scale * (np.asarray(q, dtype=np.float64) @ np.swapaxes(np.asarray(k, dtype=np.float64), -1, -2))
-    return _probabilities(s, causal_mask(s.shape[-2], s.shape[-1], causal))[0]
+    return _probabilities(*_scores(np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64), scale,
+                                   causal, mask))[0]
 
 
 def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
-            causal: bool | str = False) -> tuple[np.ndarray, np.ndarray]:
+            causal: bool | str = False, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64
     (``causal``: see the module docstring)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s = scale * (q @ np.swapaxes(k, -1, -2))
-    visible = causal_mask(q.shape[-2], k.shape[-2], causal)
+    s, visible = _scores(q, k, scale, causal, mask)
     if visible is None:
         m = s.max(axis=-1, keepdims=True)
         p = np.exp(s - m)
@@ -77,14 +95,14 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = N
 
 
 def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None,
-             causal: bool | str = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             causal: bool | str = False, mask: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64 (``causal``: see the
     module docstring)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
-    s = scale * (q @ np.swapaxes(k, -1, -2))
-    visible = causal_mask(q.shape[-2], k.shape[-2], causal)
+    s, visible = _scores(q, k, scale, causal, mask)
     if visible is None:
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)

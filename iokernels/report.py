@@ -58,9 +58,11 @@ def build(plans: list[Plan], spec: GpuSpec, source: str, measured: dict[str, Mea
         "d": first.d,
         "batch": first.batch,
         "heads": first.heads,
+        "kv_heads": first.kv_heads,
         "sram_bytes": first.sram_bytes,
         "sram_elements": first.sram_elements,
         "causal": first.causal or None,
+        "block_mask": first.block_mask.as_dict() if first.block_mask is not None else None,
         "plans": [p.as_dict() for p in plans],
     }
     rows, stage_rows, totals = [], [], {}
@@ -142,7 +144,11 @@ def header_text(doc: dict) -> str:
         f"source: {h['source']}" + (f"  ({h['note']})" if h.get("note") else ""),
         f"gpu: {h['gpu']}   dtype: {h['dtype']}   N_q={h['N_q']}  N_k={h['N_k']}  d={h['d']}  "
         f"batch={h['batch']}  heads={h['heads']}"
-        + (f"  causal ({h['causal'].replace('_', '-')} aligned)" if h.get("causal") else ""),
+        + (f"  kv_heads={h['kv_heads']}" if h.get("kv_heads") not in (None, h["heads"]) else "")
+        + (f"  causal ({h['causal'].replace('_', '-')} aligned)" if h.get("causal") else "")
+        + (f"  block-sparse {h['block_mask']['label']}: {h['block_mask']['blocks'][0]}x{h['block_mask']['blocks'][1]} "
+           f"blocks of {h['block_mask']['block_q']}x{h['block_mask']['block_k']}, density "
+           f"{h['block_mask']['density']:.3f}" if h.get("block_mask") else ""),
         f"M (--sram) = {h['sram_bytes']:,} bytes = {format_bytes(h['sram_bytes'])} "
         f"= {h['sram_elements']:,} elements of {h['dtype']} (the paper's M is in elements)",
         "plans:",

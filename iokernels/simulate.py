@@ -101,6 +101,16 @@ def _key_block_used(plan: Plan, cs: slice) -> bool:
     return _pair_visible(plan, slice(0, plan.N_q), cs)
 
 
+def _kept(hbm: Hbm, rs: slice, cs: slice) -> bool:
+    """Block-sparse plans (iokernels.masks): the kernel reads the pair's block-mask byte, for every
+    batch·head, and skips the pair when it is 0. True without a block mask (nothing read)."""
+    p = hbm.plan
+    if p.block_mask is None:
+        return True
+    t = p.tile
+    return bool(hbm.load("block_mask", (ALL, rs.start // t["Br"], cs.start // t["Bc"])).all())
+
+
 def _finite(m: np.ndarray) -> np.ndarray:
     """m with −inf (a row that has seen no visible key yet) as 0, so exp(s − m) is 0, never NaN."""
     return np.where(np.isneginf(m), 0.0, m)
@@ -112,8 +122,8 @@ def _rescale(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
 
 
 def _divide(x: np.ndarray, l: np.ndarray) -> np.ndarray:
-    """x / l per row, 0 on rows with l = 0 (no visible key)."""
-    return np.where(l[..., None] > 0, x / np.where(l > 0, l, 1.0)[..., None], 0.0)
+    """x / l per row, 0 on rows with l = 0 (no visible key); NaN stays NaN, as in the kernels."""
+    return np.where(l[..., None] == 0, 0.0, x / np.where(l == 0, 1.0, l)[..., None])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,18 +187,20 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
     store = p.schedule == "store"
     t = p.tile
     cols = _blocks(p.N_k, t["Bc"])
-    # causal: key blocks past a query block's last visible key are skipped; a block with none loads nothing
+    # causal: key blocks past a query block's last visible key are skipped; block-sparse: the pairs the
+    # block mask zeroes. Q_i (pass 2: m_i, l_i) is loaded at the block's first computed pair; a block
+    # with none loads nothing (m = −inf, l = 0, O = 0)
     visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
     hbm.begin("stats")
     for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
-        if nv == 0:
-            hbm.store("m", (ALL, rs), -np.inf)
-            hbm.store("l", (ALL, rs), 0.0)
-            continue
-        q = hbm.load("Q", (ALL, rs, ALL))  # resident for the whole sweep over K
-        m = np.full(q.shape[:-1], -np.inf)
-        l = np.zeros(q.shape[:-1])
+        q = None
+        m = np.full((p.bh, rs.stop - rs.start), -np.inf)
+        l = np.zeros(m.shape)
         for cs in cols[:nv]:
+            if not _kept(hbm, rs, cs):
+                continue
+            if q is None:
+                q = hbm.load("Q", (ALL, rs, ALL))  # resident for the rest of the sweep over K
             s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
             if store:
                 hbm.store("S", (ALL, rs, cs), s)
@@ -199,19 +211,20 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
         hbm.store("l", (ALL, rs), l)
     hbm.begin("output")
     for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
-        if nv == 0:
-            hbm.store("O", (ALL, rs, ALL), 0.0)
-            continue
-        m, l = _finite(hbm.load("m", (ALL, rs)))[..., None], hbm.load("l", (ALL, rs))
-        q = None if store else hbm.load("Q", (ALL, rs, ALL))
-        acc = 0.0
+        m = l = q = None
+        acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
         for cs in cols[:nv]:
+            if not _kept(hbm, rs, cs):
+                continue
+            if m is None:
+                m, l = _finite(hbm.load("m", (ALL, rs)))[..., None], hbm.load("l", (ALL, rs))
+                q = None if store else hbm.load("Q", (ALL, rs, ALL))
             if store:
                 s = hbm.load("S", (ALL, rs, cs))
             else:
                 s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
             acc = acc + np.exp(s - m) @ hbm.load("V", (ALL, cs, ALL))
-        hbm.store("O", (ALL, rs, ALL), _divide(acc, l))
+        hbm.store("O", (ALL, rs, ALL), 0.0 if l is None else _divide(acc, l))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,10 +241,12 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     for cs in _blocks(p.N_k, t["Bc"]):
         if not _key_block_used(p, cs):
             break  # causal: no query sees this key block, nor the later ones
-        k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+        k = v = None
         for rs in _blocks(p.N_q, t["Br"]):
-            if not _pair_visible(p, rs, cs):
-                continue  # causal: every element of the pair is masked
+            if not _pair_visible(p, rs, cs) or not _kept(hbm, rs, cs):
+                continue  # causal: every element of the pair is masked; block-sparse: a zero block
+            if k is None:  # K_j, V_j at the key block's first computed pair
+                k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
             q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("Oacc", (ALL, rs, ALL))
             l, m = hbm.load("l", (ALL, rs)), hbm.load("m", (ALL, rs))
             s = _masked(scale * (q @ _t(k)), _visible(p, rs, cs))
@@ -269,15 +284,16 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
     hbm.begin("main")
     for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
-        if nv == 0:  # causal: no row of the block sees a key: O = 0, lse = −inf, nothing loaded
-            hbm.store("O", (ALL, rs, ALL), 0.0)
-            hbm.store("lse", (ALL, rs), -np.inf)
-            continue
-        q = hbm.load("Q", (ALL, rs, ALL))  # resident; O accumulates on chip, written once
-        m = np.full(q.shape[:-1], -np.inf)
-        l = np.zeros(q.shape[:-1])
-        acc = np.zeros(q.shape)
+        # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
+        q = None
+        acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
+        m = np.full(acc.shape[:-1], -np.inf)
+        l = np.zeros(m.shape)
         for cs in cols[:nv]:
+            if not _kept(hbm, rs, cs):
+                continue
+            if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
+                q = hbm.load("Q", (ALL, rs, ALL))
             s = _masked(scale * (q @ _t(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
             m_new = np.maximum(m, s.max(axis=-1))
             prob = np.exp(s - _finite(m_new)[..., None])
@@ -295,31 +311,41 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
 
 def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> None:
     """The K/V-outer backward stage: dK_j, dV_j on chip, written once; Q_i, dO_i, lse_i, D_i read once
-    per K/V block; with ``dq_atomics`` also dS_i K_j added into dQacc (read + write)."""
+    per K/V block; with ``dq_atomics`` also dS_i K_j added into dQacc (read + write). Grouped-query
+    attention (flash/fast): a K/V head's block loops over the query heads that share it, so K_j, V_j
+    are read and dK_j, dV_j written once per K/V head, summed over its query heads."""
     p = hbm.plan
     t = p.tile
+    group = p.heads // p.kv_heads
+
+    def grouped(x: np.ndarray) -> np.ndarray:  # query rows (BH, ...) -> (BH_kv, group, ...)
+        return x.reshape(p.bh_kv, group, *x.shape[1:])
+
     hbm.begin(stage)
     for cs in _blocks(p.N_k, t["Bc"]):
         if not _key_block_used(p, cs):  # causal: no query sees these keys: dK_j = dV_j = 0, nothing loaded
             hbm.store("dK", (ALL, cs, ALL), 0.0)
             hbm.store("dV", (ALL, cs, ALL), 0.0)
             continue
-        k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
-        dk, dv = np.zeros(k.shape), np.zeros(v.shape)
+        k = v = None
+        dk = np.zeros((p.bh_kv, 1, cs.stop - cs.start, p.d))
+        dv = np.zeros(dk.shape)
         for rs in _blocks(p.N_q, t["Br"]):
-            if not _pair_visible(p, rs, cs):
-                continue  # causal: every element of the pair is masked
-            q, do = hbm.load("Q", (ALL, rs, ALL)), hbm.load("dO", (ALL, rs, ALL))
-            lse, dd = hbm.load("lse", (ALL, rs)), hbm.load("D", (ALL, rs))
+            if not _pair_visible(p, rs, cs) or not _kept(hbm, rs, cs):
+                continue  # causal: every element of the pair is masked; block-sparse: a zero block
+            if k is None:  # K_j, V_j at the key block's first computed pair
+                k, v = hbm.load("K", (ALL, cs, ALL))[:, None], hbm.load("V", (ALL, cs, ALL))[:, None]
+            q, do = grouped(hbm.load("Q", (ALL, rs, ALL))), grouped(hbm.load("dO", (ALL, rs, ALL)))
+            lse, dd = grouped(hbm.load("lse", (ALL, rs))), grouped(hbm.load("D", (ALL, rs)))
             # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
             prob = np.exp(_masked(scale * (q @ _t(k)) - lse[..., None], _visible(p, rs, cs)))
-            dv += _t(prob) @ do
+            dv += (_t(prob) @ do).sum(axis=1, keepdims=True)
             ds = prob * (do @ _t(v) - dd[..., None])
             if dq_atomics:
-                hbm.atomic_add("dQacc", (ALL, rs, ALL), scale * (ds @ k))
-            dk += scale * (_t(ds) @ q)
-        hbm.store("dK", (ALL, cs, ALL), dk)
-        hbm.store("dV", (ALL, cs, ALL), dv)
+                hbm.atomic_add("dQacc", (ALL, rs, ALL), (scale * (ds @ k)).reshape(p.bh, -1, p.d))
+            dk += scale * (_t(ds) @ q).sum(axis=1, keepdims=True)
+        hbm.store("dK", (ALL, cs, ALL), dk[:, 0])
+        hbm.store("dV", (ALL, cs, ALL), dv[:, 0])
 
 
 def _flash_bwd(hbm: Hbm, scale: float) -> None:
@@ -395,10 +421,13 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
     inputs = {"Q": q, "K": k, "V": v}
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale
-        o, lse = reference.forward(q, k, v, scale, causal=plan.causal)
+        kv = kv_rows(plan)
+        mask = plan.element_mask()
+        o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask)
         inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
-                      P=stored(reference.probabilities(q, k, scale, causal=plan.causal) if plan.causal
-                               else np.exp(scale * (q @ _t(k)) - lse[..., None])))
+                      P=stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask)
+                               if plan.causal or mask is not None
+                               else np.exp(scale * (q @ _t(k[kv])) - lse[..., None])))
     return inputs
 
 
@@ -408,6 +437,8 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
     hbm = Hbm(plan)
     for name, array in inputs.items():
         hbm.put(name, array)
+    if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read
+        hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (plan.bh, *plan.block_grid().shape)))
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
     for name, dims in DIMS.items():
         if name not in hbm.arrays:
@@ -424,8 +455,13 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
     """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
     if plan.direction == "fwd":
         kv = kv_rows(plan)
-        return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal)[0]}
-    dq, dk, dv = reference.backward(inputs["Q"], inputs["K"], inputs["V"], inputs["dO"], scale, causal=plan.causal)
+        return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,
+                                       mask=plan.element_mask())[0]}
+    kv, group = kv_rows(plan), plan.heads // plan.kv_heads
+    dq, dk, dv = reference.backward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], inputs["dO"], scale,
+                                    causal=plan.causal, mask=plan.element_mask())
+    # grouped-query attention: a K/V head's gradient sums those of the query heads that share it
+    dk, dv = (x.reshape(plan.bh_kv, group, *x.shape[1:]).sum(axis=1) for x in (dk, dv))
     return {"dQ": dq, "dK": dk, "dV": dv}
 
 

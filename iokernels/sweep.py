@@ -31,18 +31,20 @@ from dataclasses import dataclass
 
 from . import fit, model
 from .compare import check_simulator_size, compare
+from .masks import DEFAULT_BLOCK, PATTERNS, check_density
+from .masks import pattern as block_pattern
 from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, TilesDoNotFit, Unsupported, make_plan
 from .specs import GpuSpec
 from .units import check_dtype, format_bytes, parse_size
 
-VARIES = ("N", "d", "M", "block")
+VARIES = ("N", "d", "M", "block", "density")
 Key = tuple[str, str, str]  # (algorithm, schedule, direction)
 
 CSV_COLUMNS = (
-    "vary", "value", "algorithm", "schedule", "pass", "N_q", "N_k", "d", "dtype", "batch", "heads",
+    "vary", "value", "algorithm", "schedule", "pass", "N_q", "N_k", "d", "dtype", "batch", "heads", "causal",
     "sram_bytes", "sram_elements", "Br", "Bc", "BM", "BN", "BK", "smem_bytes", "measured_bytes",
     "predicted_bytes", "measured_over_predicted", "theta_bytes", "square_tiling_bytes", "flops", "seconds",
-    "bandwidth_bytes_per_s", "max_rel_err", "source",
+    "bandwidth_bytes_per_s", "max_rel_err", "source", "block_density",
 )
 
 
@@ -57,10 +59,18 @@ class Problem:
     sram: int
     batch: int = 1
     heads: int = 1
+    causal: str = ""  # "", "top_left" or "bottom_right" (iokernels.plan.normalize_causal)
+    # block-sparse attention (iokernels.masks): the density of every point (None: dense), or the swept value
+    # of --vary density; the pattern's kind, seed and block size
+    block_sparse: float | None = None
+    block_pattern: str = PATTERNS[0]
+    block_seed: int = 0
+    block_size: int = DEFAULT_BLOCK
 
 
-def parse_values(vary: str, text: str) -> list[int]:
-    """``--values``: comma-separated integers; sizes (48KB, 1MB, 196608) for M."""
+def parse_values(vary: str, text: str) -> list[int] | list[float]:
+    """``--values``: comma-separated integers; sizes (48KB, 1MB, 196608) for M; fractions in (0, 1] for
+    density."""
     items = [t.strip() for t in str(text).split(",")]
     if not items or any(not t for t in items):
         raise ValueError(f"--values {text!r}: expected a comma-separated list such as 1024,2048,4096")
@@ -68,6 +78,12 @@ def parse_values(vary: str, text: str) -> list[int]:
     for t in items:
         if vary == "M":
             out.append(parse_size(t))
+            continue
+        if vary == "density":
+            try:
+                out.append(check_density(float(t)))
+            except ValueError as exc:
+                raise ValueError(f"--values: {t!r}: {exc}") from None
             continue
         try:
             v = int(t)
@@ -91,7 +107,7 @@ def resident_tile(key: Key) -> str:
 
 def select(algorithms: str | None, schedules: str | None, backward: bool, vary: str) -> list[Key]:
     """The (algorithm, schedule, pass) triples a sweep runs, in display order."""
-    default = ("flash",) if vary == "block" else ALGORITHMS
+    default = ("flash",) if vary in ("block", "density") else ALGORITHMS
     algs = default if algorithms is None else tuple(a.strip() for a in algorithms.split(",") if a.strip())
     for a in algs:
         if a not in ALGORITHMS:
@@ -131,15 +147,21 @@ def make_point_plan(key: Key, vary: str, value: int, base: Problem, smem_limit: 
     """The plan of ``key`` at one value of the varied quantity (ValueError when it does not fit)."""
     algorithm, schedule, direction = key
     kw = dict(N_q=base.N_q, N_k=base.N_k, d=base.d, dtype=base.dtype, sram=base.sram, batch=base.batch,
-              heads=base.heads, direction=direction, smem_limit=smem_limit or None)
+              heads=base.heads, direction=direction, smem_limit=smem_limit or None, causal=base.causal)
+    density = base.block_sparse
     if vary == "N":
         kw.update(N_q=value, N_k=value)
     elif vary == "d":
         kw.update(d=value)
     elif vary == "M":
         kw.update(sram=value)
+    elif vary == "density":
+        density = value
     else:
         kw["block_c" if resident_tile(key) == "Bc" else "block_r"] = value
+    if density is not None:  # the mask at this point's N, the same for every plan of the point
+        kw["block_mask"] = block_pattern(base.block_pattern, density, n_q=kw["N_q"], n_k=kw["N_k"],
+                                         block_q=base.block_size, seed=base.block_seed)
     return make_plan(algorithm, schedule, **kw)
 
 
@@ -199,7 +221,8 @@ def _point(vary: str, value: int, plan: Plan, doc: dict) -> dict:
     return {
         "vary": vary, "value": value, "algorithm": plan.algorithm, "schedule": plan.schedule,
         "pass": plan.direction, "N_q": plan.N_q, "N_k": plan.N_k, "d": plan.d, "dtype": plan.dtype,
-        "batch": plan.batch, "heads": plan.heads, "sram_bytes": plan.sram_bytes,
+        "batch": plan.batch, "heads": plan.heads, "causal": plan.causal,
+        "block_density": None if plan.block_mask is None else plan.block_mask.density, "sram_bytes": plan.sram_bytes,
         "sram_elements": plan.sram_elements, "tiles": tile, **{k: tile.get(k) for k in ("Br", "Bc", "BM", "BN", "BK")},
         "smem_bytes": plan.smem_bytes,
         "measured_bytes": total["measured_bytes"], "predicted_bytes": total["predicted_bytes"],
@@ -229,7 +252,9 @@ def _theory(vary: str, pts: list[dict]) -> float | None:
         return float(pts[0]["theta_leading_degree"])
     if vary in ("d", "M"):
         return fit.slope([p["value"] for p in pts], [p["theta_leading_coefficient"] for p in pts])
-    return None  # block size: the Θ form uses the paper's tiles, not forced ones; see the model column
+    # block size: the Θ form uses the paper's tiles, not forced ones; density: Θ(Nd + N²d²M⁻¹s) is not a
+    # power of s (see the model and Θ columns)
+    return None
 
 
 def fits(vary: str, points: list[dict]) -> list[dict]:
@@ -332,7 +357,10 @@ def run(vary: str, values: list[int], keys: list[Key], base: Problem, spec: GpuS
         "header": {
             "command": "sweep", "vary": vary, "values": values, "source": header["source"], "note": header["note"],
             "gpu": spec.name, "gpu_key": spec.key, "dtype": base.dtype, "N_q": base.N_q, "N_k": base.N_k,
-            "d": base.d, "sram_bytes": base.sram, "batch": base.batch, "heads": base.heads,
+            "d": base.d, "sram_bytes": base.sram, "batch": base.batch, "heads": base.heads, "causal": base.causal,
+            "block_sparse": ({"density": None if vary == "density" else base.block_sparse,
+                              "pattern": base.block_pattern, "seed": base.block_seed, "block_size": base.block_size}
+                             if vary == "density" or base.block_sparse is not None else None),
             "plans": ["/".join(k) for k in keys], "repeats": repeats if on_gpu else None,
             "reference_check": reference_check or not on_gpu,
             "block_tile": {"/".join(k): resident_tile(k) for k in keys} if vary == "block" else None,
@@ -390,7 +418,7 @@ def _opt(x: float | None, fmt: str = ".3f") -> str:
 
 def render(doc: dict) -> str:
     h = doc["header"]
-    varied = {"N": ("N_q", "N_k"), "d": ("d",), "M": ("sram_bytes",), "block": ()}[h["vary"]]
+    varied = {"N": ("N_q", "N_k"), "d": ("d",), "M": ("sram_bytes",), "block": (), "density": ()}[h["vary"]]
     fixed = [f"{k}={h[k]}" for k in ("N_q", "N_k", "d") if h[k] is not None and k not in varied]
     if "sram_bytes" not in varied:
         fixed.append(f"M (--sram) = {h['sram_bytes']:,} bytes")
@@ -403,6 +431,11 @@ def render(doc: dict) -> str:
                      f"{env.get('date')}")
     if h.get("block_tile"):
         lines.append("block = " + ", ".join(f"{t} of {p}" for p, t in h["block_tile"].items()))
+    if h.get("block_sparse"):
+        b = h["block_sparse"]
+        seed = f" (seed {b['seed']})" if b["pattern"] == "random" else ""
+        lines.append(f"block-sparse: pattern {b['pattern']}{seed}, blocks of {b['block_size']}"
+                     + (f", density {b['density']}" if b["density"] else ""))
     lines += [f"warning: {w}" for w in h.get("warnings") or []]
     headers = [h["vary"], "algorithm", "schedule", "pass", "tiles", "measured B", "predicted B", "meas/pred",
                "theta B", "time ms", "GB/s"]

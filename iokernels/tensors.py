@@ -9,7 +9,7 @@ from __future__ import annotations
 
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
-    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc",
+    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -22,7 +22,10 @@ DIMS: dict[str, tuple[str, ...]] = {
     "m": ("q",), "l": ("q",), "lse": ("q",), "D": ("q",),
     "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
 }
-assert set(DIMS) == set(TENSORS)
+# Tensors whose shape is not (batch*heads, ...) of N_q, N_k and d: the block mask of block-sparse plans,
+# (T_r, T_c) bytes on the plan's tile grid (iokernels.masks), shared by every batch and head.
+MASK_TENSORS: tuple[str, ...] = ("block_mask",)
+assert set(DIMS) | set(MASK_TENSORS) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).
 Counts = dict[str, dict[str, tuple[int, int]]]

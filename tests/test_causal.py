@@ -89,17 +89,35 @@ def test_causal_stages_carry_the_define(key, causal, code):
         assert (ref == base_ref) == ("CAUSAL" not in dict(stage.params))
 
 
-def test_fast_backward_refuses_causal():
-    with pytest.raises(Unsupported, match="tensor-core backward"):
-        make_plan("flash", "fast", N_q=256, d=64, dtype="float16", sram=227 * KB, direction="bwd", causal=True)
-    assert not supports_causal("flash", "fast", "bwd")
-    assert supports_causal("flash", "kv_outer", "bwd")
+@pytest.mark.parametrize("causal", CAUSAL_ALIGNMENTS)
+@pytest.mark.parametrize("n_q, n_k, heads, kv_heads", [(300, 200, 4, 2), (200, 300, 1, 1), (1, 77, 2, 1),
+                                                       (77, 1, 1, 1), (129, 129, 3, 3)])
+def test_fast_backward_causal_is_the_wgmma_kernel(n_q, n_k, heads, kv_heads, causal):
+    """The causal tensor-core backward: the wgmma kernel with the CAUSAL define (grouped-query too); its
+    bytes are the kv_outer backward's causal sums with its tiles; the mma kernels refuse the mask."""
+    from iokernels.fast_bwd import fit_fast_backward_plan, make_fast_backward_plan
+    from iokernels.plan import with_causal
+
+    assert supports_causal("flash", "fast", "bwd") and supports_causal("flash", "kv_outer", "bwd")
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=64, dtype="float16", sram=227 * KB, direction="bwd",
+                     causal=causal, heads=heads, kv_heads=kv_heads)
+    assert dict(plan.stage("main").params)["CAUSAL"] == (1 if causal == "top_left" else 2)
+    assert plan.stage("main").kernel == "flash_wgmma_bwd" and plan.causal == causal
+    inputs = sim.make_inputs(plan, seed=5)
+    result = sim.simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert sim.max_relative_error(result.outputs, sim.reference_outputs(plan, inputs)) < 1e-10
+    for kwargs in ({"kernel": "mma"}, {"deterministic": True}):
+        with pytest.raises(Unsupported, match="causal"):
+            with_causal(make_fast_backward_plan(N_q=n_q, N_k=n_k, d=64, dtype="float16", **kwargs), causal)
+    with pytest.raises(Unsupported, match="causal"):
+        fit_fast_backward_plan(sram=227 * KB, kernel="mma", wgmma_only=True, N_q=n_q, d=64, dtype="float16")
 
 
 def test_all_plans_causal_skips_what_has_no_causal_kernel():
     plans = all_plans(N_q=256, d=64, dtype="float16", sram=227 * KB, backward=True, causal="top_left")
     labels = {p.label for p in plans}
-    assert "flash/kv_outer/bwd" in labels and "flash/fast/bwd" not in labels
+    assert "flash/kv_outer/bwd" in labels and "flash/fast/bwd" in labels
     assert all(p.causal == "top_left" for p in plans)
     for p in plans:
         assert supports_causal(p.algorithm, p.schedule, p.direction)
@@ -366,13 +384,27 @@ def test_cli_bad_causal_options(args, message):
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_cli_sweep_refuses_causal():
-    result = CliRunner().invoke(cli, ["sweep", "--vary", "N", "--values", "64,128", "--simulate", "--causal"])
-    assert result.exit_code == 2 and "sweep does not take --causal" in result.output
+def test_cli_sweep_causal():
+    """sweep --causal: every point's simulated bytes equal the causal model; flash moves about half of its
+    unmasked bytes once N spans many blocks (the visible area is N²/2); standard moves the same."""
+    args = ["sweep", "--vary", "N", "--values", "128,512", "--d", "16", "--sram", "8KB", "--simulate", "--no-fit",
+            "--json", "--algorithms", "flash,standard", "--schedules", "q_outer,default"]
+    docs = {}
+    for flag in ((), ("--causal",)):
+        result = CliRunner().invoke(cli, [*args, *flag])
+        assert result.exit_code == 0, result.output
+        docs[bool(flag)] = json.loads(result.stdout)
+    assert docs[True]["header"]["causal"] == "bottom_right" and not docs[False]["header"]["causal"]
+    points = {(causal, p["algorithm"], p["value"]): p for causal, doc in docs.items() for p in doc["points"]}
+    for (causal, _, _), p in points.items():
+        assert p["measured_bytes"] == p["predicted_bytes"] and p["causal"] == ("bottom_right" if causal else "")
+    ratio = points[True, "flash", 512]["measured_bytes"] / points[False, "flash", 512]["measured_bytes"]
+    assert 0.45 < ratio < 0.7, ratio
+    assert points[True, "standard", 512]["measured_bytes"] == points[False, "standard", 512]["measured_bytes"]
 
 
 # ---------------------------------------------------------------------------------------------
-# the tensor-core forward (flash/fast/fwd): the mma.sync kernel takes the mask, the wgmma one not yet
+# the tensor-core forward (flash/fast/fwd): the wgmma and the mma.sync kernels take the mask
 
 
 @pytest.mark.parametrize("causal", CAUSAL_ALIGNMENTS)
@@ -383,11 +415,12 @@ def test_fast_forward_causal_plan_and_bytes(n_q, n_k, causal):
 
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=64, dtype="float16", sram=227 * KB, causal=causal,
                      heads=4, kv_heads=2)
-    (stage,) = plan.stages
-    assert stage.kernel == "flash_tc_fwd" and dict(stage.params)["CAUSAL"] == (1 if causal == "top_left" else 2)
+    (stage,) = plan.stages  # without a GPU the default kernel is wgmma
+    assert stage.kernel == "flash_wgmma_fwd" and dict(stage.params)["CAUSAL"] == (1 if causal == "top_left" else 2)
     inputs = sim.make_inputs(plan, seed=2)
     result = sim.simulate(plan, inputs)
     assert result.counts == model.exact(plan)
     assert sim.max_relative_error(result.outputs, sim.reference_outputs(plan, inputs)) < 1e-12
-    with pytest.raises(Unsupported, match="wgmma"):
-        with_causal(make_fast_plan(N_q=n_q, N_k=n_k, d=64, dtype="float16", kernel="wgmma"), causal)
+    mma = with_causal(make_fast_plan(N_q=n_q, N_k=n_k, d=64, dtype="float16", kernel="mma"), causal)
+    assert mma.stages[0].kernel == "flash_tc_fwd" and dict(mma.stages[0].params)["CAUSAL"] in (1, 2)
+    assert sim.simulate(mma, sim.make_inputs(mma, seed=2)).counts == model.exact(mma)

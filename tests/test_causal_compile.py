@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
 from iokernels.kernels import FORCED_TILE_PROBLEMS, REPRESENTATIVE_PROBLEMS, SOURCE_ARCHS, CompileVariant, build_source
 from iokernels.kernels.stages import plan_kernels
-from iokernels.plan import CAUSAL_ALIGNMENTS, all_plans, make_plan
+from iokernels.plan import CAUSAL_ALIGNMENTS, all_plans, make_plan, with_causal
 
 try:
     from cuda.bindings import nvrtc  # noqa: F401
@@ -36,8 +36,12 @@ def causal_plans(causal: str) -> list:
     plans = [plan for problem in REPRESENTATIVE_PROBLEMS
              for plan in all_plans(N_q=1000, N_k=1000, backward=True, causal=causal, **problem)]
     plans += [make_plan(N_q=1000, causal=causal, **problem) for problem in FORCED_TILE_PROBLEMS]
-    plans += [make_plan("flash", "fast", N_q=1000, d=d, dtype=dtype, sram=227 * 1024, causal=causal)
-              for d in FAST_HEAD_DIMS for dtype in FAST_DTYPES]  # the tensor-core forward (mma.sync)
+    for d in FAST_HEAD_DIMS:  # the tensor-core kernels: forward wgmma and mma.sync, backward wgmma
+        for dtype in FAST_DTYPES:
+            plans += [with_causal(make_fast_plan(N_q=1000, d=d, dtype=dtype, kernel=kernel), causal)
+                      for kernel in ("wgmma", "mma")]
+            plans.append(make_plan("flash", "fast", N_q=1000, d=d, dtype=dtype, sram=227 * 1024, direction="bwd",
+                                   causal=causal))
     return plans
 
 
@@ -63,7 +67,8 @@ CASES = [pytest.param(source, i, arch, id=f"{source}-causal{i}-{arch}")
 
 def test_every_causal_kernel_family_has_variants():
     sources = set(causal_variants())
-    assert {"gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu"} <= sources
+    assert {"gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
+            "flash_wgmma.cu", "flash_wgmma_bwd.cu"} <= sources
     for variants in causal_variants().values():
         assert all(v.defines["CAUSAL"] in (1, 2) for v in variants)
 

@@ -132,3 +132,30 @@ def test_kernel_bench_without_cupy_is_one_line():
     result = CliRunner().invoke(cli, ["kernel-bench", "--N", "64"])
     assert result.exit_code == 1 and "cupy is not installed" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_compare_grouped_query_attention_rows():
+    """--kv-heads: the flash/fast plans only (forward and backward), measured (simulated) == predicted, and
+    the backward's K, V bytes per K/V head: a quarter of those of --kv-heads 8 for the same tiles."""
+    def run(kv_heads):
+        result = CliRunner().invoke(cli, ["compare", "--simulate", "--N", "200", "--d", "64", "--sram", "227KB",
+                                          "--dtype", "float16", "--heads", "8", "--kv-heads", str(kv_heads),
+                                          "--backward", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    grouped, plain = run(2), run(8)
+    assert grouped["header"]["kv_heads"] == 2
+    totals = [r for r in grouped["rows"] if r["tensor"] == "total"]
+    assert {(r["algorithm"], r["schedule"], r["pass"]) for r in totals} == {("flash", "fast", "fwd"),
+                                                                            ("flash", "fast", "bwd")}
+    assert all(r["measured_bytes"] == r["predicted_bytes"] for r in totals)
+
+    def kv_bytes(doc):
+        return sum(r["predicted_bytes"] for r in doc["rows"]
+                   if (r["schedule"], r["pass"]) == ("fast", "bwd") and r["tensor"] in ("K", "V", "dK", "dV"))
+
+    assert kv_bytes(grouped) * 4 == kv_bytes(plain)
+    result = CliRunner().invoke(cli, ["compare", "--simulate", "--N", "64", "--d", "64", "--heads", "8",
+                                      "--kv-heads", "2"])
+    assert result.exit_code == 2 and "grouped-query" in result.output

@@ -103,6 +103,6 @@ def test_grouped_query_attention_is_refused_elsewhere():
 
     with pytest.raises(ValueError, match="kv_heads must divide"):
         make_fast_plan(N_q=64, d=64, dtype="float16", heads=6, kv_heads=4)
-    with pytest.raises(Unsupported, match="flash/fast forward only"):
+    with pytest.raises(Unsupported, match="flash/fast only"):
         make_plan("flash", "q_outer", N_q=64, d=64, sram=96 * 1024, heads=4, kv_heads=2)
     assert make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=96 * 1024, heads=4, kv_heads=1).kv_heads == 1

@@ -21,7 +21,7 @@ from iokernels.fast_bwd import (
 from iokernels.kernels import compile_variants
 from iokernels.kernels.stages import SOURCES, plan_kernels
 from iokernels.plan import SramTooSmall, Unsupported, all_plans, make_plan, min_sram
-from iokernels.simulate import make_inputs, reference_outputs, simulate
+from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 KB = 1024
 
@@ -216,3 +216,38 @@ def test_wgmma_model_equals_simulator():
     plan = make_fast_backward_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, kernel="wgmma")
     inputs = make_inputs(plan, seed=3)
     assert simulate(plan, inputs).counts == model.exact(plan)
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, n_q, n_k, d", [(2, 6, 2, 300, 200, 64), (1, 8, 1, 129, 257, 128),
+                                                                  (1, 4, 4, 65, 65, 64)])
+def test_grouped_query_backward_model_equals_simulator(batch, heads, kv_heads, n_q, n_k, d):
+    """Grouped-query attention in the wgmma backward: one block per key block of each K/V head, looping over
+    its query heads, so K, V are read and dK, dV written once per K/V head (BH_kv rows); the simulator's
+    counts equal the model's and its gradients (dK, dV summed over each group) equal the float64 reference."""
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * KB, batch=batch,
+                     heads=heads, kv_heads=kv_heads, direction="bwd")
+    assert plan.kv_heads == kv_heads and plan.stage("main").kernel == "flash_wgmma_bwd"
+    assert plan.stage("main").grid[2] == batch * kv_heads and plan.stage("prep").grid[2] == batch * heads
+    inputs = make_inputs(plan, seed=heads + kv_heads)
+    assert inputs["K"].shape == (batch * kv_heads, n_k, d)
+    result = simulate(plan, inputs)
+    exact = model.exact(plan)
+    assert result.counts == exact
+    kv_bytes = batch * kv_heads * n_k * d * 2
+    assert exact["main"]["K"] == (kv_bytes, 0) and exact["main"]["dK"] == (0, kv_bytes)
+    assert exact["main"]["Q"][0] == batch * heads * n_q * d * 2 * plan.tile["Tc"]
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-10
+    assert result.outputs["dK"].shape == (batch * kv_heads, n_k, d)
+
+
+def test_grouped_query_backward_refusals():
+    problem = {"N_q": 100, "d": 64, "dtype": "float16", "heads": 4, "kv_heads": 2}
+    for kwargs in ({"kernel": "mma"}, {"deterministic": True}):
+        with pytest.raises(Unsupported, match="grouped-query"):
+            make_fast_backward_plan(**problem, **kwargs)
+    with pytest.raises(ValueError, match="kv_heads must divide"):
+        make_fast_backward_plan(**{**problem, "kv_heads": 3})
+    with pytest.raises(Unsupported, match="grouped-query"):
+        fit_fast_backward_plan(sram=227 * KB, kernel="mma", **problem)
+    with pytest.raises(Unsupported, match="flash/fast only"):
+        make_plan("flash", "kv_outer", N_q=100, d=64, sram=96 * KB, heads=4, kv_heads=2, direction="bwd")

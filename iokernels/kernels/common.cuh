@@ -30,6 +30,22 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 }
 #endif
 
+// Block-sparse attention (iokernels/masks.py): a kernel compiled with BLOCK_SPARSE (a stage parameter of
+// block-sparse plans) takes the plan's block mask, T_r x T_c bytes on its tile grid shared by every batch and
+// head, as the argument before the counters (IOK_BLOCK_MASK_PARAM), names it in its counters
+// (IOK_BLOCK_MASK_T) and skips the (query block, key block) pairs whose byte is 0.
+#ifdef BLOCK_SPARSE
+#define IOK_BLOCK_MASK_PARAM const unsigned char *__restrict__ block_mask,
+#define IOK_BLOCK_MASK_T , IOK_T_block_mask
+#else
+#define IOK_BLOCK_MASK_PARAM
+#define IOK_BLOCK_MASK_T
+#endif
+// Rows that may see no key at all (causal, block-sparse): O = 0 and lse = −inf there, never NaN.
+#if defined(CAUSAL) || defined(BLOCK_SPARSE)
+#define IOK_EMPTY_ROWS 1
+#endif
+
 // Scratch iok_flush needs: one (read, written) pair of u64 per warp.
 #define IOK_FLUSH_SCRATCH_BYTES(nthreads) ((((nthreads) + 31) / 32) * 16)
 
@@ -136,6 +152,19 @@ __device__ __forceinline__ void iok_cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+
+#ifdef BLOCK_SPARSE
+// Whether pair (i, j) of the tile grid (t_c key blocks) is computed. Thread 0 reads its byte, counted once
+// per block and visit; the barrier hands it to every thread, so all threads of the block call this together.
+template <int... Ts>
+__device__ __forceinline__ bool iok_block_kept(IokCounters<Ts...>& c, const unsigned char* block_mask, int i, int j,
+                                               int t_c)
+{
+    int kept = 0;
+    if (threadIdx.x == 0) kept = iok_ld<IOK_T_block_mask>(c, block_mask + static_cast<size_t>(i) * t_c + j) != 0;
+    return __syncthreads_or(kept) != 0;
+}
+#endif
 
 #ifdef IOK_COUNT
 

@@ -13,6 +13,8 @@
 // CAUSAL (causal plans; common.cuh): P = 0 where masked (so dS = 0 there); Q blocks whose pair with
 // K_j is all masked are skipped, loads and dQ atomics included; a K/V block that no query sees loads
 // nothing and writes dK_j = dV_j = 0. Rows with no visible key (lse = −inf) are masked everywhere.
+// BLOCK_SPARSE (block-sparse plans; common.cuh): Q blocks whose block-mask byte with K_j is 0 are skipped
+// the same way; K_j, V_j are loaded at the first computed pair (none: dK_j = dV_j = 0, nothing else loaded).
 #include "common.cuh"
 
 #if !defined(HEAD_D) || !defined(BR) || !defined(BC) || !defined(THREADS) || !defined(SMEM_BYTES)
@@ -401,6 +403,17 @@ __device__ __forceinline__ void fb_dq(Counters& cnt, const uint4* k, const float
     }
 }
 
+// K_j, V_j (cols rows from 16-byte vector kv_base on) -> SRAM, each element once.
+template <typename T, typename Counters>
+__device__ __forceinline__ void fb_load_kv(Counters& cnt, uint4* k_s, uint4* v_s, const T* k, const T* v,
+                                           size_t kv_base, int cols)
+{
+    for (int x = threadIdx.x; x < cols * FbConfig<T>::NKV; x += THREADS) {
+        k_s[x] = iok_ld<IOK_T_K>(cnt, reinterpret_cast<const uint4*>(k) + kv_base + x);
+        v_s[x] = iok_ld<IOK_T_V>(cnt, reinterpret_cast<const uint4*>(v) + kv_base + x);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 template <typename T>
@@ -408,7 +421,7 @@ __global__ void
 flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    const T* __restrict__ d_o, const float* __restrict__ lse, const float* __restrict__ dd,
                    float* __restrict__ dqacc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k,
-                   float scale, unsigned long long* __restrict__ iok_counters)
+                   float scale, IOK_BLOCK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(fb_layout_fits<T>(), "the plan's buffers must be 16-byte aligned, disjoint, within SMEM_BYTES");
     using C = FbConfig<T>;
@@ -423,7 +436,8 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
     float* ds_s = reinterpret_cast<float*>(smem + SMEM_DS);
     float* lse_s = reinterpret_cast<float*>(smem + SMEM_LSE);
     float* d_s = reinterpret_cast<float*>(smem + SMEM_D);
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV> c;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK,
+                IOK_T_dV IOK_BLOCK_MASK_T> c;
 
     const int tid = threadIdx.x;
     const size_t bh = blockIdx.z;
@@ -443,11 +457,13 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
     }
 #endif
 
-    // K_j, V_j -> SRAM once (in-range rows only); dK_j = dV_j = 0.
-    for (int x = tid; x < cols * C::NKV; x += THREADS) {
-        k_s[x] = iok_ld<IOK_T_K>(c, reinterpret_cast<const uint4*>(k) + kv_base + x);
-        v_s[x] = iok_ld<IOK_T_V>(c, reinterpret_cast<const uint4*>(v) + kv_base + x);
-    }
+    // K_j, V_j -> SRAM once (in-range rows only; BLOCK_SPARSE: at the first computed pair); dK_j = dV_j = 0.
+#ifdef BLOCK_SPARSE
+    const int tc = (n_k + BC - 1) / BC;
+    bool kv_loaded = false;
+#else
+    fb_load_kv(c, k_s, v_s, k, v, kv_base, cols);
+#endif
     for (int x = tid; x < cols * HEAD_D / 4; x += THREADS) {
         reinterpret_cast<float4*>(dk_s)[x] = make_float4(0.f, 0.f, 0.f, 0.f);
         reinterpret_cast<float4*>(dv_s)[x] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -460,6 +476,14 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
         // every element of the pair is masked (the same for the whole block); the last Q block always
         // sees K_j, so the loop still ends at the barrier the final stores wait for
         if (col0 > row0 + rows - 1 + off) continue;
+#endif
+#ifdef BLOCK_SPARSE
+        // a zero block of the mask (its barrier also ends the previous pair's work, like the one below)
+        if (!iok_block_kept(c, block_mask, i, blockIdx.x, tc)) continue;
+        if (!kv_loaded) {
+            fb_load_kv(c, k_s, v_s, k, v, kv_base, cols);
+            kv_loaded = true;
+        }
 #endif
         const size_t q_row = bh * n_q + row0;
 

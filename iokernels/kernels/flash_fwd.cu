@@ -8,6 +8,9 @@
 // CAUSAL (causal plans; common.cuh): masked elements of S are −inf; (query block, key block) pairs
 // whose elements are all masked are skipped, loads included; a row that sees no key ends with O = 0
 // and lse = −inf (m stays −inf, l = 0, and exp is taken against 0 instead of −inf, never NaN).
+// BLOCK_SPARSE (block-sparse plans; common.cuh): pairs whose block-mask byte is 0 are skipped, loads
+// included; the resident block (q_outer: Q_i; kv_outer: K_j, V_j) is loaded at its first computed pair, so a
+// block with none loads nothing (q_outer: O = 0, lse = −inf).
 // Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
@@ -35,7 +38,8 @@ __device__ constexpr bool flash_layout_ok()
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-              float* __restrict__ lse, int n_q, int n_k, float scale, unsigned long long* __restrict__ iok_counters)
+              float* __restrict__ lse, int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM
+              unsigned long long* __restrict__ iok_counters)
 {
     static_assert(flash_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -46,7 +50,7 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
     float* S = reinterpret_cast<float*>(smem + SMEM_S);
     float* m_i = reinterpret_cast<float*>(smem + SMEM_M);
     float* l_i = reinterpret_cast<float*>(smem + SMEM_L);
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_lse> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_lse IOK_BLOCK_MASK_T> io;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row0 = blockIdx.x * BR;
@@ -62,10 +66,15 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
 #endif
 
     // Q_i -> SRAM once: it stays for the whole sweep over K, V. O = 0, m = -inf, l = 0.
+#ifdef BLOCK_SPARSE
+    const int tc = (n_k + BC - 1) / BC;
+    bool q_loaded = false;  // Q_i comes at the first computed pair
+#else
 #ifdef CAUSAL
     if (kend > 0)  // no key visible to the block: nothing to load, O = 0 and lse = -inf below
 #endif
         load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+#endif
     for (int i = threadIdx.x; i < rows * HEAD_D; i += THREADS) Oacc[i] = 0.0f;
     for (int r = threadIdx.x; r < rows; r += THREADS) {
         m_i[r] = neg_inf();
@@ -74,6 +83,13 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
 
     for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
+#ifdef BLOCK_SPARSE
+        if (!iok_block_kept(io, block_mask, blockIdx.x, col0 / BC, tc)) continue;  // a zero block of the mask
+        if (!q_loaded) {
+            load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+            q_loaded = true;
+        }
+#endif
         // K_j, V_j -> SRAM (the previous iteration ended at a barrier: nobody reads them any more)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
@@ -123,8 +139,8 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
         __syncthreads();  // done with S, V_j and O before the next K_j, V_j and the final store
     }
 
-    // O_i = O / l, lse_i = m + log l, each written once (CAUSAL, a row that saw no key: 0 and -inf)
-#ifdef CAUSAL
+    // O_i = O / l, lse_i = m + log l, each written once (a row that saw no key: 0 and -inf)
+#ifdef IOK_EMPTY_ROWS
     __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, m, l before this
 #endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
@@ -140,7 +156,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, float* Oacc, float* m,
                float* l,
-               int n_q, int n_k, float scale, unsigned long long* __restrict__ iok_counters)
+               int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(flash_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -151,7 +167,7 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     float* S = reinterpret_cast<float*>(smem + SMEM_S);
     float* m_i = reinterpret_cast<float*>(smem + SMEM_M);
     float* l_i = reinterpret_cast<float*>(smem + SMEM_L);
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_Oacc, IOK_T_m, IOK_T_l> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_Oacc, IOK_T_m, IOK_T_l IOK_BLOCK_MASK_T> io;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const size_t q_base = static_cast<size_t>(blockIdx.z) * n_q;
@@ -159,15 +175,23 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 #ifdef CAUSAL
     const int off = iok_causal_offset(n_q, n_k);
 #endif
+#ifdef BLOCK_SPARSE
+    const int tc = (n_k + BC - 1) / BC;
+#endif
 
     for (int col0 = 0; col0 < n_k; col0 += BC) {
         const int cols = min(BC, n_k - col0);
 #ifdef CAUSAL
         if (col0 > n_q - 1 + off) break;  // no query sees this key block, nor the later ones
 #endif
-        // K_j, V_j -> SRAM, once (the previous i ended at a barrier: nobody reads them any more)
+        // K_j, V_j -> SRAM, once (the previous i ended at a barrier: nobody reads them any more);
+        // BLOCK_SPARSE: at the key block's first computed pair
+#ifdef BLOCK_SPARSE
+        bool kv_loaded = false;
+#else
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
+#endif
 
         for (int row0 = 0; row0 < n_q; row0 += BR) {
             const int rows = min(BR, n_q - row0);
@@ -175,6 +199,15 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
             // every element of the pair is masked (the same for the whole block). The last row block
             // always sees this key block, so the loop still ends at the barrier the next K_j, V_j wait for.
             if (col0 > row0 + rows - 1 + off) continue;
+#endif
+#ifdef BLOCK_SPARSE
+            // a zero block of the mask (its barrier also ends the previous pair's work, like the one below)
+            if (!iok_block_kept(io, block_mask, row0 / BR, col0 / BC, tc)) continue;
+            if (!kv_loaded) {
+                load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
+                load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
+                kv_loaded = true;
+            }
 #endif
             const size_t q_off = q_base + row0;
             // Q_i, O_i (float32), l_i, m_i -> SRAM

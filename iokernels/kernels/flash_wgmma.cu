@@ -15,6 +15,10 @@
 // O is divided by l and rounded once at the end; lse = m + log l.
 //
 // BR (a multiple of 64), BC (64 or 128), HEAD_D (64 or 128) and the SMEM_* offsets come from the plan.
+// CAUSAL (causal plans; common.cuh): as flash_tc.cu, the key tiles stop at the block's last row's last
+// visible key (none: nothing is loaded, O = 0 and lse = −inf), masked elements of S are −inf, a row
+// whose running max is still −inf takes exp2 against 0 (never NaN); the row blocks run last to first,
+// so the blocks with the most key tiles start first.
 #include "common.cuh"
 
 #include "tiles.cuh"
@@ -58,17 +62,29 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;         // accumulator coordinates: row group, thread in group
+#ifdef CAUSAL
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest rows first
+#else
     const int row0 = blockIdx.x * BR;
+#endif
     const int rows = min(BR, n_q - row0);
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;
     const size_t kv_base = static_cast<size_t>(blockIdx.z / kv_group) * n_k;  // this head's K/V head
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    // key tiles from the block's last row's last visible key on are masked for all its rows
+    const int tiles = (max(0, min(n_k, row0 + rows + off)) + BC - 1) / BC;
+#else
     const int tiles = (n_k + BC - 1) / BC;
+#endif
     const float scale2 = scale * WG_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
 
-    wg_load_tile<IOK_T_Q, BR>(io, Qs, Q + q_off * HEAD_D, rows);
-    iok_cp_async_commit();
-    wg_load_tile<IOK_T_K, BC>(io, reinterpret_cast<T*>(smem + SMEM_K0), K + kv_base * HEAD_D, min(BC, n_k));
-    wg_load_tile<IOK_T_V, BC>(io, reinterpret_cast<T*>(smem + SMEM_V0), V + kv_base * HEAD_D, min(BC, n_k));
+    if (tiles > 0) {  // causal: else no row of the block sees a key, nothing is loaded
+        wg_load_tile<IOK_T_Q, BR>(io, Qs, Q + q_off * HEAD_D, rows);
+        iok_cp_async_commit();
+        wg_load_tile<IOK_T_K, BC>(io, reinterpret_cast<T*>(smem + SMEM_K0), K + kv_base * HEAD_D, min(BC, n_k));
+        wg_load_tile<IOK_T_V, BC>(io, reinterpret_cast<T*>(smem + SMEM_V0), V + kv_base * HEAD_D, min(BC, n_k));
+    }
     iok_cp_async_commit();
 
     float s[BC / 2], o[HEAD_D / 2];
@@ -118,6 +134,16 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
                 if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
             }
         }
+#ifdef CAUSAL
+        // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
+        if (key0 + BC - 1 > row0 + off) {
+            const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
+#pragma unroll
+            for (int i = 0; i < BC / 2; ++i) {
+                if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > row + 8 * ((i >> 1) & 1)) s[i] = neg_inf();
+            }
+        }
+#endif
 
         // online softmax, rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
         float corr[2];
@@ -128,13 +154,19 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            corr[h] = exp2f(m[h] - mx);  // m = -inf at first: 0
+#ifdef CAUSAL
+            // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
+            const float mx_ref = mx == neg_inf() ? 0.0f : mx;
+#else
+            const float mx_ref = mx;
+#endif
+            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
             m[h] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < BC / 8; ++n) {
-                s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx));
-                s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx));
+                s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
                 sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
             }
             l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
@@ -167,7 +199,11 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
+#ifdef CAUSAL
+    const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
+#else
     const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = wg * 64 + warp * 16 + g + 8 * h;

@@ -21,6 +21,11 @@
 // Rows past N_q or N_k are zero-filled in shared memory and never read or counted; their
 // contributions vanish (zero rows of Q, dO, K, V; P of keys past N_k forced to 0), and nothing is
 // stored for them.
+//
+// CAUSAL (causal plans; common.cuh): the query blocks start at the first one whose last row sees the
+// block's first key (the blocks before it are entirely masked and not loaded); a key block no query
+// sees loads nothing and writes dK_j = dV_j = 0. In the blocks that cross the diagonal, Pᵀ is 0 where
+// key > query + offset (this also covers queries that see no key at all, whose lse is −inf).
 #include "common.cuh"
 
 #include "tiles.cuh"
@@ -82,17 +87,37 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     const int cols = min(BC, n_k - col0);  // the last K/V block is ragged
     const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
     const int tiles = (n_q + BR - 1) / BR;
-    const int steps = tiles * kv_group;  // (query head of the group, query block) pairs
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    // the first query block whose last row sees key col0 (tiles when no query sees it)
+    const int first = col0 - off > n_q - 1 ? tiles : max(0, col0 - off) / BR;
+    const int span = tiles - first;      // query blocks per query head
+#else
+    const int span = tiles;
+#endif
+    const int steps = span * kv_group;   // (query head of the group, query block) pairs
     const float scale2 = scale * WG_LOG2E;
     const unsigned char* Ks = smem + SMEM_K;
     const unsigned char* Vs = smem + SMEM_V;
     T* dSs = reinterpret_cast<T*>(smem + SMEM_DS);
 
-    wg_load_tile<IOK_T_K, BC>(io, reinterpret_cast<T*>(smem + SMEM_K), K + kv_off * HEAD_D, cols);
-    wg_load_tile<IOK_T_V, BC>(io, reinterpret_cast<T*>(smem + SMEM_V), V + kv_off * HEAD_D, cols);
+#ifdef CAUSAL
+    if (steps > 0) {  // a key block that no query sees loads nothing
+#endif
+        wg_load_tile<IOK_T_K, BC>(io, reinterpret_cast<T*>(smem + SMEM_K), K + kv_off * HEAD_D, cols);
+        wg_load_tile<IOK_T_V, BC>(io, reinterpret_cast<T*>(smem + SMEM_V), V + kv_off * HEAD_D, cols);
+#ifdef CAUSAL
+    }
+    auto step_block = [&](int s) { return first + s % span; };  // the query block of step s
+#endif
     // first query row (over all heads) of step s, and its number of valid rows
     auto step_row = [&](int s, int& rows) {
-        const int h = s / tiles, i = s - h * tiles;
+        const int h = s / span;
+#ifdef CAUSAL
+        const int i = first + (s - h * span);
+#else
+        const int i = s - h * span;
+#endif
         rows = min(BR, n_q - i * BR);
         return (static_cast<size_t>(blockIdx.z) * kv_group + h) * n_q + static_cast<size_t>(i) * BR;
     };
@@ -106,7 +131,10 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
                                         rows);
         bwd_load_scalars<IOK_T_D, BR>(io, reinterpret_cast<float*>(smem + (buf ? SMEM_D1 : SMEM_D0)), Dg + row, rows);
     };
-    load_q_block(0, 0);
+#ifdef CAUSAL
+    if (steps > 0)
+#endif
+        load_q_block(0, 0);
     iok_cp_async_commit();
 
     float dk[HEAD_D / 2], dv[HEAD_D / 2], s[BR / 2], dp[BR / 2];
@@ -152,6 +180,18 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             const float p = exp2f(fmaf(s[i], scale2, -l2));
             s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
         }
+#ifdef CAUSAL
+        {  // keys past a query's last visible key: P = 0 (only blocks that cross the diagonal)
+            const int q0 = step_block(step) * BR;
+            if (col0 + BC - 1 > q0 + off) {
+#pragma unroll
+                for (int i = 0; i < BR / 2; ++i) {
+                    const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
+                    if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + off) s[i] = 0.0f;
+                }
+            }
+        }
+#endif
         unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
         wg_acc_to_a<T, BR>(pa, s);
         // dV_w += Pᵀ dO_i

@@ -234,13 +234,13 @@ __device__ __forceinline__ void load_rows(C& io, T* dst, const T* src, int rows)
 }
 
 // dst (rows x HEAD_D of T, contiguous in HBM) = src (rows x HEAD_D float32) / div[r], each element once
-// (CAUSAL: 0 where div[r] = 0, a row that saw no key).
+// (CAUSAL, BLOCK_SPARSE: 0 where div[r] = 0, a row that saw no key).
 template <int TENSOR, typename T, typename C>
 __device__ __forceinline__ void store_rows_divided(C& io, T* dst, const float* src, const float* div, int rows)
 {
     constexpr int VPR = HEAD_D / VEC<T>;
     for (int i = threadIdx.x; i < rows * VPR; i += THREADS) {
-#ifdef CAUSAL
+#ifdef IOK_EMPTY_ROWS
         const float inv = div[i / VPR] == 0.0f ? 0.0f : 1.0f / div[i / VPR];  // a row with no visible key: 0
 #else
         const float inv = 1.0f / div[i / VPR];

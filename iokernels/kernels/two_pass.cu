@@ -8,7 +8,10 @@
 // layout's defines, so a kernel is only defined where the buffers it uses are. CUDA cores, float32
 // accumulation. CAUSAL (causal plans; common.cuh): S is −inf where masked (stored so too); a query block
 // reads key blocks only up to its last row's last visible key, and with none it loads nothing (pass 1
-// writes m = −inf, l = 0, pass 2 O = 0); exp is taken against 0 where m is −inf, never NaN. Shared memory (the plan's buffers, nothing else):
+// writes m = −inf, l = 0, pass 2 O = 0); exp is taken against 0 where m is −inf, never NaN.
+// BLOCK_SPARSE (block-sparse plans; common.cuh): key blocks whose block-mask byte is 0 are skipped by both
+// passes; what a query block reads once (Q_i; pass 2: m_i, l_i and Q_i) comes at its first computed pair, so a
+// block with none loads nothing (m = −inf, l = 0, O = 0). Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
 //   V  BC x HEAD_D of T, as in HBM
@@ -22,12 +25,30 @@
 template <bool B, typename X, typename Y> struct pick { using type = X; };
 template <typename X, typename Y> struct pick<false, X, Y> { using type = Y; };
 
+// BLOCK_SPARSE: pass 2 reads m_i, l_i at its first computed pair, not up front
+#ifdef BLOCK_SPARSE
+enum : bool { BLOCK_SPARSE_LAZY = true };  // an enumerator: no unused warning in the stages that need none
+#else
+enum : bool { BLOCK_SPARSE_LAZY = false };
+#endif
+
+// m_i, l_i (rows of them) -> SRAM, one thread per row
+template <typename C>
+__device__ __forceinline__ void load_row_stats(C& io, float* m_i, float* l_i, const float* m, const float* l, int rows)
+{
+    for (int r = threadIdx.x; r < rows; r += THREADS) {
+        m_i[r] = iok_ld<IOK_T_m>(io, m + r);
+        l_i[r] = iok_ld<IOK_T_l>(io, l + r);
+    }
+}
+
 #if defined(SMEM_Q) && defined(SMEM_K) && defined(SMEM_S) && defined(SMEM_M) && defined(SMEM_L)
 // Pass 1. Grid (Tr, 1, BH). Bytes: Q N_q d, K N_k d Tr read; S N_q N_k (STORE_S), m, l N_q written.
 template <typename T, int STORE_S>
 __global__ void __launch_bounds__(THREADS, 1)
 two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__ S, float* __restrict__ m,
-               float* __restrict__ l, int n_q, int n_k, float scale, unsigned long long* __restrict__ iok_counters)
+               float* __restrict__ l, int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM
+               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(layout_ok<5>({{SMEM_Q, BR * HEAD_D * sizeof(T)},
                                 {SMEM_K, BC * HEAD_D * sizeof(T)},
@@ -41,8 +62,8 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
     float* Sij = reinterpret_cast<float*>(smem + SMEM_S);
     float* m_i = reinterpret_cast<float*>(smem + SMEM_M);
     float* l_i = reinterpret_cast<float*>(smem + SMEM_L);
-    typename pick<STORE_S, IokCounters<IOK_T_Q, IOK_T_K, IOK_T_S, IOK_T_m, IOK_T_l>,
-                  IokCounters<IOK_T_Q, IOK_T_K, IOK_T_m, IOK_T_l>>::type io;
+    typename pick<STORE_S, IokCounters<IOK_T_Q, IOK_T_K, IOK_T_S, IOK_T_m, IOK_T_l IOK_BLOCK_MASK_T>,
+                  IokCounters<IOK_T_Q, IOK_T_K, IOK_T_m, IOK_T_l IOK_BLOCK_MASK_T>>::type io;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row0 = blockIdx.x * BR;
@@ -57,10 +78,15 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
 #endif
 
     // Q_i -> SRAM once: it stays for the whole sweep over K. m = -inf, l = 0.
+#ifdef BLOCK_SPARSE
+    const int tc = (n_k + BC - 1) / BC;
+    bool q_loaded = false;  // Q_i comes at the first computed pair
+#else
 #ifdef CAUSAL
     if (kend > 0)
 #endif
         load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+#endif
     for (int r = threadIdx.x; r < rows; r += THREADS) {
         m_i[r] = neg_inf();
         l_i[r] = 0.0f;
@@ -68,6 +94,13 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
 
     for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
+#ifdef BLOCK_SPARSE
+        if (!iok_block_kept(io, block_mask, blockIdx.x, col0 / BC, tc)) continue;  // a zero block of the mask
+        if (!q_loaded) {
+            load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+            q_loaded = true;
+        }
+#endif
         // K_j -> SRAM (QKᵀ of the previous j finished before its barrier below)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
         __syncthreads();  // K_j (and Q_i, m, l on the first pass) stored by other threads; and the
@@ -131,7 +164,7 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, const float* __restrict__ l,
-                      const T* __restrict__ V, T* __restrict__ O, int n_q, int n_k,
+                      const T* __restrict__ V, T* __restrict__ O, int n_q, int n_k, IOK_BLOCK_MASK_PARAM
                       unsigned long long* __restrict__ iok_counters)
 {
     static_assert(layout_ok<5>({{SMEM_S, BR * BC * sizeof(float)},
@@ -146,7 +179,7 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     float* Oacc = reinterpret_cast<float*>(smem + SMEM_O);
     float* m_i = reinterpret_cast<float*>(smem + SMEM_M);
     float* l_i = reinterpret_cast<float*>(smem + SMEM_L);
-    IokCounters<IOK_T_S, IOK_T_V, IOK_T_O, IOK_T_m, IOK_T_l> io;
+    IokCounters<IOK_T_S, IOK_T_V, IOK_T_O, IOK_T_m, IOK_T_l IOK_BLOCK_MASK_T> io;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row0 = blockIdx.x * BR;
@@ -159,10 +192,10 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     const int kend = n_k;
 #endif
 
-    // m_i, l_i -> SRAM once; O = 0
+    // m_i, l_i -> SRAM once (BLOCK_SPARSE: at the first computed pair); O = 0
     for (int r = threadIdx.x; r < rows; r += THREADS) {
-#ifdef CAUSAL
-        if (kend <= 0) {  // no key visible to the block: nothing to read, O = 0
+#ifdef IOK_EMPTY_ROWS
+        if (kend <= 0 || BLOCK_SPARSE_LAZY) {  // no key visible to the block (yet): nothing read, O = 0
             m_i[r] = neg_inf();
             l_i[r] = 0.0f;
             continue;
@@ -173,9 +206,21 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     }
     for (int i = threadIdx.x; i < rows * HEAD_D; i += THREADS) Oacc[i] = 0.0f;
     __syncthreads();  // m_i is read below by other threads than the ones that loaded it
+#ifdef BLOCK_SPARSE
+    const int tc = (n_k + BC - 1) / BC;
+    bool stats_loaded = false;
+#endif
 
     for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
+#ifdef BLOCK_SPARSE
+        if (!iok_block_kept(io, block_mask, blockIdx.x, col0 / BC, tc)) continue;  // a zero block of the mask
+        if (!stats_loaded) {
+            load_row_stats(io, m_i, l_i, m + q_off, l + q_off, rows);
+            stats_loaded = true;
+            __syncthreads();  // m_i is read below by other threads than the ones that loaded it
+        }
+#endif
         // P_ij = exp(S_ij − m_i) as S_ij streams in (the 1/l_i waits for the final store); V_j -> SRAM.
         // The previous iteration ended at a barrier: nobody reads P or V any more.
         for (int r = warp; r < rows; r += NWARPS) {
@@ -196,7 +241,7 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     }
 
     // O_i = O / l_i, written once
-#ifdef CAUSAL
+#ifdef IOK_EMPTY_ROWS
     __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, l before this
 #endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
@@ -212,7 +257,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           const float* __restrict__ m, const float* __restrict__ l, T* __restrict__ O, int n_q,
-                          int n_k, float scale, unsigned long long* __restrict__ iok_counters)
+                          int n_k, float scale, IOK_BLOCK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(layout_ok<7>({{SMEM_Q, BR * HEAD_D * sizeof(T)},
                                 {SMEM_K, BC * HEAD_D * sizeof(T)},
@@ -230,7 +275,7 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
     float* P = reinterpret_cast<float*>(smem + SMEM_S);
     float* m_i = reinterpret_cast<float*>(smem + SMEM_M);
     float* l_i = reinterpret_cast<float*>(smem + SMEM_L);
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_m, IOK_T_l> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_m, IOK_T_l IOK_BLOCK_MASK_T> io;
 
     const int row0 = blockIdx.x * BR;
     const int rows = min(BR, n_q - row0);  // the last row block is ragged
@@ -243,14 +288,19 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
     const int kend = n_k;
 #endif
 
-    // Q_i, m_i, l_i -> SRAM once; O = 0
+    // Q_i, m_i, l_i -> SRAM once (BLOCK_SPARSE: at the first computed pair); O = 0
+#ifdef BLOCK_SPARSE
+    const int tc = (n_k + BC - 1) / BC;
+    bool q_loaded = false;
+#else
 #ifdef CAUSAL
     if (kend > 0)  // no key visible to the block: nothing to read, O = 0
 #endif
         load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+#endif
     for (int r = threadIdx.x; r < rows; r += THREADS) {
-#ifdef CAUSAL
-        if (kend <= 0) {
+#ifdef IOK_EMPTY_ROWS
+        if (kend <= 0 || BLOCK_SPARSE_LAZY) {
             m_i[r] = neg_inf();
             l_i[r] = 0.0f;
             continue;
@@ -263,6 +313,14 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
 
     for (int col0 = 0; col0 < kend; col0 += BC) {
         const int cols = min(BC, n_k - col0);
+#ifdef BLOCK_SPARSE
+        if (!iok_block_kept(io, block_mask, blockIdx.x, col0 / BC, tc)) continue;  // a zero block of the mask
+        if (!q_loaded) {  // the barrier after K_j, V_j orders these before their readers
+            load_transposed<IOK_T_Q, BR>(io, Qt, Q + q_off * HEAD_D, rows);
+            load_row_stats(io, m_i, l_i, m + q_off, l + q_off, rows);
+            q_loaded = true;
+        }
+#endif
         // K_j, V_j -> SRAM (the previous iteration ended at a barrier: nobody reads them any more)
         load_transposed<IOK_T_K, BC>(io, Kt, K + (kv_base + col0) * HEAD_D, cols);
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
@@ -284,7 +342,7 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
     }
 
     // O_i = O / l_i, written once
-#ifdef CAUSAL
+#ifdef IOK_EMPTY_ROWS
     __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, l before this
 #endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);

@@ -161,3 +161,34 @@ def test_large_logits_stay_finite(dtype, kernel, deterministic):
     got = _grads(gpu.run_plan(plan, inputs, counting=False), plan)
     for name, x in got.items():
         assert np.all(np.isfinite(x)), name
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, n_q, n_k, d, dtype", [
+    (2, 6, 2, 300, 517, 64, "float16"), (1, 8, 1, 129, 64, 128, "bfloat16"), (1, 4, 2, 1000, 1000, 128, "float16")])
+def test_grouped_query_attention(batch, heads, kv_heads, n_q, n_k, d, dtype):
+    """Grouped-query backward (wgmma): counters == model (K, V read and dK, dV written once per K/V head);
+    dK, dV of a K/V head are the sums over its query heads of the ungrouped gradients."""
+    _need("wgmma")
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * 1024, batch=batch,
+                     heads=heads, kv_heads=kv_heads, direction="bwd")
+    inputs, host = gpu.make_device_inputs(plan, seed=_seed(heads, kv_heads, n_q))
+    assert inputs["K"].shape == (batch * kv_heads, n_k, d)
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    got = _grads(run, plan)
+    assert got["dK"].shape == (batch * kv_heads, n_k, d)
+    group = heads // kv_heads
+    kv = np.arange(plan.bh) // group
+    expanded = {"Q": host["Q"], "K": host["K"][kv], "V": host["V"][kv], "dO": host["dO"]}
+    want = dict(zip(GRADS, reference.backward(expanded["Q"], expanded["K"], expanded["V"], expanded["dO"]),
+                    strict=True))
+    naive = dict(zip(GRADS, naive_backward(expanded["Q"], expanded["K"], expanded["V"], expanded["dO"], dtype),
+                     strict=True))
+    for name in ("dK", "dV"):  # per K/V head: the sum over its query heads
+        for source in (want, naive):
+            source[name] = source[name].reshape(plan.bh_kv, group, n_k, d).sum(axis=1)
+    scale = problem_scale(want)
+    for name in GRADS:
+        assert np.all(np.isfinite(got[name])), name
+        bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
+        assert rel_err(got[name], want[name], scale) <= bound, name

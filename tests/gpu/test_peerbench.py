@@ -112,3 +112,17 @@ def test_cli_json_tiny():
     ok = [r for r in doc["rows"] if r["status"] == "ok"]
     assert ok and all(r["tflops"] > 0 for r in ok)
     assert {r["impl"] for r in ok} >= {"iokernels_flash", "iokernels_standard", "cupy_standard"}
+
+
+def test_causal_runs_for_ours_and_cupy_and_halves_the_flops():
+    """bench --causal: the research plans, the tensor-core path and the cupy peer run causal (N_q = N_k);
+    the FLOPs counted are half the unmasked ones."""
+    causal = pb.Problem(batch=1, heads=2, n=256, d=64, dtype="float16", causal=True)
+    impls = pb.make_impls(["iokernels_fast", "iokernels_flash", "iokernels_standard", "cupy_standard"])
+    doc = pb.run([causal], impls, QUICK)
+    rows = rows_by(doc)
+    for impl in ("iokernels_fast", "iokernels_flash", "iokernels_standard", "cupy_standard"):
+        for p in pb.PASSES:
+            r = rows[(impl, p, "float16")]
+            assert r["status"] == "ok" and r["tflops"] > 0 and r["causal"], r
+            assert r["flops"] == pb.attention_flops(1, 2, 256, 256, 64, causal=True, direction=p)
