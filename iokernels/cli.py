@@ -479,11 +479,12 @@ def info_cmd(as_json: bool) -> None:
               help="comma-separated: flash, two_pass, standard (the schedules the library picks for each)")
 @click.option("--causal", is_flag=True, help="also the causal plans")
 @click.option("--no-backward", is_flag=True, help="forward plans only")
-@click.option("--N", "n", type=int, default=None,
-              help="sequence length of the plans (default 4096; standard's row-wise kernels depend on it)")
+@click.option("--N", "ns", default="1024,4096,16384", show_default=True,
+              help="sequence lengths of the plans, comma-separated (the fast forward's tiles and standard's "
+                   "row-wise kernels depend on N)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @user_errors
-def warmup_cmd(dtypes, ds, algorithms, causal, no_backward, n, as_json) -> None:
+def warmup_cmd(dtypes, ds, algorithms, causal, no_backward, ns, as_json) -> None:
     """Compile the kernels of the library's common calls on this GPU (cupy keeps them on disk)."""
     from . import warmup
     from ._cupy import require_cupy
@@ -494,11 +495,15 @@ def warmup_cmd(dtypes, ds, algorithms, causal, no_backward, n, as_json) -> None:
         d_list = [int(x) for x in ds.split(",") if x.strip()]
     except ValueError as exc:
         raise ValueError(f"--d takes comma-separated integers, got {ds!r}") from exc
-    if n is not None and n < 1:
-        raise ValueError(f"--N must be >= 1, got {n}")
+    try:
+        n_list = tuple(int(x) for x in ns.split(",") if x.strip())
+    except ValueError as exc:
+        raise ValueError(f"--N takes comma-separated integers, got {ns!r}") from exc
+    if not n_list or min(n_list) < 1:
+        raise ValueError(f"--N must be >= 1, got {ns}")
     names = tuple(x.strip() for x in algorithms.split(",") if x.strip())
     plans = warmup.warmup_plans(dtype_list, d_list, names, causal=causal, backward=not no_backward,
-                                n=n or warmup.WARMUP_N)
+                                ns=n_list)
     require_cupy()
     rows = warmup.warmup(plans, progress=lambda p: click.echo(f"iokernels: compiling {p.label} {p.dtype} d={p.d}"
                                                               + (" causal" if p.causal else ""), err=True))
