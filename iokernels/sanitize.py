@@ -51,7 +51,8 @@ from .fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
 from .fast_bwd import FAST_BWD_FALLBACKS, make_fast_backward_plan
 from .kernels import FORCED_TILE_PROBLEMS
 from .kernels.stages import plan_kernels
-from .plan import CAUSAL_ALIGNMENTS, SCHEDULES, Plan, Unsupported, make_plan, with_causal
+from .masks import pattern
+from .plan import CAUSAL_ALIGNMENTS, SCHEDULES, Plan, Unsupported, make_plan, with_block_mask, with_causal
 from .units import DTYPE_ITEMSIZE
 
 KB = 1024
@@ -86,6 +87,8 @@ def _describe(plan: Plan) -> str:
     tiles = ",".join(f"{k}={v}" for k, v in plan.tiles if k not in ("Tr", "Tc"))
     smem = "/".join(str(s.smem_bytes) for s in plan.stages)
     extra = [f"causal={plan.causal}"] if plan.causal else []
+    if plan.block_mask is not None:
+        extra.append(f"block_sparse={plan.block_mask.density:.2f}")
     if plan.kv_heads != plan.heads:
         extra.append(f"kv_heads={plan.kv_heads}")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
@@ -94,12 +97,24 @@ def _describe(plan: Plan) -> str:
 Factory = Callable[[int, int], Plan]  # (N_q, N_k) -> the plan of one configuration
 
 
+def _block_sparse(plan: Plan, causal: str = "") -> Plan:
+    """``plan`` with a random block mask on its own tile grid (about half the blocks, so that rows and
+    columns with no block occur at these sizes), and the causal mask when given."""
+    if "Br" not in plan.tile:
+        raise Unsupported(f"{plan.label} has no attention tiles")
+    mask = pattern("random", 0.5, n_q=plan.N_q, n_k=plan.N_k, block_q=plan.tile["Br"], block_k=plan.tile["Bc"],
+                   seed=plan.N_q * 7 + plan.N_k)
+    return with_block_mask(with_causal(plan, causal), mask)
+
+
 def _masks(quick: bool) -> tuple[Callable[[Plan], Plan], ...]:
     """The masks each configuration runs with (a mask a plan has no kernel for raises Unsupported and is
-    left out): none, and the causal mask in both alignments (bottom-right only with --quick). A new kind
-    of mask is one more entry here."""
+    left out): none, the causal mask in both alignments (bottom-right only with --quick), and a random
+    block-sparse mask alone and (not --quick) with the bottom-right causal mask. A new kind of mask is
+    one more entry here."""
     alignments = ("bottom_right",) if quick else CAUSAL_ALIGNMENTS
-    return (lambda plan: plan, *(lambda plan, a=a: with_causal(plan, a) for a in alignments))
+    sparse = (_block_sparse,) if quick else (_block_sparse, lambda plan: _block_sparse(plan, "bottom_right"))
+    return (lambda plan: plan, *(lambda plan, a=a: with_causal(plan, a) for a in alignments), *sparse)
 
 
 def _research_configs(quick: bool) -> Iterator[Factory]:
@@ -212,6 +227,8 @@ def _run_variant(v: Variant) -> str:
     for name in gpu.plan_tensors(plan):  # outputs and workspace left unwritten, for initcheck
         dtype = np.float32 if name in FLOAT32_TENSORS else gpu.storage_dtype(plan.dtype)
         buffers[name] = inputs[name] if name in inputs else cp.empty(gpu.tensor_shape(plan, name), dtype=dtype)
+    if plan.block_mask is not None:  # block-sparse: the plan's mask on its tile grid, as gpu.allocate uploads it
+        buffers["block_mask"] = cp.asarray(plan.block_grid())
     scale = reference.default_scale(plan.d)
     counts = {}
     for stage in plan.stages:
