@@ -154,3 +154,85 @@ def pattern(kind: str, density: float, *, n_q: int, n_k: int, block_q: int = DEF
         blocks = flat.reshape(rows, cols)
     label = f"{kind}(density={density:g}" + (f", seed={seed})" if kind == "random" else ")")
     return BlockMask.from_array(blocks, n_q=n_q, n_k=n_k, block_q=block_q, block_k=block_k, label=label)
+
+
+# ---------------------------------------------------------------------------------------------
+# explicit masks: an element mask the kernels read from HBM
+
+MASK_KINDS = ("bool", "additive")
+MASK_CODES = {"bool": 1, "additive": 2}  # the kernels' MASK define
+
+
+@dataclass(frozen=True)
+class ExplicitMask:
+    """What an explicit mask tensor a plan reads looks like (``make_plan(mask=)``); the values are data,
+    given with the inputs as the tensor ``mask``: shape (1, N_q, N_k) when ``shared`` by every batch·head
+    (batch-row stride 0), else (batch·heads, N_q, N_k) (stride 1). ``kind`` "bool": uint8, nonzero where
+    key j is visible to query i; "additive": float32 added to the scaled scores (−inf hides).
+
+    Every batch·head reads the elements of the (query block, key block) pairs it computes, shared or not:
+    BH × (elements of the computed pairs) × itemsize bytes."""
+
+    kind: str = "bool"
+    shared: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in MASK_KINDS:
+            raise ValueError(f"mask kind must be one of {', '.join(MASK_KINDS)}, got {self.kind!r}")
+        if not isinstance(self.shared, bool):
+            raise TypeError(f"ExplicitMask.shared must be a bool, got {self.shared!r}")
+
+    @property
+    def itemsize(self) -> int:
+        return 1 if self.kind == "bool" else 4
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8 if self.kind == "bool" else np.float32)
+
+    @property
+    def code(self) -> int:
+        return MASK_CODES[self.kind]
+
+    @property
+    def bh_stride(self) -> int:
+        return 0 if self.shared else 1
+
+    def shape(self, bh: int, n_q: int, n_k: int) -> tuple[int, int, int]:
+        return (1 if self.shared else bh, n_q, n_k)
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "shared": self.shared}
+
+
+def explicit_mask(mask: object, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[ExplicitMask, np.ndarray]:
+    """A user's mask (a numpy array, bool or float, broadcastable to (*lead, n_q, n_k)) as the plan's
+    :class:`ExplicitMask` and the array the kernels read: uint8 or float32 of shape (1 or prod(lead), n_q, n_k).
+    TypeError for a dtype that is neither bool nor float, ValueError for a shape that does not broadcast."""
+    a = np.asarray(mask)
+    if a.dtype == np.bool_:
+        kind = "bool"
+    elif a.dtype.kind == "f":
+        kind = "additive"
+    else:
+        raise TypeError(f"mask must be a boolean or floating-point array, got dtype {a.dtype}")
+    want = (*lead, n_q, n_k)
+    if a.ndim < 2 or a.ndim > len(want):
+        raise ValueError(f"mask of shape {a.shape} is not broadcastable to {want}")
+    try:
+        full = np.broadcast_shapes(a.shape, want)
+    except ValueError:
+        full = None
+    if full != want:
+        raise ValueError(f"mask of shape {a.shape} is not broadcastable to {want}")
+    if kind == "additive" and np.any(np.isnan(a)):
+        raise ValueError("an additive mask must not hold NaN")
+    if kind == "additive" and np.any(np.isposinf(a)):
+        raise ValueError("an additive mask must not hold +inf")
+    bh = int(np.prod(lead, dtype=np.int64))
+    lead_shape = a.shape[:-2]
+    shared = all(x == 1 for x in lead_shape)
+    spec = ExplicitMask(kind, shared)
+    dense = np.broadcast_to(a, ((1,) * len(lead) if shared else lead) + (n_q, n_k))
+    out = np.ascontiguousarray(dense.reshape(1 if shared else bh, n_q, n_k), dtype=spec.dtype)
+    return spec, out

@@ -25,6 +25,10 @@ Block-sparse plans (``block_sparse=``, ``plan.block_mask``; the paper's Algorith
 the block pairs the mask keeps (:func:`iokernels.plan.pair_sums`), plus ``N_bm`` bytes of the block mask
 (one per pair a loop visits, per batch·head). FLOPs are those of the kept blocks (A_S elements of S);
 the Θ form is Proposition 4's Θ(Nd + N²d²M⁻¹s), with s·A in place of the sums.
+
+Explicit masks (``mask=``, ``plan.mask``; :class:`iokernels.masks.ExplicitMask`): the stages that read
+one read its elements of every pair they compute, once per batch·head whether the mask is shared or not:
+BH·A_S·e_m bytes (A_S = N_q·N_k without causal or block mask; e_m = 1 boolean, 4 additive).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import sympy as sp
 
 from .plan import (
     _BLOCK_SPARSE_STAGES,
+    _MASK_STAGES,
     BYTE_TENSORS,
     FLOAT32_TENSORS,
     SCHEDULES,
@@ -72,6 +77,7 @@ CAUSAL_SYMBOLS = {R_K: "R_K", R_Q: "R_Q", A_S: "A_S", N_qv: "N_qv", N_kv: "N_kv"
 # block-sparse plans (iokernels.plan.pair_sums): the same sums over the pairs the block mask keeps, and
 N_bm = _pos("N_bm")  # block-mask entries read per (batch, head): the pairs the loops visit (T_r·T_c)
 s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited pairs the block mask keeps
+e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
 
 
 class _Loops:
@@ -87,6 +93,8 @@ IoTable = dict[str, dict[str, tuple[sp.Expr, sp.Expr]]]  # stage -> tensor -> (r
 
 
 def _size(tensor: str) -> sp.Expr:
+    if tensor == "mask":
+        return e_m
     if tensor in BYTE_TENSORS:
         return sp.Integer(1)
     return sp.Integer(ACC_ITEMSIZE) if tensor in FLOAT32_TENSORS else e
@@ -244,25 +252,29 @@ def _elements(tensor: str) -> sp.Expr:
 
 
 def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-             causal: bool | str = False, block_sparse: bool = False) -> IoTable:
+             causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> IoTable:
     """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
     causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values. ``block_sparse``:
     the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
-    N_bm)."""
+    N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S)."""
     loops = _Loops(bool(normalize_causal(causal)) or block_sparse)
     stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
     if block_sparse:
         for name in _BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
             stages[name].read("block_mask", N_bm)
+    if mask:
+        for name in _MASK_STAGES[(algorithm, schedule, direction)]:
+            stages[name].read("mask", loops.s)
     return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
             for name, st in stages.items()}
 
 
 def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-                causal: bool | str = False, block_sparse: bool = False) -> tuple[sp.Expr, sp.Expr]:
+                causal: bool | str = False, block_sparse: bool = False, mask: bool = False
+                ) -> tuple[sp.Expr, sp.Expr]:
     read = write = sp.Integer(0)
     for tensors in io_exprs(algorithm, schedule, direction, variant, causal=causal,
-                            block_sparse=block_sparse).values():
+                            block_sparse=block_sparse, mask=mask).values():
         for r, w in tensors.values():
             read, write = read + r, write + w
     return read, write
@@ -289,7 +301,7 @@ def visible_area_expr(causal: bool | str) -> sp.Expr:
 
 @cache  # simplify is slow, and sweeps ask for the same few forms at every point
 def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False, block_sparse: bool = False) -> sp.Expr:
+               causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> sp.Expr:
     """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
     For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
@@ -297,7 +309,8 @@ def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
     (Proposition 4, Θ(Nd + N²d²M⁻¹s)): s·A in place of the sums, s the fraction of visited block
     pairs the mask keeps (a plan's value: :func:`plan_values`), and A/(B_r·B_c) mask bytes.
     """
-    read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse)
+    read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse,
+                              mask=mask)
     expr = read + write
     if normalize_causal(causal) or block_sparse:
         area = visible_area_expr(causal)
@@ -315,7 +328,8 @@ def theta_leading(plan: Plan) -> tuple[int, float]:
     the FlashAttention-2 order; standard: (2, its N² bytes, which grow with d only through the
     matrix products' panel re-reads)."""
     values = {k: v for k, v in plan_values(plan).items() if k not in (N_q, N_k)}
-    expr = theta_expr(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan)).subs({N_q: N, N_k: N}).subs(values)
+    expr = theta_expr(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan),
+                      mask=plan.mask is not None).subs({N_q: N, N_k: N}).subs(values)
     poly = sp.Poly(sp.expand(expr), N)
     return poly.degree(), float(poly.LC())
 
@@ -361,6 +375,8 @@ def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str =
 def plan_values(plan: Plan) -> dict:
     values = {N_q: plan.N_q, N_k: plan.N_k, d: plan.d, BH: plan.bh, BH_kv: plan.bh_kv, e: plan.itemsize,
               M: sp.Rational(plan.sram_bytes, plan.itemsize)}
+    if plan.mask is not None:
+        values[e_m] = plan.mask.itemsize
     tile = plan.tile
     for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
         if key in tile:
@@ -393,7 +409,7 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
     """Exact bytes (read, written) per stage and tensor for this plan; a tensor a stage does not move
     at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
     values = plan_values(plan)
-    table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan))
+    table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None)
     out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
            for stage, tensors in table.items()}
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
@@ -450,7 +466,8 @@ def predict(plan: Plan) -> Prediction:
     return Prediction(
         plan=plan,
         stages=exact(plan),
-        theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan)).subs(values)),
+        theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan),
+                                     mask=plan.mask is not None).subs(values)),
         flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan)), values),
         footprint_bytes=_int(footprint_expr(*key), values),
     )

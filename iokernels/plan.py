@@ -34,6 +34,12 @@ compile-time define ``CAUSAL`` (1 top-left, 2 bottom-right) as a stage parameter
 Block-sparse attention (``make_plan(..., block_mask=)``, :mod:`iokernels.masks`): the tiles are the
 largest up to the usual ones that divide the mask's blocks; the stages that skip zero blocks carry
 ``BLOCK_SPARSE``; :func:`pair_sums` gives what they move.
+
+Explicit masks (``make_plan(..., mask=ExplicitMask(...))``, :mod:`iokernels.masks`): a boolean or
+additive element mask read from HBM as the tensor ``mask`` (shared by every batch·head or one per
+batch·head). Tiles do not change; every computed (query block, key block) pair reads its mask elements
+(the stages of :func:`supports_explicit_mask` carry ``MASK`` = 1 bool, 2 additive and
+``MASK_BH_STRIDE`` = 0 shared, 1 per batch·head). Rows that see no key give O = 0, lse = −inf.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .masks import BlockMask
+from .masks import BlockMask, ExplicitMask
 from .units import ACC_ITEMSIZE, check_dtype, itemsize
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -148,6 +154,8 @@ class Plan:
     causal: str = ""
     # block-sparse attention (iokernels.masks): the tiles divide its blocks; None: every block computed
     block_mask: BlockMask | None = None
+    # an explicit element mask read from HBM (tensor "mask"; iokernels.masks.ExplicitMask); None: none
+    mask: ExplicitMask | None = None
 
     def __post_init__(self) -> None:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):
@@ -191,6 +199,8 @@ class Plan:
     def tensor_itemsize(self, tensor: str) -> int:
         if tensor in BYTE_TENSORS:
             return 1
+        if tensor == "mask":
+            return self.mask.itemsize if self.mask is not None else 1
         return ACC_ITEMSIZE if tensor in FLOAT32_TENSORS else self.itemsize
 
     def block_grid(self) -> np.ndarray:
@@ -225,6 +235,7 @@ class Plan:
             **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
             **({"causal": self.causal} if self.causal else {}),
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
+            **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],
@@ -539,6 +550,7 @@ def make_plan(
     kv_heads: int | None = None,
     causal: bool | str = False,
     block_mask: BlockMask | None = None,
+    mask: ExplicitMask | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -555,6 +567,8 @@ def make_plan(
     by the research tiled schedules (:func:`supports_block_sparse`; Unsupported elsewhere). The tiles
     are the largest ones up to the usual ones that divide the mask's blocks (forced tiles must divide
     them), so each (query block, key block) pair lies in one mask block; with ``causal`` both masks apply.
+    ``mask``: an explicit element mask (:class:`iokernels.masks.ExplicitMask`) read from HBM by the
+    schedules of :func:`supports_explicit_mask` (Unsupported elsewhere); it combines with the others.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -565,7 +579,43 @@ def make_plan(
     if block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
     plan = _make_plan(algorithm, schedule, block_r=block_r, block_c=block_c, **args)
-    return with_block_mask(with_causal(plan, causal), block_mask)
+    if mask is not None:
+        _check_explicit_mask((algorithm, schedule, direction), mask)
+    return with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask)
+
+
+# the stages whose kernels read an explicit mask (MASK, MASK_BH_STRIDE defines)
+_MASK_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "kv_outer", "bwd"): ("main",),
+}
+
+
+def supports_explicit_mask(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, mask=...)`` has kernels."""
+    return (algorithm, schedule, direction) in _MASK_STAGES
+
+
+def _check_explicit_mask(key: tuple[str, str, str], mask: object) -> None:
+    if not isinstance(mask, ExplicitMask):
+        raise TypeError(f"mask must be an iokernels.masks.ExplicitMask, got {type(mask).__name__}")
+    if key not in _MASK_STAGES:
+        raise Unsupported(f"explicit masks are not implemented by {'/'.join(key)}: use flash/q_outer "
+                          "(forward) or flash/kv_outer (backward)")
+
+
+def with_mask(plan: Plan, mask: ExplicitMask | None) -> Plan:
+    """``plan`` with an explicit mask: its ``mask`` field set and the ``MASK`` (1 bool, 2 additive) and
+    ``MASK_BH_STRIDE`` (0 shared, 1 per batch·head) defines added to the stages that read it."""
+    if mask is None:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    _check_explicit_mask(key, mask)
+    if plan.variant:
+        raise Unsupported(f"explicit masks are not implemented by {plan.label}")
+    stages = tuple(replace(s, params=(*s.params, ("MASK", mask.code), ("MASK_BH_STRIDE", mask.bh_stride)))
+                   if s.name in _MASK_STAGES[key] else s for s in plan.stages)
+    return replace(plan, mask=mask, stages=stages)
 
 
 # the stages whose kernels skip the zero blocks of a block mask (BLOCK_SPARSE define)

@@ -423,7 +423,9 @@ def _run_logged(cmd: list[str], log: Path, timeout: float) -> tuple[int | str, s
             rc = "timeout"
     with open(log, "rb") as f:
         f.seek(start)
-        return rc, f.read().decode(errors="replace")
+        # NUL bytes in place of the spaces of some lines were seen in H200 logs (cause unknown); read them as
+        # spaces, so that the progress lines still parse
+        return rc, f.read().decode(errors="replace").replace("\x00", " ")
 
 
 @dataclass

@@ -111,6 +111,19 @@ def _kept(hbm: Hbm, rs: slice, cs: slice) -> bool:
     return bool(hbm.load("block_mask", (ALL, rs.start // t["Br"], cs.start // t["Bc"])).all())
 
 
+def _explicit(hbm: Hbm, rs: slice, cs: slice, x: np.ndarray) -> np.ndarray:
+    """Explicit masks (iokernels.masks.ExplicitMask): x (scores of the pair, any offset already taken)
+    with the pair's mask elements applied: read once per batch·head (a shared mask too), boolean 0 → −inf,
+    additive: x + mask (−inf hides, whatever x is). x unchanged and nothing read without a mask."""
+    if hbm.plan.mask is None:
+        return x
+    m = hbm.load("mask", (ALL, rs, cs))
+    if hbm.plan.mask.kind == "bool":
+        return np.where(m != 0, x, -np.inf)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isneginf(m), -np.inf, x + m)
+
+
 def _finite(m: np.ndarray) -> np.ndarray:
     """m with −inf (a row that has seen no visible key yet) as 0, so exp(s − m) is 0, never NaN."""
     return np.where(np.isneginf(m), 0.0, m)
@@ -295,6 +308,7 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
             if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
                 q = hbm.load("Q", (ALL, rs, ALL))
             s = _masked(scale * (q @ _t(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
+            s = _explicit(hbm, rs, cs, s)
             m_new = np.maximum(m, s.max(axis=-1))
             prob = np.exp(s - _finite(m_new)[..., None])
             alpha = _rescale(m, m_new)
@@ -338,7 +352,10 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
             q, do = grouped(hbm.load("Q", (ALL, rs, ALL))), grouped(hbm.load("dO", (ALL, rs, ALL)))
             lse, dd = grouped(hbm.load("lse", (ALL, rs))), grouped(hbm.load("D", (ALL, rs)))
             # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
-            prob = np.exp(_masked(scale * (q @ _t(k)) - lse[..., None], _visible(p, rs, cs)))
+            with np.errstate(invalid="ignore"):  # a row with lse = −inf is masked everywhere
+                x = _explicit(hbm, rs, cs, (scale * (q @ _t(k))).reshape(p.bh, *q.shape[2:-1], -1))
+                x = grouped(x)
+                prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
             dv += (_t(prob) @ do).sum(axis=1, keepdims=True)
             ds = prob * (do @ _t(v) - dd[..., None])
             if dq_atomics:
@@ -419,10 +436,12 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
     k = stored(magnitude * rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))  # grouped-query: fewer heads
     v = stored(rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))
     inputs = {"Q": q, "K": k, "V": v}
+    if plan.mask is not None:  # an explicit mask (iokernels.masks.ExplicitMask): data, like Q, K, V
+        inputs["mask"] = random_mask(plan, rng)
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale
         kv = kv_rows(plan)
-        mask = plan.element_mask()
+        mask = reference_mask(plan, inputs)
         o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask)
         inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
                       P=stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask)
@@ -431,12 +450,41 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
     return inputs
 
 
+def random_mask(plan: Plan, rng: np.random.Generator, *, empty_rows: bool = True) -> np.ndarray:
+    """A random explicit mask for ``plan.mask``: (1 or BH, N_q, N_k) of its dtype. Boolean: about 70%
+    visible; additive: N(0, 1) values with about 30% −inf. ``empty_rows``: every 7th query row sees no key."""
+    spec = plan.mask
+    shape = spec.shape(plan.bh, plan.N_q, plan.N_k)
+    visible = rng.random(shape) < 0.7
+    if empty_rows:
+        visible[:, 3::7, :] = False
+    if spec.kind == "bool":
+        return visible.astype(spec.dtype)
+    return np.where(visible, rng.standard_normal(shape), -np.inf).astype(spec.dtype)
+
+
+def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The mask :mod:`iokernels.reference` takes for ``plan``: its block mask's elements and/or its explicit
+    mask (boolean, or additive with −inf where the block mask hides); None without either."""
+    block = plan.element_mask()
+    if plan.mask is None:
+        return block
+    m = inputs["mask"]
+    if plan.mask.kind == "bool":
+        m = m != 0
+        return m if block is None else m & block
+    m = m.astype(np.float64)
+    return m if block is None else np.where(block, m, -np.inf)
+
+
 def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None) -> SimResult:
     """Run ``plan`` on ``inputs`` (from :func:`make_inputs`), counting every HBM access."""
     scale = reference.default_scale(plan.d) if scale is None else scale
     hbm = Hbm(plan)
     for name, array in inputs.items():
         hbm.put(name, array)
+    if plan.mask is not None:  # read by every batch·head, shared or not: a row per batch·head to count
+        hbm.put("mask", np.broadcast_to(inputs["mask"], (plan.bh, plan.N_q, plan.N_k)))
     if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read
         hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (plan.bh, *plan.block_grid().shape)))
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
@@ -456,10 +504,10 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
     if plan.direction == "fwd":
         kv = kv_rows(plan)
         return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,
-                                       mask=plan.element_mask())[0]}
+                                       mask=reference_mask(plan, inputs))[0]}
     kv, group = kv_rows(plan), plan.heads // plan.kv_heads
     dq, dk, dv = reference.backward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], inputs["dO"], scale,
-                                    causal=plan.causal, mask=plan.element_mask())
+                                    causal=plan.causal, mask=reference_mask(plan, inputs))
     # grouped-query attention: a K/V head's gradient sums those of the query heads that share it
     dk, dv = (x.reshape(plan.bh_kv, group, *x.shape[1:]).sum(axis=1) for x in (dk, dv))
     return {"dQ": dq, "dK": dk, "dV": dv}

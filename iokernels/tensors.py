@@ -9,7 +9,7 @@ from __future__ import annotations
 
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
-    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask",
+    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -24,7 +24,8 @@ DIMS: dict[str, tuple[str, ...]] = {
 }
 # Tensors whose shape is not (batch*heads, ...) of N_q, N_k and d: the block mask of block-sparse plans,
 # (T_r, T_c) bytes on the plan's tile grid (iokernels.masks), shared by every batch and head.
-MASK_TENSORS: tuple[str, ...] = ("block_mask",)
+# The explicit mask of masked plans (iokernels.masks.ExplicitMask): (1 or batch*heads, N_q, N_k), uint8 or float32.
+MASK_TENSORS: tuple[str, ...] = ("block_mask", "mask")
 assert set(DIMS) | set(MASK_TENSORS) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).

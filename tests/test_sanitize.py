@@ -190,6 +190,14 @@ def test_progress():
     assert sanitize.progress("Segmentation fault\n") == (False, None, False)
 
 
+def test_nul_bytes_in_a_log_read_as_spaces(tmp_path):
+    """H200 logs had NUL bytes where some lines' spaces were; the progress lines must still parse."""
+    code = "import sys; sys.stdout.write('IOK-SANITIZE\\x00begin\\x003\\x00x\\nIOK-SANITIZE\\x00end\\x003\\x00ok\\n')"
+    rc, text = sanitize._run_logged([sys.executable, "-c", code], tmp_path / "log", timeout=60)
+    assert rc == 0 and "\x00" not in text
+    assert sanitize.progress(text) == (False, 3, True)
+
+
 # ---------------------------------------------------------------------------------------------
 # the shard runner, with a stand-in for compute-sanitizer that prints what the driver would
 

@@ -41,8 +41,26 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #define IOK_BLOCK_MASK_PARAM
 #define IOK_BLOCK_MASK_T
 #endif
-// Rows that may see no key at all (causal, block-sparse): O = 0 and lse = −inf there, never NaN.
-#if defined(CAUSAL) || defined(BLOCK_SPARSE)
+// Explicit masks (iokernels/masks.py ExplicitMask): a kernel compiled with MASK (1 boolean: uint8, 0 hides;
+// 2 additive: float32 added to τS, −inf hides) takes the mask tensor (1 or batch·heads rows of N_q x N_k,
+// MASK_BH_STRIDE 0 or 1) as the argument after the block mask (IOK_MASK_PARAM), names it in its counters
+// (IOK_MASK_T) and reads each element of every pair it computes once, through iok_apply_mask.
+#ifdef MASK
+static_assert(MASK == 1 || MASK == 2, "MASK is 1 (boolean) or 2 (additive)");
+static_assert(MASK_BH_STRIDE == 0 || MASK_BH_STRIDE == 1, "MASK_BH_STRIDE is 0 (shared) or 1 (per batch-head)");
+#if MASK == 1
+typedef unsigned char iok_mask_t;
+#else
+typedef float iok_mask_t;
+#endif
+#define IOK_MASK_PARAM const iok_mask_t *__restrict__ mask,
+#define IOK_MASK_T , IOK_T_mask
+#else
+#define IOK_MASK_PARAM
+#define IOK_MASK_T
+#endif
+// Rows that may see no key at all (causal, block-sparse, explicit masks): O = 0 and lse = −inf there, never NaN.
+#if defined(CAUSAL) || defined(BLOCK_SPARSE) || defined(MASK)
 #define IOK_EMPTY_ROWS 1
 #endif
 
@@ -163,6 +181,27 @@ __device__ __forceinline__ bool iok_block_kept(IokCounters<Ts...>& c, const unsi
     int kept = 0;
     if (threadIdx.x == 0) kept = iok_ld<IOK_T_block_mask>(c, block_mask + static_cast<size_t>(i) * t_c + j) != 0;
     return __syncthreads_or(kept) != 0;
+}
+#endif
+
+#ifdef MASK
+// The first mask element of batch·head z (MASK_BH_STRIDE 0: the one shared mask).
+__device__ __forceinline__ const iok_mask_t* iok_mask_rows(const iok_mask_t* mask, size_t z, int n_q, int n_k)
+{
+    return mask + z * MASK_BH_STRIDE * static_cast<size_t>(n_q) * n_k;
+}
+
+// x (τS of one element) with its mask element p applied, read and counted here: −inf where it hides.
+template <int... Ts>
+__device__ __forceinline__ float iok_apply_mask(IokCounters<Ts...>& c, const iok_mask_t* p, float x)
+{
+    const iok_mask_t m = iok_ld<IOK_T_mask>(c, p);
+    const float ninf = __int_as_float(static_cast<int>(0xff800000u));
+#if MASK == 1
+    return m != 0 ? x : ninf;
+#else
+    return m == ninf ? ninf : x + m;  // −inf hides whatever x is
+#endif
 }
 #endif
 
