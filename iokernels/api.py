@@ -149,7 +149,7 @@ def _smem_limit_of(device_id: int) -> int | None:
 
 
 def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
-          deterministic=False, block_mask=None) -> Plan:
+          deterministic=False, block_mask=None, mask=None) -> Plan:
     limit = _smem_limit()
     sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
     if sram is None and schedule == "fast":  # the tensor-core kernels' tiles are chosen for speed:
@@ -166,12 +166,12 @@ def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_gro
                                        deterministic=True, **grouped)
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
                      heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
-                     block_mask=block_mask)
+                     block_mask=block_mask, mask=mask)
 
 
 def _choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
                  lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
-                 block_mask: Any = None) -> tuple[Plan, bool]:
+                 block_mask: Any = None, mask: Any = None) -> tuple[Plan, bool]:
     """The plan a call runs, and whether K and V are expanded to q's heads for it.
 
     With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
@@ -179,14 +179,14 @@ def _choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int,
     the plan takes ``kv_heads`` (the fast forward; the fast backward on sm_90), else on K and V with
     each head repeated ``group`` times (expanded)."""
     fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
-            and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None)
+            and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None)
     schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
     failure: Unsupported | None = None
     for sched in schedules:
         for kv_group in ((group, 1) if group > 1 else (1,)):
             try:
                 plan = _plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
-                             deterministic, block_mask)
+                             deterministic, block_mask, mask)
             except Unsupported as exc:  # the next choice, or this error when there is none
                 failure = exc
                 continue
@@ -267,6 +267,18 @@ def _require_memory(chain: list[Plan], needed: int, lead: tuple[int, ...]) -> No
 # ---------------------------------------------------------------------------------------------
 # running: plain launches, or a CUDA graph captured once per plans and buffers
 
+def _explicit_mask(mask: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[Any, Any]:
+    """(the plan's ExplicitMask, the host array the kernels read), or (None, None) without a mask; cupy
+    masks are copied to the host for the shape and value checks."""
+    if mask is None:
+        return None, None
+    from .masks import explicit_mask
+
+    if type(mask).__module__.split(".")[0] == "cupy":
+        mask = mask.get()
+    return explicit_mask(mask, lead, n_q, n_k)
+
+
 def _to_device(cp: Any, x: Any, shape: tuple[int, ...]) -> Any:
     return cp.ascontiguousarray(cp.asarray(x)).reshape(shape)
 
@@ -277,7 +289,8 @@ def _copied_bytes(arrays: list[Any]) -> int:
 
 
 def _plan_inputs(plan: Plan, available: dict[str, Any]) -> dict[str, Any]:
-    return {n: available[n] for n in gpu.plan_tensors(plan) if n in gpu.INPUTS[plan.direction] and n in available}
+    wanted = (*gpu.INPUTS[plan.direction], *(("mask",) if plan.mask is not None else ()))
+    return {n: available[n] for n in (*gpu.plan_tensors(plan), "mask") if n in wanted and n in available}
 
 
 _GRAPHS: OrderedDict[tuple, tuple[Any, list[dict[str, Any]]]] = OrderedDict()
@@ -345,7 +358,7 @@ def _group_sum(cp: Any, x: Any, group: int, dtype: str) -> Any:
 
 def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-              return_lse: bool = False, graph: bool = False, block_mask: Any = None) -> Any:
+              return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
     Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
@@ -384,6 +397,12 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     attention do not take it (flash runs "q_outer" when no schedule is given). Rows that see no key
     give 0 and lse −inf.
 
+    mask: an explicit mask, a numpy or cupy array broadcastable to (..., N_q, N_k): boolean (False
+    hides the key) or floating point (added to scale * q kᵀ; −inf hides the key; NaN and +inf are
+    refused). Flash "q_outer" (forward) and "kv_outer" (backward) read it, one element per computed
+    score and batch-head (counted and modelled); a mask with no leading dims (or all 1) is stored
+    once and shared. It combines with causal and block_mask. Rows that see no key give 0 and lse −inf.
+
     scale: the softmax scale, default 1/sqrt(d). sram: M, the shared memory per thread block the
     plan may use (bytes, or a size such as "96KB"; default 96 KB, for "fast" the device's limit;
     never above the device's limit). return_lse: also return the row logsumexp (..., N_q), float32.
@@ -415,26 +434,31 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     True
     """
     return _attention(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
-                      return_lse=return_lse, graph=graph, block_mask=block_mask)
+                      return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask)
 
 
 def _attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
                causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-               return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None) -> Any:
+               return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
+               mask: Any = None) -> Any:
     causal = normalize_causal(causal)
     scale = _check_options(scale, return_lse=return_lse, graph=graph)
     group = _kv_group(q, k, v)
     mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
                                            bfloat16)
+    spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
     plan, expand = _choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                block_mask=block_mask)
+                                block_mask=block_mask, mask=spec)
     cp = require_cupy()
-    _require_memory([plan], _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v]), lead)
+    _require_memory([plan], _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v])
+                    + (0 if mask_array is None else mask_array.nbytes), lead)
     rows_kv = plan.bh_kv // group if expand else plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (plan.bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
               "V": _to_device(cp, v, (rows_kv, n_k, d))}
     if expand:
         inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
+    if mask_array is not None:
+        inputs["mask"] = cp.asarray(mask_array)
     scale = reference.default_scale(d) if scale is None else scale
     out = _execute([plan], inputs, scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",))
     o = out["O"].reshape((*lead, n_q, d))
@@ -446,7 +470,7 @@ def _attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: st
 
 def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-                       deterministic: bool = False, graph: bool = False, block_mask: Any = None
+                       deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None
                        ) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
@@ -467,7 +491,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     produced o and lse; queries that see no key get dq = 0 and add nothing to dk, dv. Causal runs
     the tensor-core backward's wgmma kernel on sm_90; elsewhere (its mma.sync kernel has no mask)
     causal gradients come from "kv_outer". block_mask: as :func:`attention`, the same as the
-    forward's; block-sparse gradients come from "kv_outer" (not deterministic=True).
+    forward's; block-sparse gradients come from "kv_outer" (not deterministic=True). mask: as
+    :func:`attention`, the same as the forward's (gradients from "kv_outer", not deterministic=True).
 
     Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
     elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
@@ -490,13 +515,13 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     [True, True, True]
     """
     return _attention_backward(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
-                               deterministic=deterministic, graph=graph, block_mask=block_mask)
+                               deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask)
 
 
 def _attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                         causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                         deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
-                        block_mask: Any = None) -> tuple[Any, Any, Any]:
+                        block_mask: Any = None, mask: Any = None) -> tuple[Any, Any, Any]:
     causal = normalize_causal(causal)
     scale = _check_options(scale, deterministic=deterministic, graph=graph)
     group = _kv_group(q, k, v)
@@ -508,21 +533,26 @@ def _attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, al
         raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
     if deterministic and causal:
         raise ValueError("deterministic=True has no causal kernel: its kernels (mma.sync) take no mask")
-    if deterministic and block_mask is not None:
-        raise ValueError("deterministic=True has no block-sparse kernel: its kernels (mma.sync) take no mask")
+    if deterministic and (block_mask is not None or mask is not None):
+        raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or explicit "
+                         "mask")
+    spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
     if deterministic and not (algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS):
         raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
                          f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
     plan, expand = _choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                deterministic, block_mask)
+                                deterministic, block_mask, spec)
     chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
     cp = require_cupy()
-    _require_memory(chain, _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse]), lead)
+    _require_memory(chain, _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse])
+                    + (0 if mask_array is None else mask_array.nbytes), lead)
     bh, rows_kv = plan.bh, plan.bh_kv // group if expand else plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
               "V": _to_device(cp, v, (rows_kv, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}
     if expand:
         inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
+    if mask_array is not None:
+        inputs["mask"] = cp.asarray(mask_array)
     if algorithm != "standard":
         inputs["O"] = _to_device(cp, o, (bh, n_q, d))
         inputs["lse"] = _to_device(cp, lse, (bh, n_q))

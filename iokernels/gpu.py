@@ -261,6 +261,8 @@ def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float)
     args = [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
     if dict(stage.params).get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
         args.append(buffers["block_mask"])
+    if dict(stage.params).get("MASK"):  # the explicit mask, after the block mask (common.cuh)
+        args.append(buffers["mask"])
     return args
 
 
@@ -284,6 +286,14 @@ def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
     workspace = pool.used_bytes() - before
     if plan.block_mask is not None:  # part of the plan: its block mask on the tile grid, T_r x T_c bytes
         buffers["block_mask"] = cp.asarray(plan.block_grid())
+    if plan.mask is not None:  # an explicit mask: an input, (1 or batch*heads, N_q, N_k) of uint8 or float32
+        shape = plan.mask.shape(plan.bh, plan.N_q, plan.N_k)
+        x = inputs.get("mask")
+        if x is None or tuple(x.shape) != shape or x.dtype != plan.mask.dtype or not x.flags.c_contiguous:
+            got = "none" if x is None else f"{x.dtype} {tuple(x.shape)}"
+            raise ValueError(f"input mask: expected a C-contiguous {plan.mask.dtype} array of shape {shape}, "
+                             f"got {got}")
+        buffers["mask"] = x
     return buffers, workspace
 
 
@@ -445,6 +455,8 @@ def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale:
         if name in plan_tensors(plan):
             dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
             device[name] = to_device(host[name], dtype)
+    if plan.mask is not None:  # uint8 or float32 already, as the kernels read it
+        device["mask"] = require_cupy().asarray(host["mask"])
     return device, host
 
 

@@ -51,8 +51,8 @@ from .fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
 from .fast_bwd import FAST_BWD_FALLBACKS, make_fast_backward_plan
 from .kernels import FORCED_TILE_PROBLEMS
 from .kernels.stages import plan_kernels
-from .masks import pattern
-from .plan import CAUSAL_ALIGNMENTS, SCHEDULES, Plan, Unsupported, make_plan, with_block_mask, with_causal
+from .masks import ExplicitMask, pattern
+from .plan import CAUSAL_ALIGNMENTS, SCHEDULES, Plan, Unsupported, make_plan, with_block_mask, with_causal, with_mask
 from .units import DTYPE_ITEMSIZE
 
 KB = 1024
@@ -89,6 +89,8 @@ def _describe(plan: Plan) -> str:
     extra = [f"causal={plan.causal}"] if plan.causal else []
     if plan.block_mask is not None:
         extra.append(f"block_sparse={plan.block_mask.density:.2f}")
+    if plan.mask is not None:
+        extra.append(f"mask={plan.mask.kind}{'/shared' if plan.mask.shared else ''}")
     if plan.kv_heads != plan.heads:
         extra.append(f"kv_heads={plan.kv_heads}")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
@@ -114,7 +116,9 @@ def _masks(quick: bool) -> tuple[Callable[[Plan], Plan], ...]:
     one more entry here."""
     alignments = ("bottom_right",) if quick else CAUSAL_ALIGNMENTS
     sparse = (_block_sparse,) if quick else (_block_sparse, lambda plan: _block_sparse(plan, "bottom_right"))
-    return (lambda plan: plan, *(lambda plan, a=a: with_causal(plan, a) for a in alignments), *sparse)
+    explicit = [ExplicitMask("bool", shared=False)] + ([] if quick else [ExplicitMask("additive", shared=True)])
+    return (lambda plan: plan, *(lambda plan, a=a: with_causal(plan, a) for a in alignments), *sparse,
+            *(lambda plan, m=m: with_mask(plan, m) for m in explicit))
 
 
 def _research_configs(quick: bool) -> Iterator[Factory]:
@@ -229,6 +233,8 @@ def _run_variant(v: Variant) -> str:
         buffers[name] = inputs[name] if name in inputs else cp.empty(gpu.tensor_shape(plan, name), dtype=dtype)
     if plan.block_mask is not None:  # block-sparse: the plan's mask on its tile grid, as gpu.allocate uploads it
         buffers["block_mask"] = cp.asarray(plan.block_grid())
+    if plan.mask is not None:  # an explicit mask: an input (gpu.make_device_inputs makes a random one)
+        buffers["mask"] = inputs["mask"]
     scale = reference.default_scale(plan.d)
     counts = {}
     for stage in plan.stages:

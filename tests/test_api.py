@@ -301,3 +301,20 @@ def test_library_plumbing_against_the_reference(reference_device, dtype, d, algo
     assert np.array_equal(np.isfinite(lse), seen) and np.abs(lse[seen] - want_lse[seen]).max() < 1e-5
     for got, want in zip((dq, dk, dv), wants, strict=True):
         assert np.abs(got - want).max() < 2 * tol * np.abs(want).max()
+
+
+@pytest.mark.parametrize("mask, error, message", [
+    (np.ones((5, 7), dtype=np.int32), TypeError, "boolean or floating-point"),
+    (np.ones((4, 7), dtype=bool), ValueError, "not broadcastable"),
+    (np.full((5, 7), np.nan, dtype=np.float32), ValueError, "NaN"),
+])
+def test_bad_explicit_masks_are_refused_before_the_gpu(mask, error, message):
+    q = np.zeros((2, 5, 16), dtype=np.float32)
+    k = np.zeros((2, 7, 16), dtype=np.float32)
+    with pytest.raises(error, match=message):
+        iokernels.attention(q, k, k, mask=mask)
+    with pytest.raises(error, match=message):
+        iokernels.attention_backward(q, k, k, q, q, np.zeros((2, 5), np.float32), mask=mask)
+    with pytest.raises(ValueError, match="deterministic"):
+        iokernels.attention_backward(q, k, k, q, q, np.zeros((2, 5), np.float32), mask=np.ones((5, 7), bool),
+                                     deterministic=True)

@@ -185,6 +185,8 @@ __device__ __forceinline__ bool iok_block_kept(IokCounters<Ts...>& c, const unsi
 #endif
 
 #ifdef MASK
+__device__ __forceinline__ float iok_neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
+
 // The first mask element of batch·head z (MASK_BH_STRIDE 0: the one shared mask).
 __device__ __forceinline__ const iok_mask_t* iok_mask_rows(const iok_mask_t* mask, size_t z, int n_q, int n_k)
 {
@@ -196,11 +198,10 @@ template <int... Ts>
 __device__ __forceinline__ float iok_apply_mask(IokCounters<Ts...>& c, const iok_mask_t* p, float x)
 {
     const iok_mask_t m = iok_ld<IOK_T_mask>(c, p);
-    const float ninf = __int_as_float(static_cast<int>(0xff800000u));
 #if MASK == 1
-    return m != 0 ? x : ninf;
+    return m != 0 ? x : iok_neg_inf();
 #else
-    return m == ninf ? ninf : x + m;  // −inf hides whatever x is
+    return m == iok_neg_inf() ? iok_neg_inf() : x + m;  // −inf hides whatever x is
 #endif
 }
 #endif

@@ -15,6 +15,8 @@
 // nothing and writes dK_j = dV_j = 0. Rows with no visible key (lse = −inf) are masked everywhere.
 // BLOCK_SPARSE (block-sparse plans; common.cuh): Q blocks whose block-mask byte with K_j is 0 are skipped
 // the same way; K_j, V_j are loaded at the first computed pair (none: dK_j = dV_j = 0, nothing else loaded).
+// MASK (explicit masks; common.cuh): each element of a computed pair reads its mask element once (before
+// the causal test): P = 0 where it hides (boolean 0, additive −inf), else exp(τS + mask − lse).
 #include "common.cuh"
 
 #if !defined(HEAD_D) || !defined(BR) || !defined(BC) || !defined(THREADS) || !defined(SMEM_BYTES)
@@ -183,10 +185,11 @@ __device__ __forceinline__ uint4 fb_pack(const float* f)
 // S = Q_i K_jᵀ, dP = dO_i V_jᵀ; P = exp(τS − lse_i); dS = P∘(dP − D_i). Stores P and τ·dS (τ rides
 // along into both dQ and dK). Reduction over d in 16-byte vectors; each thread starts at its own
 // vector (rot) so the rows a warp reads in one step fall in different banks.
-template <typename T>
+template <typename T, typename MaskFn>
 __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const uint4* k, const uint4* v,
                                         const float* lse, const float* dd, float* p, float* ds, int rows,
-                                        int cols, float scale
+                                        int cols, float scale,
+                                        MaskFn mask_fn  // (r, c, τS) -> τS with the explicit mask (MASK)
 #ifdef CAUSAL
                                         ,
                                         int diag  // element (r, c) is masked iff c > r + diag
@@ -265,9 +268,18 @@ __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const 
                 for (int b = 0; b < t.tn; ++b) {
                     const int c = c0 + b * t.gn;
                     if (c >= cols) break;
+#if defined(MASK)
+                    const float x = mask_fn(r, c, scale * s[a][b]);  // −inf where the mask hides
 #ifdef CAUSAL
+                    const float pv = c > r + diag || x == iok_neg_inf() ? 0.0f : expf(x - lse_r);
+#else
+                    const float pv = x == iok_neg_inf() ? 0.0f : expf(x - lse_r);
+#endif
+#elif defined(CAUSAL)
+                    (void)mask_fn;
                     const float pv = c > r + diag ? 0.0f : expf(fmaf(scale, s[a][b], -lse_r));
 #else
+                    (void)mask_fn;
                     const float pv = expf(fmaf(scale, s[a][b], -lse_r));
 #endif
                     p[r * BC + c] = pv;
@@ -421,7 +433,7 @@ __global__ void
 flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    const T* __restrict__ d_o, const float* __restrict__ lse, const float* __restrict__ dd,
                    float* __restrict__ dqacc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k,
-                   float scale, IOK_BLOCK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
+                   float scale, IOK_BLOCK_MASK_PARAM IOK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(fb_layout_fits<T>(), "the plan's buffers must be 16-byte aligned, disjoint, within SMEM_BYTES");
     using C = FbConfig<T>;
@@ -437,7 +449,7 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
     float* lse_s = reinterpret_cast<float*>(smem + SMEM_LSE);
     float* d_s = reinterpret_cast<float*>(smem + SMEM_D);
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK,
-                IOK_T_dV IOK_BLOCK_MASK_T> c;
+                IOK_T_dV IOK_BLOCK_MASK_T IOK_MASK_T> c;
 
     const int tid = threadIdx.x;
     const size_t bh = blockIdx.z;
@@ -498,10 +510,18 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
         }
         __syncthreads();  // Q_i, dO_i, lse_i, D_i (and at i = 0 K_j, V_j, zeroed dK_j, dV_j) are read by all
 
-#ifdef CAUSAL
-        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, row0 + off - col0);
+#ifdef MASK
+        const iok_mask_t* mask_ij = iok_mask_rows(mask, bh, n_q, n_k) + static_cast<size_t>(row0) * n_k + col0;
+        const auto mask_fn = [&](int r, int cc, float x) {
+            return iok_apply_mask(c, mask_ij + static_cast<size_t>(r) * n_k + cc, x);
+        };
 #else
-        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale);
+        const auto mask_fn = [](int, int, float x) { return x; };
+#endif
+#ifdef CAUSAL
+        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, row0 + off - col0);
+#else
+        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn);
 #endif
         __syncthreads();  // P and τdS are reduced over rows and columns that other threads computed
 

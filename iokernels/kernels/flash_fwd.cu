@@ -11,6 +11,8 @@
 // BLOCK_SPARSE (block-sparse plans; common.cuh): pairs whose block-mask byte is 0 are skipped, loads
 // included; the resident block (q_outer: Q_i; kv_outer: K_j, V_j) is loaded at its first computed pair, so a
 // block with none loads nothing (q_outer: O = 0, lse = −inf).
+// MASK (explicit masks, flash_q_outer only; common.cuh): every element of S of a computed pair reads its
+// mask element once (boolean 0 → −inf, additive: τS + mask); rows that see no key end as with CAUSAL.
 // Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
@@ -38,7 +40,7 @@ __device__ constexpr bool flash_layout_ok()
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
-              float* __restrict__ lse, int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM
+              float* __restrict__ lse, int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM IOK_MASK_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(flash_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES");
@@ -50,13 +52,16 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
     float* S = reinterpret_cast<float*>(smem + SMEM_S);
     float* m_i = reinterpret_cast<float*>(smem + SMEM_M);
     float* l_i = reinterpret_cast<float*>(smem + SMEM_L);
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_lse IOK_BLOCK_MASK_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_lse IOK_BLOCK_MASK_T IOK_MASK_T> io;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row0 = blockIdx.x * BR;
     const int rows = min(BR, n_q - row0);  // the last row block is ragged
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;  // first row of Q_i, O_i, lse_i
     const size_t kv_base = static_cast<size_t>(blockIdx.z) * n_k;
+#ifdef MASK
+    const iok_mask_t* mask_i = iok_mask_rows(mask, blockIdx.z, n_q, n_k) + static_cast<size_t>(row0) * n_k;
+#endif
 #ifdef CAUSAL
     const int off = iok_causal_offset(n_q, n_k);
     // keys past the block's last row's last visible key are masked for all its rows: their blocks are skipped
@@ -95,8 +100,17 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
         __syncthreads();  // K_j, V_j (and Q_i, O, m, l on the first pass) were stored by other threads
 
-        // S = τ Q_i K_jᵀ
-#ifdef CAUSAL
+        // S = τ Q_i K_jᵀ (MASK: every element's mask element read, before the causal test)
+#if defined(MASK) && defined(CAUSAL)
+        qk_tile(Qt, Kt, S, rows, cols, [&](int r, int c, float qk) {
+            const float x = iok_apply_mask(io, mask_i + static_cast<size_t>(r) * n_k + col0 + c, scale * qk);
+            return col0 + c > row0 + r + off ? neg_inf() : x;
+        });
+#elif defined(MASK)
+        qk_tile(Qt, Kt, S, rows, cols, [&](int r, int c, float qk) {
+            return iok_apply_mask(io, mask_i + static_cast<size_t>(r) * n_k + col0 + c, scale * qk);
+        });
+#elif defined(CAUSAL)
         qk_tile(Qt, Kt, S, rows, cols,
                 [&](int r, int c, float qk) { return col0 + c > row0 + r + off ? neg_inf() : scale * qk; });
 #else
@@ -111,7 +125,7 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
             for (int c = lane; c < cols; c += 32) mx = fmaxf(mx, s[c]);
             const float m_old = m_i[r];
             const float m_new = fmaxf(m_old, warp_max(mx));
-#ifdef CAUSAL
+#if defined(CAUSAL) || defined(MASK)
             const float m_ref = m_new == neg_inf() ? 0.0f : m_new;  // no key seen yet: every p is exp(-inf) = 0
 #else
             const float m_ref = m_new;
