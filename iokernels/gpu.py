@@ -266,8 +266,10 @@ def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float)
     return args
 
 
-def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """Device buffers for every tensor the plan touches; inputs are used as given (checked)."""
+def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool = True) -> tuple[dict[str, Any], int]:
+    """Device buffers for every tensor the plan touches; inputs are used as given (checked). The other
+    buffers are filled with NaN, unless ``poison_outputs`` is False (left unwritten: the sanitizer's
+    initcheck then sees a kernel that reads what it never wrote)."""
     cp = require_cupy()
     pool = cp.get_default_memory_pool()
     before = pool.used_bytes()
@@ -282,7 +284,8 @@ def allocate(plan: Plan, inputs: dict[str, Any]) -> tuple[dict[str, Any], int]:
             buffers[name] = x
         else:
             buffers[name] = cp.empty(shape, dtype=dtype)
-            poison(buffers[name], dtype)
+            if poison_outputs:
+                poison(buffers[name], dtype)
     workspace = pool.used_bytes() - before
     if plan.block_mask is not None:  # part of the plan: its block mask on the tile grid, T_r x T_c bytes
         buffers["block_mask"] = cp.asarray(plan.block_grid())

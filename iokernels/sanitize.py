@@ -221,20 +221,13 @@ def _say(*parts: object) -> None:
 def _run_variant(v: Variant) -> str:
     """Launch every stage of the variant's plan once, synchronizing after each; "" or what went wrong."""
     from . import gpu, model, reference
-    from .plan import FLOAT32_TENSORS
     from .tensors import OUTPUTS
 
     cp = gpu.require_cupy()
     plan = v.plan
     inputs, _ = gpu.make_device_inputs(plan, seed=v.index)
-    buffers = {}
-    for name in gpu.plan_tensors(plan):  # outputs and workspace left unwritten, for initcheck
-        dtype = np.float32 if name in FLOAT32_TENSORS else gpu.storage_dtype(plan.dtype)
-        buffers[name] = inputs[name] if name in inputs else cp.empty(gpu.tensor_shape(plan, name), dtype=dtype)
-    if plan.block_mask is not None:  # block-sparse: the plan's mask on its tile grid, as gpu.allocate uploads it
-        buffers["block_mask"] = cp.asarray(plan.block_grid())
-    if plan.mask is not None:  # an explicit mask: an input (gpu.make_device_inputs makes a random one)
-        buffers["mask"] = inputs["mask"]
+    # outputs and workspace left unwritten, for initcheck; masks as every launch gets them
+    buffers, _ = gpu.allocate(plan, inputs, poison_outputs=False)
     scale = reference.default_scale(plan.d)
     counts = {}
     for stage in plan.stages:
