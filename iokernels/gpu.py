@@ -256,13 +256,18 @@ def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float)
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]
         m, n, k, scaled = GEMM_SIZES[stage.name]
-        return [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
+        args = [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
                 np.float32(scale if scaled else 1.0)]
+        if dict(stage.params).get("DROPOUT"):  # pv, dv: the dropped P (common.cuh IOK_DROPOUT_PARAM)
+            args.extend(plan.dropout.kernel_args())
+        return args
     args = [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
     if dict(stage.params).get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
         args.append(buffers["block_mask"])
     if dict(stage.params).get("MASK"):  # the explicit mask, after the block mask (common.cuh)
         args.append(buffers["mask"])
+    if dict(stage.params).get("DROPOUT"):  # threshold, keep scale, seed, offset (common.cuh IOK_DROPOUT_PARAM)
+        args.extend(plan.dropout.kernel_args())
     return args
 
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .dropout import Dropout
 from .masks import BlockMask, ExplicitMask
 from .units import ACC_ITEMSIZE, check_dtype, itemsize
 
@@ -156,6 +157,8 @@ class Plan:
     block_mask: BlockMask | None = None
     # an explicit element mask read from HBM (tensor "mask"; iokernels.masks.ExplicitMask); None: none
     mask: ExplicitMask | None = None
+    # dropout on P (iokernels.dropout.Dropout: p, seed, offset); None: none. Moves no HBM bytes.
+    dropout: Dropout | None = None
 
     def __post_init__(self) -> None:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):
@@ -236,6 +239,7 @@ class Plan:
             **({"causal": self.causal} if self.causal else {}),
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
+            **({"dropout": self.dropout.as_dict()} if self.dropout is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],
@@ -551,6 +555,7 @@ def make_plan(
     causal: bool | str = False,
     block_mask: BlockMask | None = None,
     mask: ExplicitMask | None = None,
+    dropout: Dropout | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -569,6 +574,8 @@ def make_plan(
     them), so each (query block, key block) pair lies in one mask block; with ``causal`` both masks apply.
     ``mask``: an explicit element mask (:class:`iokernels.masks.ExplicitMask`) read from HBM by the
     schedules of :func:`supports_explicit_mask` (Unsupported elsewhere); it combines with the others.
+    ``dropout``: dropout on P (:class:`iokernels.dropout.Dropout`), by the stages of
+    :func:`supports_dropout` (Unsupported elsewhere); tiles and bytes do not change.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -581,7 +588,42 @@ def make_plan(
     plan = _make_plan(algorithm, schedule, block_r=block_r, block_c=block_c, **args)
     if mask is not None:
         _check_explicit_mask((algorithm, schedule, direction), mask)
-    return with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask)
+    if dropout is not None:
+        _check_dropout((algorithm, schedule, direction), dropout)
+    return with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
+
+
+# the stages whose kernels apply dropout to P (DROPOUT define; iokernels.dropout): every stage that uses
+# the dropped P (Z ∘ P) or the dropped dP (Z ∘ dO Vᵀ)
+_DROPOUT_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+}
+
+
+def supports_dropout(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, dropout=...)`` has kernels."""
+    return (algorithm, schedule, direction) in _DROPOUT_STAGES
+
+
+def _check_dropout(key: tuple[str, str, str], dropout: object) -> None:
+    if not isinstance(dropout, Dropout):
+        raise TypeError(f"dropout must be an iokernels.dropout.Dropout, got {type(dropout).__name__}")
+    if key not in _DROPOUT_STAGES:
+        have = ", ".join("/".join(k) for k in _DROPOUT_STAGES) or "none yet"
+        raise Unsupported(f"dropout is not implemented by {'/'.join(key)} (plans with dropout: {have})")
+
+
+def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
+    """``plan`` with dropout on P: its ``dropout`` field set and the ``DROPOUT`` define added to the stages
+    that apply it. A dropout of p = 0 is kept (the kernels then keep every element)."""
+    if dropout is None:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    _check_dropout(key, dropout)
+    if plan.variant:
+        raise Unsupported(f"dropout is not implemented by {plan.label}")
+    stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in _DROPOUT_STAGES[key] else s
+                   for s in plan.stages)
+    return replace(plan, dropout=dropout, stages=stages)
 
 
 # the stages whose kernels read an explicit mask (MASK, MASK_BH_STRIDE defines)

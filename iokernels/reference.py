@@ -5,7 +5,9 @@ is visible to query i iff j <= i + offset (offset N_k - N_q bottom-right, 0 top-
 :mod:`iokernels.plan`). ``mask``: an explicit mask broadcastable to (..., N_q, N_k), boolean (True:
 visible; a block-sparse plan's :meth:`iokernels.masks.BlockMask.element_mask`) or float (added to
 the scaled scores; −inf hides). A query that sees no key outputs 0 with logsumexp −inf and zero
-gradients.
+gradients. ``dropout``: Z, the dropout multipliers broadcastable to (..., N_q, N_k) (0 dropped,
+1/(1 − p) kept; :meth:`iokernels.dropout.Dropout.full_multiplier`): O = (Z ∘ P) V, the logsumexp
+that of the undropped P, and the gradients of that O.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, caus
 
 
 def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
-            causal: bool | str = False, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+            causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64
     (``causal``: see the module docstring)."""
     _check(q, k, v)
@@ -89,13 +92,16 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = N
         m = s.max(axis=-1, keepdims=True)
         p = np.exp(s - m)
         l = p.sum(axis=-1, keepdims=True)
-        return (p / l) @ v, (m + np.log(l))[..., 0]
-    p, lse = _probabilities(s, visible)
+        p, lse = p / l, (m + np.log(l))[..., 0]
+    else:
+        p, lse = _probabilities(s, visible)
+    if dropout is not None:
+        p = p * np.asarray(dropout, dtype=np.float64)
     return p @ v, lse
 
 
 def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None,
-             causal: bool | str = False, mask: np.ndarray | None = None
+             causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64 (``causal``: see the
     module docstring)."""
@@ -108,7 +114,8 @@ def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale:
         p /= p.sum(axis=-1, keepdims=True)
     else:
         p = _probabilities(s, visible)[0]
-    dv = np.swapaxes(p, -1, -2) @ do
-    dp = do @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    z = 1.0 if dropout is None else np.asarray(dropout, dtype=np.float64)
+    dv = np.swapaxes(p * z, -1, -2) @ do
+    dp = z * (do @ np.swapaxes(v, -1, -2))  # the gradient of the undropped P
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))  # rowsum(P ∘ dP) = rowsum(dO ∘ O)
     return scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), dv

@@ -59,6 +59,63 @@ typedef float iok_mask_t;
 #define IOK_MASK_PARAM
 #define IOK_MASK_T
 #endif
+// Dropout on P (iokernels/dropout.py, which defines the stream): a kernel compiled with DROPOUT takes four
+// arguments after the masks (IOK_DROPOUT_PARAM): the keep threshold t (an element is kept iff its random
+// uint32 >= t), the keep scale 1/(1 - p) (float32), the 64-bit seed and the 32-bit offset. The mask is never
+// stored: every kernel that needs element (bh, i, j)'s multiplier regenerates it with iok_dropout.
+#ifdef DROPOUT
+#define IOK_DROPOUT_PARAM const unsigned int dropout_threshold, const float dropout_scale, \
+    const unsigned long long dropout_seed, const unsigned int dropout_offset,
+#define IOK_DROPOUT_ARGS dropout_threshold, dropout_scale, dropout_seed, dropout_offset
+#else
+#define IOK_DROPOUT_PARAM
+#endif
+
+// Philox4x32-10 (Random123): 10 rounds of the 4x32 Philox bijection of `ctr` under `key`.
+struct IokPhilox {
+    unsigned int x, y, z, w;
+};
+__device__ __forceinline__ IokPhilox iok_philox4x32_10(unsigned int c0, unsigned int c1, unsigned int c2,
+                                                       unsigned int c3, unsigned int k0, unsigned int k1)
+{
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        const unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        const unsigned int n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    return {c0, c1, c2, c3};
+}
+
+// The four random words of columns 4*(j/4) .. 4*(j/4)+3 of row i of batch-head bh (one Philox call).
+__device__ __forceinline__ IokPhilox iok_dropout_words(unsigned long long seed, unsigned int offset, unsigned int bh,
+                                                       unsigned int i, unsigned int j)
+{
+    return iok_philox4x32_10(j >> 2, i, bh, offset, static_cast<unsigned int>(seed),
+                             static_cast<unsigned int>(seed >> 32));
+}
+
+__device__ __forceinline__ unsigned int iok_philox_word(const IokPhilox& r, unsigned int lane)
+{
+    return lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+}
+
+// Z_ij: dropout_scale where element (bh, i, j) is kept, 0 where it is dropped.
+__device__ __forceinline__ float iok_dropout(unsigned int threshold, float keep_scale, unsigned long long seed,
+                                             unsigned int offset, unsigned int bh, unsigned int i, unsigned int j)
+{
+    const unsigned int r = iok_philox_word(iok_dropout_words(seed, offset, bh, i, j), j & 3u);
+    return r >= threshold ? keep_scale : 0.0f;
+}
+
 // Rows that may see no key at all (causal, block-sparse, explicit masks): O = 0 and lse = −inf there, never NaN.
 #if defined(CAUSAL) || defined(BLOCK_SPARSE) || defined(MASK)
 #define IOK_EMPTY_ROWS 1
