@@ -6,6 +6,7 @@ Import is cheap and works without cupy or a GPU: plans, the model and the simula
 from __future__ import annotations
 
 from .api import DeviceMemoryError, attention, attention_backward, memory_needed
+from .dropout import Dropout, manual_seed
 from .gpu import count_io
 from .masks import BlockMask
 from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, all_plans, make_plan, min_sram
@@ -19,6 +20,7 @@ __all__ = [
     "SCHEDULES",
     "BlockMask",
     "DeviceMemoryError",
+    "Dropout",
     "Plan",
     "SramTooSmall",
     "__version__",
@@ -28,6 +30,7 @@ __all__ = [
     "count_io",
     "default_scale",
     "make_plan",
+    "manual_seed",
     "memory_needed",
     "min_sram",
     "parse_size",

@@ -27,8 +27,19 @@ from typing import Any
 
 from . import gpu, reference
 from ._cupy import require_cupy
+from .dropout import Dropout, next_dropout
 from .fast import FAST_DTYPES, FAST_HEAD_DIMS
-from .plan import D_MAX, D_MIN, D_MULTIPLE, Plan, Unsupported, make_plan, normalize_causal, supports_causal
+from .plan import (
+    D_MAX,
+    D_MIN,
+    D_MULTIPLE,
+    Plan,
+    Unsupported,
+    make_plan,
+    normalize_causal,
+    supports_causal,
+    supports_dropout,
+)
 from .units import parse_size
 
 FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
@@ -126,6 +137,24 @@ def _check_options(scale: Any, **flags: Any) -> float | None:
     return float(scale)
 
 
+def _forward_dropout(dropout: Any) -> Dropout | None:
+    """attention's ``dropout``: a probability (0: none; else the library's seed and its next offset) or a
+    :class:`iokernels.dropout.Dropout` used as given."""
+    if dropout is None or isinstance(dropout, Dropout):
+        return dropout
+    from .dropout import check_p
+
+    p = check_p(dropout)
+    return next_dropout(p) if p > 0 else None
+
+
+def _backward_dropout(dropout: Any) -> Dropout | None:
+    if dropout is None or isinstance(dropout, Dropout):
+        return dropout
+    raise TypeError("attention_backward's dropout must be the iokernels.dropout.Dropout the forward used "
+                    f"(attention(..., return_dropout=True)), got {type(dropout).__name__} {dropout!r}")
+
+
 # ---------------------------------------------------------------------------------------------
 # plans: which kernels run, decided before anything touches the GPU
 
@@ -149,7 +178,7 @@ def _smem_limit_of(device_id: int) -> int | None:
 
 
 def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
-          deterministic=False, block_mask=None, mask=None) -> Plan:
+          deterministic=False, block_mask=None, mask=None, dropout=None) -> Plan:
     limit = _smem_limit()
     sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
     if sram is None and schedule == "fast":  # the tensor-core kernels' tiles are chosen for speed:
@@ -162,16 +191,18 @@ def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_gro
         from .fast_bwd import make_fast_backward_plan
 
         grouped = {"kv_heads": heads // kv_group} if kv_group > 1 else {}
+        if dropout is not None:
+            raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
         return make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                        deterministic=True, **grouped)
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
                      heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
-                     block_mask=block_mask, mask=mask)
+                     block_mask=block_mask, mask=mask, dropout=dropout)
 
 
 def _choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
                  lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
-                 block_mask: Any = None, mask: Any = None) -> tuple[Plan, bool]:
+                 block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None) -> tuple[Plan, bool]:
     """The plan a call runs, and whether K and V are expanded to q's heads for it.
 
     With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
@@ -179,14 +210,15 @@ def _choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int,
     the plan takes ``kv_heads`` (the fast forward; the fast backward on sm_90), else on K and V with
     each head repeated ``group`` times (expanded)."""
     fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
-            and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None)
+            and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None
+            and (dropout is None or supports_dropout("flash", "fast", direction)))
     schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
     failure: Unsupported | None = None
     for sched in schedules:
         for kv_group in ((group, 1) if group > 1 else (1,)):
             try:
                 plan = _plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
-                             deterministic, block_mask, mask)
+                             deterministic, block_mask, mask, dropout)
             except Unsupported as exc:  # the next choice, or this error when there is none
                 failure = exc
                 continue
@@ -234,9 +266,10 @@ def memory_needed(q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None = No
 
 
 def _chain(plan: Plan, algorithm: str, n_q, n_k, d, dtype, lead, sram, causal) -> list[Plan]:
-    """The plans a call runs in order: the standard backward recomputes P with the standard forward."""
+    """The plans a call runs in order: the standard backward recomputes P with the standard forward (with
+    the backward's masks; P is the undropped softmax, so the forward runs without dropout)."""
     if plan.direction == "bwd" and algorithm == "standard":
-        return [_plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram, causal=causal), plan]
+        return [_plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram, causal=causal, mask=plan.mask), plan]
     return [plan]
 
 
@@ -358,7 +391,8 @@ def _group_sum(cp: Any, x: Any, group: int, dtype: str) -> Any:
 
 def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-              return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None) -> Any:
+              return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
+              dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
     Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
@@ -403,6 +437,15 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     score and batch-head (counted and modelled); a mask with no leading dims (or all 1) is stored
     once and shared. It combines with causal and block_mask. Rows that see no key give 0 and lse −inf.
 
+    dropout: dropout on the attention probabilities, ``softmax(...) ∘ Z`` with Z 0 where an element
+    is dropped and 1/(1 − p) where kept (the paper's P^dropped): a probability p in [0, 1) (0, the
+    default: none), drawn from the library's Philox stream (its seed, random per process unless
+    :func:`iokernels.dropout.manual_seed` set it, and the next offset), or an
+    :class:`iokernels.dropout.Dropout` (p, seed, offset) used as given. The mask is a pure function of
+    (seed, offset, batch·head, row, column), never stored: the backward regenerates it from the
+    Dropout the forward used, which ``return_dropout=True`` returns; every algorithm draws the same
+    mask for one Dropout. lse is that of the undropped probabilities.
+
     scale: the softmax scale, default 1/sqrt(d). sram: M, the shared memory per thread block the
     plan may use (bytes, or a size such as "96KB"; default 96 KB, for "fast" the device's limit;
     never above the device's limit). return_lse: also return the row logsumexp (..., N_q), float32.
@@ -414,7 +457,8 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     Up to ``MAX_GRAPHS`` graphs (and their workspace) are kept; :func:`clear_graphs` drops them. Not
     inside :func:`iokernels.count_io`, and not for concurrent calls on several streams.
 
-    Returns O (..., N_q, d) in the input dtype, and with return_lse (O, lse).
+    Returns O (..., N_q, d) in the input dtype; with return_lse (O, lse); with return_dropout also the
+    Dropout used (None without dropout) last: (O, dropout) or (O, lse, dropout).
 
     Bad input raises TypeError or ValueError before anything reaches the GPU.
 
@@ -434,21 +478,23 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     True
     """
     return _attention(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
-                      return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask)
+                      return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
+                      return_dropout=return_dropout)
 
 
 def _attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
                causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
-               mask: Any = None) -> Any:
+               mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
     causal = normalize_causal(causal)
-    scale = _check_options(scale, return_lse=return_lse, graph=graph)
+    scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
     group = _kv_group(q, k, v)
     mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
                                            bfloat16)
     spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
+    drop = _forward_dropout(dropout)
     plan, expand = _choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                block_mask=block_mask, mask=spec)
+                                block_mask=block_mask, mask=spec, dropout=drop)
     cp = require_cupy()
     _require_memory([plan], _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v])
                     + (0 if mask_array is None else mask_array.nbytes), lead)
@@ -462,16 +508,19 @@ def _attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: st
     scale = reference.default_scale(d) if scale is None else scale
     out = _execute([plan], inputs, scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",))
     o = out["O"].reshape((*lead, n_q, d))
-    if not return_lse:
-        return cp.asnumpy(o) if mod == "numpy" else o
-    lse = (out["lse"] if "lse" in out else out["m"] + cp.log(out["l"])).reshape((*lead, n_q))
-    return (cp.asnumpy(o), cp.asnumpy(lse)) if mod == "numpy" else (o, lse)
+    result = [cp.asnumpy(o) if mod == "numpy" else o]
+    if return_lse:
+        lse = (out["lse"] if "lse" in out else out["m"] + cp.log(out["l"])).reshape((*lead, n_q))
+        result.append(cp.asnumpy(lse) if mod == "numpy" else lse)
+    if return_dropout:
+        result.append(drop)
+    return result[0] if len(result) == 1 else tuple(result)
 
 
 def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-                       deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None
-                       ) -> tuple[Any, Any, Any]:
+                       deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
+                       dropout: Dropout | None = None) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
     Shapes as :func:`attention` (grouped-query attention included): q, o and do (..., N_q, d); k and
@@ -493,6 +542,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     causal gradients come from "kv_outer". block_mask: as :func:`attention`, the same as the
     forward's; block-sparse gradients come from "kv_outer" (not deterministic=True). mask: as
     :func:`attention`, the same as the forward's (gradients from "kv_outer", not deterministic=True).
+    dropout: the :class:`iokernels.dropout.Dropout` the forward used (``attention(...,
+    return_dropout=True)``), or None; the backward regenerates its mask (not deterministic=True).
 
     Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
     elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
@@ -515,13 +566,15 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     [True, True, True]
     """
     return _attention_backward(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
-                               deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask)
+                               deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
+                               dropout=dropout)
 
 
 def _attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                         causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                         deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
-                        block_mask: Any = None, mask: Any = None) -> tuple[Any, Any, Any]:
+                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None
+                        ) -> tuple[Any, Any, Any]:
     causal = normalize_causal(causal)
     scale = _check_options(scale, deterministic=deterministic, graph=graph)
     group = _kv_group(q, k, v)
@@ -537,11 +590,14 @@ def _attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, al
         raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or explicit "
                          "mask")
     spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
+    drop = _backward_dropout(dropout)
+    if deterministic and drop is not None:
+        raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
     if deterministic and not (algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS):
         raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
                          f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
     plan, expand = _choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                deterministic, block_mask, spec)
+                                deterministic, block_mask, spec, drop)
     chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
     cp = require_cupy()
     _require_memory(chain, _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse])

@@ -17,7 +17,8 @@ from typing import Any
 import click
 
 from . import model
-from .masks import DEFAULT_BLOCK, PATTERNS
+from .dropout import Dropout
+from .masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from .masks import pattern as block_pattern
 from .plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
 from .report import build, render
@@ -137,6 +138,34 @@ def _sparse(block_sparse, block_pattern, block_seed, block_size) -> dict | None:
             "block_q": DEFAULT_BLOCK if block_size is None else block_size}
 
 
+def mask_dropout_options(fn: Callable) -> Callable:
+    """--mask KIND [--mask-per-head] (an explicit mask of random values) and --dropout P [--dropout-seed]."""
+    options = [
+        click.option("--mask", "mask_kind", type=click.Choice(list(MASK_KINDS)), default=None,
+                     help="an explicit element mask read from HBM, random values (about 70% visible): bool (1 byte "
+                          "per element) or additive (float32 added to the scores); only the plans that read one"),
+        click.option("--mask-per-head", is_flag=True,
+                     help="one --mask per batch-head instead of one shared by all (the bytes read are the same)"),
+        click.option("--dropout", "dropout_p", type=float, default=None, metavar="P",
+                     help="dropout on P with probability P in [0, 1) (Philox, regenerated in every kernel that "
+                          "needs it: no bytes); only the plans that implement it"),
+        click.option("--dropout-seed", type=int, default=None, help="seed of --dropout's stream (default 0)"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _mask_dropout(mask_kind, mask_per_head, dropout_p, dropout_seed) -> dict:
+    """all_plans' mask and dropout arguments from the options."""
+    if mask_per_head and mask_kind is None:
+        raise ValueError("--mask-per-head needs --mask bool|additive")
+    if dropout_seed is not None and dropout_p is None:
+        raise ValueError("--dropout-seed needs --dropout P")
+    return {"mask": None if mask_kind is None else ExplicitMask(mask_kind, shared=not mask_per_head),
+            "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0)}
+
+
 KV_HEADS_OPTION = click.option(
     "--kv-heads", "kv_heads", type=int, default=None,
     help="grouped-query attention: K and V with this many heads, each shared by heads / kv-heads query heads "
@@ -144,7 +173,7 @@ KV_HEADS_OPTION = click.option(
 
 
 def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None, sparse=None,
-           kv_heads=None):
+           kv_heads=None, mask=None, dropout=None):
     causal = _causal(causal, causal_align)
     n_q = n if n_q is None else n_q
     n_k = n if n_k is None else n_k
@@ -159,7 +188,7 @@ def _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=Fals
                          f"{limit} bytes ({format_bytes(limit)}); choose a smaller --sram or another --gpu")
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
-                      causal=causal, block_mask=block_mask, kv_heads=kv_heads)
+                      causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout)
     if not plans:
         raise ValueError("no algorithm implements this combination of masks" if kv_heads is None else
                          "no plan takes grouped-query attention here: flash/fast needs float16 or bfloat16 and "
@@ -180,15 +209,18 @@ def cli() -> None:
 @cli.command("model")
 @problem_options
 @block_sparse_options
+@mask_dropout_options
 @KV_HEADS_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
 def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
-              block_pattern, block_seed, block_size, kv_heads, detail, latex) -> None:
+              block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, kv_heads,
+              detail, latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
     plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
-                         _sparse(block_sparse, block_pattern, block_seed, block_size), kv_heads)
+                         _sparse(block_sparse, block_pattern, block_seed, block_size), kv_heads,
+                         **_mask_dropout(mask_kind, mask_per_head, dropout_p, dropout_seed))
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
                                                     causal=p.causal, block_sparse=p.block_mask is not None))
@@ -244,6 +276,7 @@ def specs_cmd(as_json: bool) -> None:
 @cli.command("compare")
 @problem_options
 @block_sparse_options
+@mask_dropout_options
 @KV_HEADS_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows")
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
@@ -251,7 +284,8 @@ def specs_cmd(as_json: bool) -> None:
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
 @user_errors
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
-                block_pattern, block_seed, block_size, kv_heads, detail, simulate, seed, repeats) -> None:
+                block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, kv_heads,
+                detail, simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor."""
     from .compare import compare
 
@@ -260,7 +294,8 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
         raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
                          "simulate another GPU's tiling")
     plans, spec = _plans(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
-                         _sparse(block_sparse, block_pattern, block_seed, block_size), kv_heads)
+                         _sparse(block_sparse, block_pattern, block_seed, block_size), kv_heads,
+                         **_mask_dropout(mask_kind, mask_per_head, dropout_p, dropout_seed))
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
     reason = "--simulate" if simulate else "no CUDA device found"

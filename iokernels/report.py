@@ -63,6 +63,8 @@ def build(plans: list[Plan], spec: GpuSpec, source: str, measured: dict[str, Mea
         "sram_elements": first.sram_elements,
         "causal": first.causal or None,
         "block_mask": first.block_mask.as_dict() if first.block_mask is not None else None,
+        "mask": first.mask.as_dict() if first.mask is not None else None,
+        "dropout": first.dropout.as_dict() if first.dropout is not None else None,
         "plans": [p.as_dict() for p in plans],
     }
     rows, stage_rows, totals = [], [], {}
@@ -148,7 +150,11 @@ def header_text(doc: dict) -> str:
         + (f"  causal ({h['causal'].replace('_', '-')} aligned)" if h.get("causal") else "")
         + (f"  block-sparse {h['block_mask']['label']}: {h['block_mask']['blocks'][0]}x{h['block_mask']['blocks'][1]} "
            f"blocks of {h['block_mask']['block_q']}x{h['block_mask']['block_k']}, density "
-           f"{h['block_mask']['density']:.3f}" if h.get("block_mask") else ""),
+           f"{h['block_mask']['density']:.3f}" if h.get("block_mask") else "")
+        + (f"  mask ({h['mask']['kind']}, {'shared' if h['mask']['shared'] else 'one per batch-head'})"
+           if h.get("mask") else "")
+        + (f"  dropout p={h['dropout']['p']:g} (seed {h['dropout']['seed']}, offset {h['dropout']['offset']}; "
+           "regenerated, never stored: no bytes)" if h.get("dropout") else ""),
         f"M (--sram) = {h['sram_bytes']:,} bytes = {format_bytes(h['sram_bytes'])} "
         f"= {h['sram_elements']:,} elements of {h['dtype']} (the paper's M is in elements)",
         "plans:",

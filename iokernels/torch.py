@@ -70,11 +70,14 @@ class _Attention(torch.autograd.Function):
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict) -> torch.Tensor:
         bf16 = q.dtype == torch.bfloat16
         with _torch_stream(q.device) as cp:
-            o, lse = api._attention(*(_to_cupy(cp, t) for t in (q, k, v)), return_lse=True, bfloat16=bf16,
-                                    **options["forward"])
+            mask = options["mask"]
+            if isinstance(mask, torch.Tensor):  # checked and stored by the library from the host
+                mask = (mask.detach().float() if mask.is_floating_point() else mask.detach()).cpu().numpy()
+            o, lse, dropout = api._attention(*(_to_cupy(cp, t) for t in (q, k, v)), return_lse=True, bfloat16=bf16,
+                                             mask=mask, return_dropout=True, **options["forward"])
             o_t, lse_t = _to_torch(cp, o, q.dtype), torch.from_dlpack(lse)
         ctx.save_for_backward(q, k, v, o_t, lse_t)
-        ctx.options = options
+        ctx.options, ctx.dropout, ctx.mask = options, dropout, mask
         return o_t
 
     @staticmethod
@@ -83,14 +86,15 @@ class _Attention(torch.autograd.Function):
         with _torch_stream(q.device) as cp:
             grads = api._attention_backward(*(_to_cupy(cp, t) for t in (q, k, v, o, do.to(q.dtype))),
                                             _to_cupy(cp, lse), bfloat16=q.dtype == torch.bfloat16,
-                                            **ctx.options["backward"])
+                                            mask=ctx.mask, dropout=ctx.dropout, **ctx.options["backward"])
             dq, dk, dv = (_to_torch(cp, g, q.dtype) for g in grads)
         return dq, dk, dv, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool | str = False,
               scale: float | None = None, algorithm: str = "flash", schedule: str | None = None,
-              sram: int | str | None = None, deterministic: bool = False) -> torch.Tensor:
+              sram: int | str | None = None, deterministic: bool = False, mask: Any = None,
+              dropout: float = 0.0) -> torch.Tensor:
     """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd.
 
     Shapes as :func:`iokernels.attention`: q (..., N_q, d), k and v (..., N_k, d) with equal leading
@@ -103,7 +107,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     contiguous tensors) on torch's current stream, and saves q, k, v, O and the row logsumexp; the
     backward calls :func:`iokernels.attention_backward` (algorithm "standard" for a standard
     forward, "flash" otherwise) with them. causal, scale, algorithm, schedule and sram as
-    :func:`iokernels.attention`; deterministic as :func:`iokernels.attention_backward`.
+    :func:`iokernels.attention`; deterministic as :func:`iokernels.attention_backward`. mask: a
+    boolean or floating tensor (or numpy/cupy array) broadcastable to (..., N_q, N_k), as
+    :func:`iokernels.attention`'s. dropout: the probability p in [0, 1) of dropping an attention
+    probability (training; pass 0 for evaluation): each call draws the library's next Philox offset
+    (:mod:`iokernels.dropout`), and its backward regenerates the same mask.
 
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad. Raises ImportError at import without torch, TypeError/ValueError on bad input
@@ -125,7 +133,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     _check(q, k, v)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"mixed dtypes: q {q.dtype}, k {k.dtype}, v {v.dtype}; pass one dtype for all")
-    forward = {"algorithm": algorithm, "schedule": schedule, "causal": causal, "scale": scale, "sram": sram}
+    forward = {"algorithm": algorithm, "schedule": schedule, "causal": causal, "scale": scale, "sram": sram,
+               "dropout": dropout}
     backward = {"algorithm": "standard" if algorithm == "standard" else "flash", "causal": causal, "scale": scale,
                 "sram": sram, "deterministic": deterministic}
-    return _Attention.apply(q, k, v, {"forward": forward, "backward": backward})
+    return _Attention.apply(q, k, v, {"forward": forward, "backward": backward, "mask": mask})
