@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from . import model
-from .dropout import Dropout
+from .dropout import Dropout, check_p
 from .masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from .masks import pattern as block_pattern
 from .plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
@@ -329,6 +329,8 @@ def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, c
 @click.option("--heads", type=int, default=16, show_default=True, help="H; batch B = tokens / (N*H)")
 @click.option("--dtype", "dtypes", default="float16,bfloat16", show_default=True, help="comma-separated dtypes")
 @click.option("--causal", is_flag=True, help="causal attention (N_q = N_k, so top-left and bottom-right agree)")
+@click.option("--dropout", "dropout_p", type=float, default=0.0, show_default=True, metavar="P",
+              help="dropout probability on P for every implementation (each draws its own mask; cupy has none)")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
 @click.option("--long", "long_table", is_flag=True,
               help="also the long-sequence table: heads 48, d 64, batch 1, N from 512 doubling to --long-max-n")
@@ -349,17 +351,18 @@ def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, c
               help="seconds for the whole run; once spent, the remaining measurements are skipped (and labelled)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @user_errors
-def bench_cmd(ds, ns, tokens, heads, dtypes, causal, backward, long_table, long_only, long_max_n, long_dtype,
+def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, long_table, long_only, long_max_n, long_dtype,
               impls, peers, sram, warmup, repeats, max_call_ms, time_budget, as_json) -> None:
     """TFLOP/s of iokernels and its peers (cupy/cuBLAS, torch SDPA backends) in one run, with ratios."""
     from . import peerbench as pb
 
     timing = pb.Timing(warmup=warmup, repeats=repeats, max_call_seconds=max_call_ms / 1e3, budget_seconds=time_budget)
     timing.check()
+    check_p(dropout_p)
     dtype_list = pb.parse_dtypes(dtypes)
     problems = [] if long_only else pb.main_problems(pb.parse_ints("--d", ds), pb.parse_ints("--N", ns), dtype_list,
-                                                     tokens=tokens, heads=heads, causal=causal)
-    long = pb.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal) \
+                                                     tokens=tokens, heads=heads, causal=causal, dropout=dropout_p)
+    long = pb.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
         if long_table or long_only else []
     names = (pb.parse_names("--impls", impls, pb.OURS, pb.IMPL_ALIASES, pb.DEFAULT_OURS)
              + pb.parse_names("--peers", peers, pb.PEERS, pb.PEER_ALIASES, pb.PEERS))
@@ -375,7 +378,7 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, backward, long_table, long_
                            + "; ".join(f"{', '.join(v)}: {k}" for k, v in reasons.items()))
     click.echo(f"iokernels: bench of {len(chosen)} implementations on {len(problems)} configurations"
                + (f" and {len(long)} long-sequence lengths" if long else "") + " ...", err=True)
-    header = {"tokens": tokens, "heads": heads, "causal": causal, "sram": sram,
+    header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
               "long": {"heads": pb.LONG_HEADS, "d": pb.LONG_D, "batch": pb.LONG_BATCH, "dtype": check_dtype(long_dtype),
                        "n_max": long_max_n} if long else None}
     doc = pb.run(problems, chosen, timing, long=long, backward=backward, header=header,

@@ -19,6 +19,9 @@ model's default target is the H200), ``"mma"`` on other GPUs.
 
 Grouped-query attention (``kv_heads`` < ``heads``): each query head z reads K/V head
 z // (heads / kv_heads); the bytes per query head are those of ordinary attention.
+
+Dropout on P (:func:`iokernels.plan.with_dropout`, the ``DROPOUT`` define) is implemented by the wgmma
+kernel only; ``make_plan("flash", "fast", dropout=...)`` takes no mma plan.
 """
 
 from __future__ import annotations
@@ -96,15 +99,19 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
                 kv_heads=heads if kv_heads is None else kv_heads)
 
 
-def make_fast_plan_within(sram: int, **problem) -> Plan:
+def make_fast_plan_within(sram: int, *, wgmma_only: bool = False, **problem) -> Plan:
     """The fastest tensor-core plan whose shared memory fits ``sram`` bytes: the default kernel's
     default tiles, else (wgmma) B_c = 64, else the mma kernel's tiles. Raises ValueError naming the
-    smallest M that works when none fits (the caller turns it into SramTooSmall)."""
+    smallest M that works when none fits (the caller turns it into SramTooSmall). ``wgmma_only``
+    (dropout plans): the wgmma kernel's plans only (Unsupported where the kernel is mma)."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
+    if wgmma_only and kernel != "wgmma":
+        raise Unsupported("dropout in the tensor-core forward is implemented by the wgmma kernel (sm_90); the "
+                          "mma.sync kernel (flash_tc.cu) has none")
     options = [{"kernel": kernel}]
     if kernel == "wgmma":
-        options += [{"kernel": "wgmma", "block_r": 128, "block_c": 64}, {"kernel": "mma"}]
+        options += [{"kernel": "wgmma", "block_r": 128, "block_c": 64}] + ([] if wgmma_only else [{"kernel": "mma"}])
     plans = [make_fast_plan(**problem, **o) for o in options]
     for plan in plans:
         if plan.smem_bytes <= sram:

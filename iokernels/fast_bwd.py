@@ -25,6 +25,10 @@ variants:
 
 The plan's effective M is the largest shared memory of its stages (``plan.smem_bytes``), as for the
 forward ``flash/fast``.
+
+Dropout on P (:func:`iokernels.plan.with_dropout`, the ``DROPOUT`` define) is implemented by the wgmma
+kernel only, with its own default tiles (:data:`FAST_BWD_WGMMA_DROPOUT_TILES`: at B_r = 128 the dropout
+build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks them.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ FAST_BWD_KERNELS = ("wgmma", "mma")
 # (d, dtype) -> (B_r, B_c) of the wgmma kernel (timed on an H200)
 FAST_BWD_WGMMA_TILES = {(64, "float16"): (128, 128), (64, "bfloat16"): (128, 128),
                         (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
+# the same for dropout plans (the DROPOUT build at d = 64, B_r = 128 spills registers)
+FAST_BWD_WGMMA_DROPOUT_TILES = {(64, "float16"): (64, 128), (64, "bfloat16"): (64, 128),
+                                (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
 # (d, B_r, B_c) variants of the wgmma kernel compiled (CPU test) and timed besides the defaults
 FAST_BWD_WGMMA_TUNING = ((64, 64, 128), (128, 64, 64))
 KERNEL_DKDV = "flash_tc_bwd_dkdv"
@@ -102,7 +109,7 @@ def _check_tiles(block_r: int, block_c: int) -> None:
 def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                             heads: int = 1, block_r: int | None = None, block_c: int = FAST_BWD_BC,
                             q_stages: int = 2, ds_stages: int = 2, deterministic: bool = False,
-                            kernel: str | None = None, kv_heads: int | None = None) -> Plan:
+                            kernel: str | None = None, kv_heads: int | None = None, dropout: bool = False) -> Plan:
     """The plan of the tensor-core backward for one problem (:class:`iokernels.plan.Unsupported`, a
     ValueError, when the kernels do not take it: float32, or d other than 64 and 128).
 
@@ -116,7 +123,9 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     double-buffered query blocks (``q_stages``/``ds_stages`` apply to mma only). ``kv_heads``
     (grouped-query attention, K and V with fewer heads than Q; wgmma only): the main stage's grid has
     one block per key block of each K/V head, which loops over the heads / kv_heads query heads that
-    share it, so K_j, V_j are read and dK_j, dV_j written once per K/V head."""
+    share it, so K_j, V_j are read and dK_j, dV_j written once per K/V head. ``dropout``: the plan is for
+    dropout (:func:`iokernels.plan.with_dropout` adds it): the wgmma kernel (Unsupported for mma or
+    deterministic) with :data:`FAST_BWD_WGMMA_DROPOUT_TILES` by default."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     if dtype not in FAST_BWD_DTYPES:
@@ -131,6 +140,8 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         kernel = "mma" if deterministic else default_kernel()
     if kernel not in FAST_BWD_KERNELS:
         raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
+    if dropout and (kernel != "wgmma" or deterministic):
+        raise Unsupported(_NO_MMA_DROPOUT)
     kv_heads = heads if kv_heads is None else kv_heads
     if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
@@ -146,7 +157,7 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         if (q_stages, ds_stages) != (2, 2):
             raise ValueError("q_stages and ds_stages are options of the mma kernel (wgmma: double-buffered "
                              "query blocks, one dSᵀ buffer)")
-        return _wgmma_plan(N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c)
+        return _wgmma_plan(N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c, dropout)
     if block_r is None:
         block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
     _check_tiles(block_r, block_c)
@@ -173,9 +184,13 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
                 variant=DETERMINISTIC if deterministic else "")
 
 
+_NO_MMA_DROPOUT = ("dropout in the tensor-core backward is implemented by the wgmma kernel (sm_90); the mma.sync "
+                   "backward kernels (flash_tc_bwd.cu, and deterministic=True) have none")
+
+
 def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, kv_heads: int,
-                block_r: int | None, block_c: int | None) -> Plan:
-    default_r, default_c = FAST_BWD_WGMMA_TILES[d, dtype]
+                block_r: int | None, block_c: int | None, dropout: bool = False) -> Plan:
+    default_r, default_c = (FAST_BWD_WGMMA_DROPOUT_TILES if dropout else FAST_BWD_WGMMA_TILES)[d, dtype]
     block_r = default_r if block_r is None else block_r
     block_c = default_c if block_c is None else block_c
     _check_tiles(block_r, block_c)
@@ -190,17 +205,24 @@ def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, 
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=stages)
 
 
-def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: bool = False, **problem) -> Plan:
+def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: bool = False,
+                           dropout: bool = False, **problem) -> Plan:
     """The fastest backward plan whose shared memory fits in ``sram`` bytes: the wgmma kernel's
     default tiles, then its 64 x 64 tiles (where the kernel is wgmma), then the mma kernel with
     :data:`FAST_BWD_FALLBACKS` in order (the last, the smallest, when none fits: the caller checks
     that the result fits). ``wgmma_only`` (causal plans) and grouped-query attention leave the mma
-    kernels out (Unsupported where the kernel is not wgmma)."""
+    kernels out (Unsupported where the kernel is not wgmma). ``dropout``: a plan for dropout
+    (:func:`make_fast_backward_plan`'s ``dropout``; wgmma only)."""
     if kernel is None:
         from .fast import default_kernel
 
         kernel = "mma" if problem.get("deterministic") else default_kernel()
     options: list[dict] = []
+    if dropout:
+        if kernel != "wgmma" or problem.get("deterministic"):
+            raise Unsupported(_NO_MMA_DROPOUT)
+        problem = {**problem, "dropout": True}
+        wgmma_only = True
     if kernel == "wgmma":
         options += [{"kernel": "wgmma"}, {"kernel": "wgmma", "block_r": 64, "block_c": 64}]
     elif wgmma_only:

@@ -258,6 +258,8 @@ def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float)
         m, n, k, scaled = GEMM_SIZES[stage.name]
         args = [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
                 np.float32(scale if scaled else 1.0)]
+        if dict(stage.params).get("MASK"):  # qk: the explicit mask, before the dropout arguments (common.cuh)
+            args.append(buffers["mask"])
         if dict(stage.params).get("DROPOUT"):  # pv, dv: the dropped P (common.cuh IOK_DROPOUT_PARAM)
             args.extend(plan.dropout.kernel_args())
         return args

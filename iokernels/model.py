@@ -119,7 +119,9 @@ class _Stage:
         return self.read(a, m * k * sp.ceiling(n / BN)).read(b, k * n * sp.ceiling(m / BM)).write(c, m * n)
 
 
-def _standard_fwd(c: _Loops) -> dict[str, _Stage]:  # causal: S computed in full (−inf where masked)
+# causal: S computed in full (−inf where masked). An explicit mask (io_exprs): the qk stage reads every element,
+# BH·N_q·N_k·e_m. Dropout moves nothing: pv (and the backward's dv, rowdot, ds) regenerate Z.
+def _standard_fwd(c: _Loops) -> dict[str, _Stage]:
     return {
         "qk": _Stage().gemm("Q", "K", "S", N_q, N_k, d),
         "rowmax": _Stage().read("S", N_q * N_k).write("m", N_q),
@@ -263,8 +265,10 @@ def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *
         for name in _BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
             stages[name].read("block_mask", N_bm)
     if mask:
+        # standard attention's qk product reads the mask element of every S element it stores, causal or not
+        area = N_q * N_k if algorithm == "standard" else loops.s
         for name in _MASK_STAGES[(algorithm, schedule, direction)]:
-            stages[name].read("mask", loops.s)
+            stages[name].read("mask", area)
     return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
             for name, st in stages.items()}
 

@@ -104,6 +104,7 @@ class Problem:
     dtype: str
     causal: bool = False
     table: str = "main"
+    dropout: float = 0.0  # dropout probability on P (every implementation draws its own mask)
 
     @property
     def bh(self) -> int:
@@ -114,7 +115,14 @@ class Problem:
                                direction=direction)
 
     def describe(self) -> str:
-        return f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
+        return (f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
+                + (f" dropout={self.dropout:g}" if self.dropout else ""))
+
+    def dropout_plan_arg(self) -> Any:
+        """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
+        from .dropout import Dropout
+
+        return Dropout(self.dropout, 0) if self.dropout else None
 
 
 def parse_ints(option: str, text: str) -> list[int]:
@@ -142,7 +150,7 @@ def parse_dtypes(text: str) -> list[str]:
 
 
 def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *, tokens: int = DEFAULT_TOKENS,
-                  heads: int = DEFAULT_HEADS, causal: bool = False) -> list[Problem]:
+                  heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0) -> list[Problem]:
     """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens."""
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
@@ -155,20 +163,20 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                                      "choose --tokens, --N or --heads so that batch = tokens/(N*heads) is whole")
                 batch = tokens // (n * heads)
                 check_problem(n, n, d, dtype, batch, heads)
-                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal))
+                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout))
     return problems
 
 
 def long_problems(*, n_max: int = LONG_N_MAX, dtype: str = "float16", n_start: int = LONG_N_START,
                   heads: int = LONG_HEADS, d: int = LONG_D, batch: int = LONG_BATCH,
-                  causal: bool = False) -> list[Problem]:
+                  causal: bool = False, dropout: float = 0.0) -> list[Problem]:
     """The long-sequence table: N = n_start, 2·n_start, ... up to n_max."""
     if n_max < n_start:
         raise ValueError(f"--long-max-n must be >= {n_start}, got {n_max}")
     out, n = [], n_start
     while n <= n_max:
         check_problem(n, n, d, dtype, batch, heads)
-        out.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, table="long"))
+        out.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, table="long", dropout=dropout))
         n *= 2
     return out
 
@@ -461,7 +469,7 @@ class ResearchPlan(Impl):
         try:
             plan = make_plan(algorithm, schedule, direction=direction, N_q=problem.n, N_k=problem.n, d=problem.d,
                              dtype=problem.dtype, sram=sram, batch=problem.batch, heads=problem.heads,
-                             smem_limit=limit, causal=problem.causal)
+                             smem_limit=limit, causal=problem.causal, dropout=problem.dropout_plan_arg())
         except ValueError as exc:
             raise Unsupported(str(exc)) from exc
         return plan_runner(plan, problem)
@@ -526,11 +534,14 @@ class FastPath(Impl):
         if kind is None:
             raise Unsupported(why)
         if kind == "plan":
-            from .plan import with_causal
+            from .plan import with_causal, with_dropout
 
+            # with dropout, the makers' tiles for it (the backward's B_r = 64: no spills)
+            extra = {"dropout": True} if problem.dropout and "dropout" in inspect.signature(fn).parameters else {}
             try:
-                plan = with_causal(fn(N_q=problem.n, N_k=problem.n, d=problem.d, dtype=problem.dtype,
-                                      batch=problem.batch, heads=problem.heads), problem.causal)
+                plan = with_dropout(with_causal(fn(N_q=problem.n, N_k=problem.n, d=problem.d, dtype=problem.dtype,
+                                                   batch=problem.batch, heads=problem.heads, **extra), problem.causal),
+                                    problem.dropout_plan_arg())
             except ValueError as exc:
                 raise Unsupported(str(exc)) from exc
             return plan_runner(plan, problem)
@@ -544,6 +555,8 @@ class FastPath(Impl):
             kwargs["dtype"] = "bfloat16"
         if problem.causal:
             kwargs["causal"] = True
+        if problem.dropout:
+            raise Unsupported(f"{self.MODULE}'s functions take no dropout")
         if direction == "fwd":
             return Runner(call=lambda: fn(q, k, v, **kwargs), clock=CupyClock())
         module, _ = self._module()
@@ -570,6 +583,8 @@ class CupyStandard(Impl):
         if problem.dtype == "bfloat16":
             raise Unsupported("cupy has no bfloat16 dtype (cupy.matmul cannot reach cuBLAS's bfloat16); "
                               "not substituted by float16")
+        if problem.dropout:
+            raise Unsupported("the cupy standard attention has no dropout")
         from ._cupy import require_cupy
 
         cp = require_cupy()
@@ -659,7 +674,7 @@ class TorchSdpa(Impl):
 
         def sdpa() -> Any:
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
 
         def probe() -> Any:
             """The first call; a backend that refuses the inputs raises "No available kernel", and
@@ -756,7 +771,8 @@ class _History:
 def _row(problem: Problem, impl: Impl, direction: str) -> dict:
     return {"table": problem.table, "impl": impl.name, "label": impl.label, "ours": impl.ours, "pass": direction,
             "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch, "heads": problem.heads,
-            "causal": problem.causal, "flops": problem.flops(direction), "status": None, "seconds": None,
+            "causal": problem.causal, "dropout": problem.dropout, "flops": problem.flops(direction), "status": None,
+            "seconds": None,
             "tflops": None, "timed_calls": 0, "method": None, "note": None}
 
 
@@ -964,7 +980,8 @@ def render(doc: dict) -> str:
     main = [r for r in doc["rows"] if r["table"] == "main"]
     index = {(r["table"], r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["impl"]): r for r in doc["rows"]}
     if main:
-        lines += ["", f"B*H*N = {h.get('tokens')}, heads {h.get('heads')}" + (", causal" if h.get("causal") else "")]
+        lines += ["", f"B*H*N = {h.get('tokens')}, heads {h.get('heads')}" + (", causal" if h.get("causal") else "")
+                  + (f", dropout {h['dropout']:g} (each implementation its own mask)" if h.get("dropout") else "")]
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))
         dtypes = list(dict.fromkeys(r["dtype"] for r in main))

@@ -583,19 +583,33 @@ def make_plan(
     causal = normalize_causal(causal)
     args = dict(N_q=N_q, N_k=N_k, d=d, dtype=dtype, sram=sram, batch=batch, heads=heads, direction=direction,
                 smem_limit=smem_limit, kv_heads=kv_heads, causal=causal)
-    if block_mask is not None:
-        block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
-    plan = _make_plan(algorithm, schedule, block_r=block_r, block_c=block_c, **args)
+    # a mask or dropout no kernel of this schedule takes is refused before any tiling (whatever M)
     if mask is not None:
         _check_explicit_mask((algorithm, schedule, direction), mask)
     if dropout is not None:
         _check_dropout((algorithm, schedule, direction), dropout)
+    if block_mask is not None:
+        block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
+    plan = _make_plan(algorithm, schedule, block_r=block_r, block_c=block_c, dropout=dropout is not None, **args)
     return with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
 
 
 # the stages whose kernels apply dropout to P (DROPOUT define; iokernels.dropout): every stage that uses
 # the dropped P (Z ∘ P) or the dropped dP (Z ∘ dO Vᵀ)
 _DROPOUT_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # standard: pv reads P and applies Z (O = (Z ∘ P) V); the backward's dv applies it to P, rowdot and ds to
+    # the stored raw dP = dO Vᵀ (D = rowsum(P ∘ Z ∘ dP), dS = P ∘ (Z ∘ dP − D)); P itself stays undropped
+    ("standard", "default", "fwd"): ("pv",),
+    ("standard", "default", "bwd"): ("dv", "rowdot", "ds"),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "kv_outer", "fwd"): ("main",),
+    ("two_pass", "store", "fwd"): ("output",),
+    ("two_pass", "recompute", "fwd"): ("output",),
+    ("flash", "kv_outer", "bwd"): ("main",),
+    # flash/fast: the wgmma kernels only (flash_wgmma.cu, flash_wgmma_bwd.cu); with_dropout refuses the mma.sync
+    # ones (flash_tc.cu, flash_tc_bwd.cu and the deterministic variant)
+    ("flash", "fast", "fwd"): ("main",),
+    ("flash", "fast", "bwd"): ("main",),
 }
 
 
@@ -621,6 +635,9 @@ def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
     _check_dropout(key, dropout)
     if plan.variant:
         raise Unsupported(f"dropout is not implemented by {plan.label}")
+    if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_wgmma_bwd"):
+        raise Unsupported(f"dropout in flash/fast is implemented by the wgmma kernels (sm_90); the mma.sync kernel "
+                          f"{plan.stage('main').kernel} has none")
     stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in _DROPOUT_STAGES[key] else s
                    for s in plan.stages)
     return replace(plan, dropout=dropout, stages=stages)
@@ -628,6 +645,10 @@ def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
 
 # the stages whose kernels read an explicit mask (MASK, MASK_BH_STRIDE defines)
 _MASK_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # standard: the qk epilogue reads the mask element of every S element it stores (rowsum and normalize
+    # give rows with no visible key P = 0 in every build); the backward reads none (P is 0 where masked)
+    ("standard", "default", "fwd"): ("qk",),
+    ("standard", "default", "bwd"): (),
     ("flash", "q_outer", "fwd"): ("main",),
     ("flash", "kv_outer", "bwd"): ("main",),
 }
@@ -780,6 +801,7 @@ def _make_plan(
     block_c: int | None,
     kv_heads: int | None,
     causal: str,
+    dropout: bool = False,
 ) -> Plan:
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -808,13 +830,13 @@ def _make_plan(
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads)
+                                             kv_heads=kv_heads, wgmma_only=dropout)
             except _TooSmall as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
         # the backward: its default tiles, or B_c = 64 where those do not fit M
         plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                      kv_heads=kv_heads, wgmma_only=bool(causal))
+                                      kv_heads=kv_heads, wgmma_only=bool(causal), dropout=dropout)
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")
@@ -902,11 +924,14 @@ def all_plans(
     causal: bool | str = False,
     block_mask: BlockMask | None = None,
     kv_heads: int | None = None,
+    mask: ExplicitMask | None = None,
+    dropout: Dropout | None = None,
 ) -> list[Plan]:
     """Every algorithm and schedule (forward, plus backward when asked), in display order; with
     ``causal``, those that implement the causal mask (flash/fast/bwd: its wgmma kernel only); with
     ``block_mask``, those that implement block-sparse attention; with ``kv_heads`` < ``heads``
-    (grouped-query attention), flash/fast only."""
+    (grouped-query attention), flash/fast only; with an explicit ``mask`` or ``dropout``, those that
+    implement it."""
     directions = ("fwd", "bwd") if backward else ("fwd",)
     plans, too_small = [], []
     for algorithm in ALGORITHMS:
@@ -916,7 +941,7 @@ def all_plans(
                     plans.append(make_plan(algorithm, schedule, N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                                            sram=sram, batch=batch, heads=heads, direction=direction,
                                            smem_limit=smem_limit, causal=causal, block_mask=block_mask,
-                                           kv_heads=kv_heads))
+                                           kv_heads=kv_heads, mask=mask, dropout=dropout))
                 except SramTooSmall as exc:
                     too_small.append((exc.min_bytes, f"{algorithm}/{schedule}/{direction}"))
                 except Unsupported:

@@ -47,12 +47,23 @@ from pathlib import Path
 import click
 import numpy as np
 
+from .dropout import Dropout
 from .fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
 from .fast_bwd import FAST_BWD_FALLBACKS, make_fast_backward_plan
 from .kernels import FORCED_TILE_PROBLEMS
 from .kernels.stages import plan_kernels
 from .masks import ExplicitMask, pattern
-from .plan import CAUSAL_ALIGNMENTS, SCHEDULES, Plan, Unsupported, make_plan, with_block_mask, with_causal, with_mask
+from .plan import (
+    CAUSAL_ALIGNMENTS,
+    SCHEDULES,
+    Plan,
+    Unsupported,
+    make_plan,
+    with_block_mask,
+    with_causal,
+    with_dropout,
+    with_mask,
+)
 from .units import DTYPE_ITEMSIZE
 
 KB = 1024
@@ -91,6 +102,8 @@ def _describe(plan: Plan) -> str:
         extra.append(f"block_sparse={plan.block_mask.density:.2f}")
     if plan.mask is not None:
         extra.append(f"mask={plan.mask.kind}{'/shared' if plan.mask.shared else ''}")
+    if plan.dropout is not None:
+        extra.append(f"dropout={plan.dropout.p:g}")
     if plan.kv_heads != plan.heads:
         extra.append(f"kv_heads={plan.kv_heads}")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
@@ -112,13 +125,17 @@ def _block_sparse(plan: Plan, causal: str = "") -> Plan:
 def _masks(quick: bool) -> tuple[Callable[[Plan], Plan], ...]:
     """The masks each configuration runs with (a mask a plan has no kernel for raises Unsupported and is
     left out): none, the causal mask in both alignments (bottom-right only with --quick), and a random
-    block-sparse mask alone and (not --quick) with the bottom-right causal mask. A new kind of mask is
-    one more entry here."""
+    block-sparse mask alone and (not --quick) with the bottom-right causal mask, explicit masks, and
+    dropout alone and (not --quick) with the top-left causal mask. A new kind of mask is one more entry
+    here."""
     alignments = ("bottom_right",) if quick else CAUSAL_ALIGNMENTS
     sparse = (_block_sparse,) if quick else (_block_sparse, lambda plan: _block_sparse(plan, "bottom_right"))
     explicit = [ExplicitMask("bool", shared=False)] + ([] if quick else [ExplicitMask("additive", shared=True)])
+    dropout = Dropout(0.3, 0x1234_5678_9ABC_DEF0, 5)
+    dropped = ((lambda plan: with_dropout(plan, dropout)),) if quick else (
+        (lambda plan: with_dropout(plan, dropout)), (lambda plan: with_dropout(with_causal(plan, "top_left"), dropout)))
     return (lambda plan: plan, *(lambda plan, a=a: with_causal(plan, a) for a in alignments), *sparse,
-            *(lambda plan, m=m: with_mask(plan, m) for m in explicit))
+            *(lambda plan, m=m: with_mask(plan, m) for m in explicit), *dropped)
 
 
 def _research_configs(quick: bool) -> Iterator[Factory]:

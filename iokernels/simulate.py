@@ -139,29 +139,52 @@ def _divide(x: np.ndarray, l: np.ndarray) -> np.ndarray:
     return np.where(l[..., None] == 0, 0.0, x / np.where(l == 0, 1.0, l)[..., None])
 
 
+def _dropout_tile(plan: Plan, rs: slice, cs: slice) -> np.ndarray | float:
+    """Z of the (query block, key block) pair for every batch·head, (BH, rows, cols) (iokernels.dropout: the
+    tiled kernels regenerate it from the seed, nothing read); 1.0 without dropout."""
+    if plan.dropout is None:
+        return 1.0
+    return plan.dropout.multiplier(ALL, rs, cs, (plan.bh, plan.N_q, plan.N_k))
+
+
 # ---------------------------------------------------------------------------------------------
 # standard attention (paper Algorithms 0 and 3)
 
 def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float = 1.0,
-          a_t: bool = False, b_t: bool = False, causal: bool = False) -> None:
+          a_t: bool = False, b_t: bool = False, causal: bool = False, mask: bool = False,
+          a_dropout: np.ndarray | None = None) -> None:
     """C = alpha * A B, A (m x k), B (k x n); ``a_t``/``b_t``: the operand is stored transposed;
-    ``causal``: C = −inf where the plan's mask hides (row, column) (S = τQKᵀ)."""
+    ``causal``: C = −inf where the plan's mask hides (row, column) (S = τQKᵀ); ``mask``: the plan's explicit
+    mask applied to each stored tile of C, its elements read there (once per batch·head); ``a_dropout``: Z of
+    A as stored (the dropped P: (BH, N_q, N_k)), multiplying each k-slice of A once loaded (never stored)."""
     tile = hbm.plan.tile
     for ms in _blocks(m, tile["BM"]):
         for ns in _blocks(n, tile["BN"]):
             acc = 0.0
             for ks in _blocks(k, tile["BK"]):
-                at = _t(hbm.load(a, (ALL, ks, ms))) if a_t else hbm.load(a, (ALL, ms, ks))
+                rows, cols = (ks, ms) if a_t else (ms, ks)  # the A slice as stored
+                at = hbm.load(a, (ALL, rows, cols))
+                if a_dropout is not None:
+                    at = at * a_dropout[:, rows, cols]
+                at = _t(at) if a_t else at
                 bt = _t(hbm.load(b, (ALL, ns, ks))) if b_t else hbm.load(b, (ALL, ks, ns))
                 acc = acc + at @ bt
-            hbm.store(c, (ALL, ms, ns), _masked(alpha * acc, _visible(hbm.plan, ms, ns) if causal else None))
+            out = _masked(alpha * acc, _visible(hbm.plan, ms, ns) if causal else None)
+            hbm.store(c, (ALL, ms, ns), _explicit(hbm, ms, ns, out) if mask else out)
+
+
+def _standard_dropout(plan: Plan) -> np.ndarray | None:
+    """Z of the whole problem, (BH, N_q, N_k) (iokernels.dropout); None without dropout."""
+    return None if plan.dropout is None else plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
 
 
 def _standard_fwd(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     mat, vec = (ALL, ALL, ALL), (ALL, ALL)
-    hbm.begin("qk")  # causal: S = −inf where masked, so P = 0 there (rows with no visible key: l = 0, P = 0)
-    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal))
+    # causal, explicit mask: S = −inf where masked, so P = 0 there (rows with no visible key: l = 0, P = 0);
+    # the explicit mask is read by the qk product's epilogue, every element of S once per batch·head
+    hbm.begin("qk")
+    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal), mask=p.mask is not None)
     hbm.begin("rowmax")
     hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
     hbm.begin("rowsum")
@@ -170,21 +193,25 @@ def _standard_fwd(hbm: Hbm, scale: float) -> None:
     hbm.begin("normalize")
     m, l = _finite(hbm.load("m", vec))[..., None], hbm.load("l", vec)
     hbm.store("P", mat, _divide(np.exp(hbm.load("S", mat) - m), l))
-    hbm.begin("pv")
-    _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k)
+    hbm.begin("pv")  # dropout: O = (Z ∘ P) V, P stays the undropped softmax
+    _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k, a_dropout=_standard_dropout(p))
 
 
 def _standard_bwd(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     mat, vec = (ALL, ALL, ALL), (ALL, ALL)
+    # dropout: dV = (Z ∘ P)ᵀ dO; dP is stored raw (dO Vᵀ), rowdot and ds apply Z to it:
+    # D = rowsum(P ∘ Z ∘ dP), dS = P ∘ (Z ∘ dP − D)
+    z = _standard_dropout(p)
+    zp = 1.0 if z is None else z
     hbm.begin("dv")
-    _gemm(hbm, "P", "dO", "dV", p.N_k, p.d, p.N_q, a_t=True)
+    _gemm(hbm, "P", "dO", "dV", p.N_k, p.d, p.N_q, a_t=True, a_dropout=z)
     hbm.begin("dp")
     _gemm(hbm, "dO", "V", "dP", p.N_q, p.N_k, p.d, b_t=True)
     hbm.begin("rowdot")
-    hbm.store("D", vec, (hbm.load("P", mat) * hbm.load("dP", mat)).sum(axis=-1))
+    hbm.store("D", vec, (hbm.load("P", mat) * (zp * hbm.load("dP", mat))).sum(axis=-1))
     hbm.begin("ds")
-    prob, dp, dd = hbm.load("P", mat), hbm.load("dP", mat), hbm.load("D", vec)
+    prob, dp, dd = hbm.load("P", mat), zp * hbm.load("dP", mat), hbm.load("D", vec)
     hbm.store("dS", mat, prob * (dp - dd[..., None]))
     hbm.begin("dq")
     _gemm(hbm, "dS", "K", "dQ", p.N_q, p.d, p.N_k, scale)
@@ -236,7 +263,8 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
                 s = hbm.load("S", (ALL, rs, cs))
             else:
                 s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
-            acc = acc + np.exp(s - m) @ hbm.load("V", (ALL, cs, ALL))
+            # dropout: O = (Z ∘ P) V, the statistics m, l of pass 1 are those of the undropped P
+            acc = acc + (_dropout_tile(p, rs, cs) * np.exp(s - m)) @ hbm.load("V", (ALL, cs, ALL))
         hbm.store("O", (ALL, rs, ALL), 0.0 if l is None else _divide(acc, l))
 
 
@@ -273,7 +301,8 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
             l_new = a * l + b * l_tile
             l_div = np.where(empty, 1.0, l_new)
             alpha = np.where(empty, 1.0, l * a / l_div)
-            o = alpha[..., None] * o + (b / l_div)[..., None] * (p_tile @ v)
+            # dropout: l sums the undropped P̃, O accumulates (Z ∘ P̃) V_j
+            o = alpha[..., None] * o + (b / l_div)[..., None] * ((_dropout_tile(p, rs, cs) * p_tile) @ v)
             hbm.store("Oacc", (ALL, rs, ALL), o)
             hbm.store("l", (ALL, rs), l_new)
             hbm.store("m", (ALL, rs), m_new)
@@ -313,7 +342,8 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
             prob = np.exp(s - _finite(m_new)[..., None])
             alpha = _rescale(m, m_new)
             l = alpha * l + prob.sum(axis=-1)
-            acc = alpha[..., None] * acc + prob @ hbm.load("V", (kv, cs, ALL))
+            # dropout: l sums the undropped P, O accumulates (Z ∘ P) V_j
+            acc = alpha[..., None] * acc + (_dropout_tile(p, rs, cs) * prob) @ hbm.load("V", (kv, cs, ALL))
             m = m_new
         hbm.store("O", (ALL, rs, ALL), _divide(acc, l))
         with np.errstate(divide="ignore"):
@@ -356,8 +386,11 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
                 x = _explicit(hbm, rs, cs, (scale * (q @ _t(k))).reshape(p.bh, *q.shape[2:-1], -1))
                 x = grouped(x)
                 prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
-            dv += (_t(prob) @ do).sum(axis=1, keepdims=True)
-            ds = prob * (do @ _t(v) - dd[..., None])
+            # dropout (Z of the query heads): dV += (Z ∘ P)ᵀ dO, dS = P ∘ (Z ∘ dO Vᵀ − D)
+            z = _dropout_tile(p, rs, cs)
+            z = grouped(z) if p.dropout is not None else z
+            dv += (_t(z * prob) @ do).sum(axis=1, keepdims=True)
+            ds = prob * (z * (do @ _t(v)) - dd[..., None])
             if dq_atomics:
                 hbm.atomic_add("dQacc", (ALL, rs, ALL), (scale * (ds @ k)).reshape(p.bh, -1, p.d))
             dk += scale * (_t(ds) @ q).sum(axis=1, keepdims=True)
@@ -442,7 +475,9 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
         scale = reference.default_scale(plan.d) if scale is None else scale
         kv = kv_rows(plan)
         mask = reference_mask(plan, inputs)
-        o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask)
+        # dropout: O is the forward's dropped output (D = rowsum(dO ∘ O)); lse and P stay undropped
+        o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask,
+                                   dropout=reference_dropout(plan))
         inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
                       P=stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask)
                                if plan.causal or mask is not None
@@ -477,6 +512,11 @@ def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | No
     return m if block is None else np.where(block, m, -np.inf)
 
 
+def reference_dropout(plan: Plan) -> np.ndarray | None:
+    """The dropout multipliers Z :mod:`iokernels.reference` takes for ``plan`` ((BH, N_q, N_k)); None without."""
+    return None if plan.dropout is None else plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
+
+
 def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None) -> SimResult:
     """Run ``plan`` on ``inputs`` (from :func:`make_inputs`), counting every HBM access."""
     scale = reference.default_scale(plan.d) if scale is None else scale
@@ -504,10 +544,11 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
     if plan.direction == "fwd":
         kv = kv_rows(plan)
         return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,
-                                       mask=reference_mask(plan, inputs))[0]}
+                                       mask=reference_mask(plan, inputs), dropout=reference_dropout(plan))[0]}
     kv, group = kv_rows(plan), plan.heads // plan.kv_heads
     dq, dk, dv = reference.backward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], inputs["dO"], scale,
-                                    causal=plan.causal, mask=reference_mask(plan, inputs))
+                                    causal=plan.causal, mask=reference_mask(plan, inputs),
+                                    dropout=reference_dropout(plan))
     # grouped-query attention: a K/V head's gradient sums those of the query heads that share it
     dk, dv = (x.reshape(plan.bh_kv, group, *x.shape[1:]).sum(axis=1) for x in (dk, dv))
     return {"dQ": dq, "dK": dk, "dV": dv}

@@ -7,6 +7,8 @@
 #   meas   iokernels info and warmup, CUDA-graph launch overhead, first-call latency, compare with
 #          grouped-query attention
 #   sparse compare and sweep with --block-sparse (density 0.25; density 0.125 to 1)
+#   drop   compare with --dropout 0.1 and with --mask (float32 research plans and standard; float16 with
+#          the tensor-core path), and bench --dropout 0.1 against torch SDPA with the same dropout
 # Writes logs to $OUT (default results/session-gpu). Run from the repository root on the GPU machine.
 set -uo pipefail
 OUT=${OUT:-results/session-gpu}
@@ -68,4 +70,18 @@ if has sparse; then
     for f in compare-sparse-0.25 sweep-density; do echo "== $f"; tail -24 "$OUT/$f.txt"; done
     elapsed sparse
 fi
-
+if has drop; then
+    python3 -m iokernels.cli compare --N 4096 --d 64 --sram 192KB --dropout 0.1 --backward \
+        > "$OUT/compare-dropout-fp32.txt" 2>&1
+    python3 -m iokernels.cli compare --N 4096 --d 64 --sram 227KB --dtype float16 --heads 4 --dropout 0.1 --causal \
+        --backward > "$OUT/compare-dropout-causal-fp16.txt" 2>&1
+    python3 -m iokernels.cli compare --N 4096 --d 64 --sram 192KB --mask bool --backward \
+        > "$OUT/compare-mask-bool.txt" 2>&1
+    python3 -m iokernels.cli compare --N 2048 --d 64 --sram 192KB --heads 4 --mask additive --mask-per-head \
+        --backward > "$OUT/compare-mask-additive-per-head.txt" 2>&1
+    timeout "${BENCH_LIMIT:-240}" python3 -m iokernels.cli bench --dropout 0.1 --d 64,128 --N 4096,16384 \
+        --dtype float16 --impls fast,flash --peers flash,cudnn,efficient > "$OUT/bench-dropout-fp16.txt" 2>&1
+    for f in compare-dropout-fp32 compare-dropout-causal-fp16 compare-mask-bool compare-mask-additive-per-head \
+        bench-dropout-fp16; do echo "== $f"; tail -30 "$OUT/$f.txt"; done
+    elapsed drop
+fi

@@ -34,7 +34,7 @@ def test_backward_takes_the_forwards_dropout_object():
 
 @pytest.mark.parametrize("seed, offset", [(-1, 0), (2**64, 0), (0, 2**32), (0, -1), (0.5, 0)])
 def test_dropout_words_are_checked(seed, offset):
-    with pytest.raises(ValueError, match="dropout (seed|offset)"):
+    with pytest.raises(ValueError, match=r"dropout (seed|offset)"):
         iokernels.Dropout(0.1, seed, offset)
 
 

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
 from iokernels import model
+from iokernels.dropout import Dropout
 from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from iokernels.fast_bwd import make_fast_backward_plan
-from iokernels.masks import PATTERNS, pattern
+from iokernels.masks import MASK_KINDS, PATTERNS, ExplicitMask, pattern
 from iokernels.plan import (
     CAUSAL_ALIGNMENTS,
     D_MAX,
@@ -33,6 +34,8 @@ from iokernels.plan import (
     min_sram,
     supports_block_sparse,
     supports_causal,
+    supports_dropout,
+    supports_explicit_mask,
 )
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 from iokernels.units import DTYPE_ITEMSIZE
@@ -79,6 +82,20 @@ MASKS: dict[str, Mask] = {
         st.sampled_from(PATTERNS), st.floats(0.05, 1.0), st.sampled_from([8, 16, 32, 48, 64, 128]),
         st.integers(0, 99), st.sampled_from([False, "bottom_right", "top_left"])),
         lambda key: supports_block_sparse(*key)),
+    # an explicit mask, boolean or additive, shared or one per batch-head, with or without the causal mask
+    "explicit": Mask(lambda n_q, n_k: st.builds(
+        lambda kind, shared, causal: {"mask": ExplicitMask(kind, shared), "causal": causal},
+        st.sampled_from(MASK_KINDS), st.booleans(), st.sampled_from([False, "bottom_right", "top_left"])),
+        lambda key: supports_explicit_mask(*key)),
+    # dropout of a random p, seed and offset, alone or with the causal mask
+    "dropout": Mask(lambda n_q, n_k: st.builds(
+        lambda p, s, off: {"dropout": Dropout(p, s, off)},
+        st.floats(0.0, 0.95), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),
+        lambda key: supports_dropout(*key)),
+    "dropout_causal": Mask(lambda n_q, n_k: st.builds(
+        lambda p, s, causal: {"dropout": Dropout(p, s, 0), "causal": causal},
+        st.floats(0.0, 0.95), st.integers(0, 2**64 - 1), st.sampled_from(CAUSAL_ALIGNMENTS)),
+        lambda key: supports_dropout(*key) and supports_causal(*key)),
 }
 
 

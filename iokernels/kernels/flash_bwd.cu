@@ -17,6 +17,9 @@
 // the same way; K_j, V_j are loaded at the first computed pair (none: dK_j = dV_j = 0, nothing else loaded).
 // MASK (explicit masks; common.cuh): each element of a computed pair reads its mask element once (before
 // the causal test): P = 0 where it hides (boolean 0, additive −inf), else exp(τS + mask − lse).
+// DROPOUT (dropout on P; common.cuh, iokernels/dropout.py): each element's Z_ij = iok_dropout(bh, i, j) is
+// regenerated from (seed, offset, batch·head, row, column), the forward's: dV_j += (Z ∘ P)ᵀ dO_i,
+// dS = P ∘ (Z ∘ dP − D_i) (D = rowsum(dO ∘ O) of the dropped O, from the prep stage). No byte more or less.
 #include "common.cuh"
 
 #if !defined(HEAD_D) || !defined(BR) || !defined(BC) || !defined(THREADS) || !defined(SMEM_BYTES)
@@ -183,13 +186,14 @@ __device__ __forceinline__ uint4 fb_pack(const float* f)
 // rows past them were never loaded, so every read index is clamped into range and every write masked.
 
 // S = Q_i K_jᵀ, dP = dO_i V_jᵀ; P = exp(τS − lse_i); dS = P∘(dP − D_i). Stores P and τ·dS (τ rides
-// along into both dQ and dK). Reduction over d in 16-byte vectors; each thread starts at its own
-// vector (rot) so the rows a warp reads in one step fall in different banks.
-template <typename T, typename MaskFn>
+// along into both dQ and dK); DROPOUT: Z∘P and τ P∘(Z∘dP − D_i). Reduction over d in 16-byte vectors;
+// each thread starts at its own vector (rot) so the rows a warp reads in one step fall in different banks.
+template <typename T, typename MaskFn, typename DropFn>
 __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const uint4* k, const uint4* v,
                                         const float* lse, const float* dd, float* p, float* ds, int rows,
                                         int cols, float scale,
-                                        MaskFn mask_fn  // (r, c, τS) -> τS with the explicit mask (MASK)
+                                        MaskFn mask_fn,  // (r, c, τS) -> τS with the explicit mask (MASK)
+                                        DropFn drop_fn   // (r, c) -> Z of the element (DROPOUT)
 #ifdef CAUSAL
                                         ,
                                         int diag  // element (r, c) is masked iff c > r + diag
@@ -282,8 +286,15 @@ __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const 
                     (void)mask_fn;
                     const float pv = expf(fmaf(scale, s[a][b], -lse_r));
 #endif
+#ifdef DROPOUT
+                    const float z = drop_fn(r, c);
+                    p[r * BC + c] = z * pv;
+                    ds[r * BC + c] = scale * pv * (z * dp[a][b] - d_r);
+#else
+                    (void)drop_fn;
                     p[r * BC + c] = pv;
                     ds[r * BC + c] = scale * pv * (dp[a][b] - d_r);
+#endif
                 }
             }
         }
@@ -433,7 +444,8 @@ __global__ void
 flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    const T* __restrict__ d_o, const float* __restrict__ lse, const float* __restrict__ dd,
                    float* __restrict__ dqacc, T* __restrict__ dk, T* __restrict__ dv, int n_q, int n_k,
-                   float scale, IOK_BLOCK_MASK_PARAM IOK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
+                   float scale, IOK_BLOCK_MASK_PARAM IOK_MASK_PARAM IOK_DROPOUT_PARAM
+                   unsigned long long* __restrict__ iok_counters)
 {
     static_assert(fb_layout_fits<T>(), "the plan's buffers must be 16-byte aligned, disjoint, within SMEM_BYTES");
     using C = FbConfig<T>;
@@ -518,10 +530,19 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
 #else
         const auto mask_fn = [](int, int, float x) { return x; };
 #endif
-#ifdef CAUSAL
-        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, row0 + off - col0);
+#ifdef DROPOUT
+        const auto drop_fn = [&](int r, int cc) {
+            return iok_dropout(dropout_threshold, dropout_scale, dropout_seed, dropout_offset,
+                               static_cast<unsigned int>(bh), row0 + r, col0 + cc);
+        };
 #else
-        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn);
+        const auto drop_fn = [](int, int) { return 1.0f; };
+#endif
+#ifdef CAUSAL
+        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, drop_fn,
+                   row0 + off - col0);
+#else
+        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, drop_fn);
 #endif
         __syncthreads();  // P and τdS are reduced over rows and columns that other threads computed
 

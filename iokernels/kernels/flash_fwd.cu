@@ -13,6 +13,9 @@
 // block with none loads nothing (q_outer: O = 0, lse = −inf).
 // MASK (explicit masks, flash_q_outer only; common.cuh): every element of S of a computed pair reads its
 // mask element once (boolean 0 → −inf, additive: τS + mask); rows that see no key end as with CAUSAL.
+// DROPOUT (dropout on P; common.cuh, iokernels/dropout.py): m and l are those of the undropped P (l sums
+// P before dropout), and P_ij is multiplied by Z_ij = iok_dropout(bh, i, j) before PV, so O = (Z ∘ P) V; the
+// mask is regenerated from (seed, offset, batch·head, row, column), never stored: no byte more or less.
 // Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
@@ -21,6 +24,27 @@
 #include "common.cuh"
 
 #include "tiles.cuh"
+
+#ifdef DROPOUT
+// P_ij *= Z_ij over row i of a tile (p: its cols elements from key col0 on), by one warp: each lane draws the
+// four words of one aligned group of four keys (one Philox call) and applies those that fall in the tile.
+__device__ __forceinline__ void fwd_drop_row(float* p, int cols, unsigned int bh, unsigned int i, int col0,
+                                             unsigned int threshold, float keep_scale, unsigned long long seed,
+                                             unsigned int offset, int lane)
+{
+    const int g_end = ((col0 + cols - 1) >> 2) + 1;
+    for (int g = (col0 >> 2) + lane; g < g_end; g += 32) {
+        const IokPhilox r = iok_dropout_words(seed, offset, bh, i, static_cast<unsigned int>(g) << 2);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const int c = 4 * g + w - col0;
+            if (c >= 0 && c < cols) p[c] *= iok_philox_word(r, w) >= threshold ? keep_scale : 0.0f;
+        }
+    }
+}
+#define FWD_DROP_ROW(p, cols, i, col0, lane) \
+    fwd_drop_row(p, cols, blockIdx.z, i, col0, dropout_threshold, dropout_scale, dropout_seed, dropout_offset, lane)
+#endif
 
 // ---- kernels ------------------------------------------------------------------------------------
 
@@ -41,7 +65,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
               float* __restrict__ lse, int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM IOK_MASK_PARAM
-              unsigned long long* __restrict__ iok_counters)
+              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(flash_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -140,15 +164,18 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
             // the first tile has nothing to rescale, and e^{-inf - (-inf)} would be NaN
             const float alpha = m_old == neg_inf() ? 0.0f : __expf(m_old - m_new);
             for (int n = lane; n < HEAD_D; n += 32) Oacc[r * HEAD_D + n] *= alpha;
-            __syncwarp();  // every lane has read m_i[r] before lane 0 overwrites it
+            __syncwarp();  // every lane has read m_i[r] before lane 0 overwrites it (DROPOUT: and wrote its P)
             if (lane == 0) {
                 m_i[r] = m_new;
                 l_i[r] = alpha * l_i[r] + sum;
             }
+#ifdef DROPOUT
+            FWD_DROP_ROW(s, cols, row0 + r, col0, lane);  // l summed the undropped P; O accumulates Z ∘ P
+#endif
         }
         __syncthreads();  // P and the rescaled O rows were written by other warps than the PV micro-tiles
 
-        // O += P V_j
+        // O += P V_j (DROPOUT: the dropped P)
         pv_tile(S, Vs, rows, cols, [&](int r, int n, float pv) { Oacc[r * HEAD_D + n] += pv; });
         __syncthreads();  // done with S, V_j and O before the next K_j, V_j and the final store
     }
@@ -170,7 +197,8 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, float* Oacc, float* m,
                float* l,
-               int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
+               int n_q, int n_k, float scale, IOK_BLOCK_MASK_PARAM IOK_DROPOUT_PARAM
+               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(flash_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES");
     extern __shared__ __align__(16) unsigned char smem[];
@@ -279,7 +307,10 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
                 const float b = __expf(mx - m_new);
                 const float l_new = a * l_old + b * sum;
 #endif
-                __syncwarp();  // every lane has read m_i[r], l_i[r] before lane 0 overwrites them
+                __syncwarp();  // every lane has read m_i[r], l_i[r] before lane 0 overwrites them (and wrote its P̃)
+#ifdef DROPOUT
+                FWD_DROP_ROW(s, cols, row0 + r, col0, lane);  // l̃ summed the undropped P̃; O gets β (Z ∘ P̃) V_j
+#endif
                 if (lane == 0) {
                     iok_st<IOK_T_m>(io, m + q_off + r, m_new);
                     iok_st<IOK_T_l>(io, l + q_off + r, l_new);

@@ -19,6 +19,10 @@
 // visible key (none: nothing is loaded, O = 0 and lse = −inf), masked elements of S are −inf, a row
 // whose running max is still −inf takes exp2 against 0 (never NaN); the row blocks run last to first,
 // so the blocks with the most key tiles start first.
+// DROPOUT (dropout plans; common.cuh, iokernels/dropout.py): m, l and lse are those of the undropped P; the
+// P that multiplies V has its dropped elements zeroed (their keep bits come from Philox, computed while the
+// S product flies, wg_dropout_rows), and O is multiplied by the keep scale 1 / (1 − p) with 1 / l. Element
+// (bh, i, j): bh the query batch·head (blockIdx.z), i the query row, j the key, both within the head.
 #include "common.cuh"
 
 #include "tiles.cuh"
@@ -51,7 +55,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                 float* __restrict__ lse, int n_q, int n_k, float scale, int kv_group,
-             unsigned long long* __restrict__ iok_counters)
+                IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -123,11 +127,19 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
                              wg_desc(Kt + kkoff, 16, 1024), kk);
         }
         wg_commit();
+        const int key0 = j * BC;
+#ifdef DROPOUT
+        // this tile's keep bits, while the product flies (rows g, g + 8 of the warp; keep[h] bit 2n + c:
+        // element 4n + 2h + c)
+        unsigned keep[2];
+        wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
+                            row0 + wg * 64 + warp * 16 + g, key0, t);
+        asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
+#endif
         wg_wait<0>();
         wg_fence_regs(s);
 
         // keys past n_k (ragged last tile) get -inf
-        const int key0 = j * BC;
         if (key0 + BC > n_k) {
 #pragma unroll
             for (int i = 0; i < BC / 2; ++i) {
@@ -179,7 +191,15 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+            for (int r = 0; r < 4; ++r) {
+#ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
+                const int bit = 4 * kk + 2 * (r >> 1);
+                pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
+                                       wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
+#else
+                pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+#endif
+            }
         }
         wg_fence();
 #pragma unroll
@@ -204,6 +224,11 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #else
     const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 #endif
+#ifdef DROPOUT
+    const float out_scale[2] = {inv[0] * dropout_scale, inv[1] * dropout_scale};  // O = (Z ∘ P) V / l
+#else
+    const float (&out_scale)[2] = inv;
+#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = wg * 64 + warp * 16 + g + 8 * h;
@@ -212,7 +237,7 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll
             for (int n = 0; n < HEAD_D / 8; ++n) {
                 iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t),
-                                wg_pack<T>(o[4 * n + 2 * h] * inv[h], o[4 * n + 2 * h + 1] * inv[h]));
+                                wg_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
             }
             if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
         }

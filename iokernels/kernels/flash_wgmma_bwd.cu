@@ -26,6 +26,13 @@
 // block's first key (the blocks before it are entirely masked and not loaded); a key block no query
 // sees loads nothing and writes dK_j = dV_j = 0. In the blocks that cross the diagonal, Pᵀ is 0 where
 // key > query + offset (this also covers queries that see no key at all, whose lse is −inf).
+//
+// DROPOUT (dropout plans; common.cuh, iokernels/dropout.py): with Z the keep mask times 1 / (1 − p),
+// dV = (Z ∘ P)ᵀ dO, dP = Z ∘ (dO Vᵀ), dS = P ∘ (dP − D) (lse and D as without dropout). The keep bits of
+// a step (wg_dropout_cols; element (bh, i, j): bh the query batch·head, i the query, j the key) are computed
+// while the step before's dK, dV and dQ products fly; dSᵀ takes the undropped Pᵀ, so the dV product waits
+// for it: Pᵀ's dropped elements are zeroed in its A fragments after dSᵀ is formed, and dV is multiplied by
+// 1 / (1 − p) at the end.
 #include "common.cuh"
 
 #include "tiles.cuh"
@@ -73,7 +80,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, const T* __restrict__ dO,
                 const float* __restrict__ lse, const float* __restrict__ Dg, float* __restrict__ dQacc,
                 T* __restrict__ dK, T* __restrict__ dV, int n_q, int n_k, float scale, int kv_group,
-                unsigned long long* __restrict__ iok_counters)
+                IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -144,6 +151,24 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     for (int i = 0; i < BR / 2; ++i) s[i] = dp[i] = 0.0f;
     const int key_w = wg * 64 + warp * 16;  // this warp's first key: rows key_w + g and key_w + g + 8
     const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
+#ifdef DROPOUT
+    // the keep bits of step s (element e of the Sᵀ fragment, key key_w + g + 8h, query 8n + 2t + c of the
+    // block for e = 4n + 2h + c: bit wg_cols_bit<BR>(e)); step 0's now, step s + 1's while step s's dK, dV and
+    // dQ products fly
+    constexpr int KEEP_REGS = WG_COLS_REGS<BR>;
+    auto dropout_bits = [&](int s, unsigned (&keep)[KEEP_REGS]) {
+        const int head = s / span;
+#ifdef CAUSAL
+        const int q0 = (first + s - head * span) * BR;
+#else
+        const int q0 = (s - head * span) * BR;
+#endif
+        wg_dropout_cols<BR>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z * kv_group + head,
+                            col0 + key_w, q0, g, t);
+    };
+    unsigned keep[KEEP_REGS];
+    dropout_bits(0, keep);
+#endif
 
 #pragma unroll 1
     for (int step = 0; step < steps; ++step) {
@@ -194,6 +219,42 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #endif
         unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
         wg_acc_to_a<T, BR>(pa, s);
+#ifdef DROPOUT
+        wg_wait<0>();  // dPᵀ done
+        wg_fence_regs(dp);
+        wg_pin(keep);  // no use of them earlier
+        // dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D), with the undropped Pᵀ as rounded for the dV product
+#pragma unroll
+        for (int i = 0; i < BR / 2; ++i) {
+            const float2 p2 = wb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
+            const float p = (i & 1) ? p2.y : p2.x;
+            const int b = wg_cols_bit<BR>(i);
+            const float z = wg_keep(dropout_scale, keep[b / 32], b % 32);  // Z: the keep scale or 0
+            dp[i] = p * fmaf(dp[i], z, -d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
+        }
+        wg_acc_to_a<T, BR>(dsa, dp);
+        wg_fence_regs(pa);  // the dropped Pᵀ below, not earlier beside the undropped one
+        // (Z ∘ Pᵀ) / keep scale: register r of step kk holds elements 8 kk + 2r and the next
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; ++kk) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int lo = wg_cols_bit<BR>(8 * kk + 2 * r), hi = wg_cols_bit<BR>(8 * kk + 2 * r + 1);
+                pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
+            }
+        }
+        // dV_w += (Z ∘ Pᵀ) dO_i / keep scale, dK_w += dSᵀ Q_i (τ applied at the end)
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+        wg_commit();
+        if (step + 1 < steps) {
+            dropout_bits(step + 1, keep);
+            wg_pin(keep);  // here, while they fly
+        }
+#else
         // dV_w += Pᵀ dO_i
         wg_fence();
 #pragma unroll
@@ -215,6 +276,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll
         for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
         wg_commit();
+#endif
 
         // dSᵀ -> shared memory (BC keys x BR queries of T), fragment register r of step kk: key
         // g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2t and the next
@@ -266,6 +328,11 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     iok_cp_async_wait<0>();
 
     // dK_j = τ dK, dV_j rounded and written once (rows past n_k skipped)
+#ifdef DROPOUT
+    const float dv_scale = dropout_scale;
+#else
+    constexpr float dv_scale = 1.0f;
+#endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = key_w + g + 8 * h;
@@ -276,7 +343,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             for (int n = 0; n < HEAD_D / 8; ++n) {
                 iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
                                  wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
-                iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8), wg_pack<T>(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]));
+                iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8), wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
             }
         }
     }

@@ -12,6 +12,11 @@
 // Ragged edges: only in-range elements are loaded (the rest of a slice is zero) or stored.
 // CAUSAL (the qk stage of causal plans; common.cuh): C[row][col] = −inf where key col is masked for
 // query row (S = τQKᵀ with M = n_q, N = n_k); every element is still computed and stored.
+// MASK (the qk stage of plans with an explicit mask; common.cuh): the epilogue reads the mask element of
+// every element of S it stores, once, through iok_apply_mask (boolean 0: −inf; additive: τS + mask).
+// DROPOUT (pv and dv, whose A operand is the stored P; common.cuh): each k-slice of A is multiplied by the
+// dropout multipliers Z of its elements (element (i, j) of P, batch·head blockIdx.z) on its way from
+// registers to shared memory, so C = (Z ∘ P) V or (Z ∘ P)ᵀ dO; Z is regenerated, never loaded.
 #include "common.cuh"
 
 #if !defined(BM) || !defined(BN) || !defined(BK) || !defined(THREADS) || !defined(SMEM_A) || \
@@ -45,8 +50,8 @@ __device__ __forceinline__ int gemm_swizzle(int row, int unit)
 {
     constexpr int UNITS = COLS * static_cast<int>(sizeof(T)) / 16;
     constexpr int ROWS_PER_LINE = UNITS >= 8 ? 1 : 8 / UNITS;
-    constexpr int MASK = (UNITS >= 8 ? 8 : UNITS) - 1;
-    return row * COLS + (unit ^ ((row / ROWS_PER_LINE) & MASK)) * (16 / static_cast<int>(sizeof(T)));
+    constexpr int LINE_MASK = (UNITS >= 8 ? 8 : UNITS) - 1;
+    return row * COLS + (unit ^ ((row / ROWS_PER_LINE) & LINE_MASK)) * (16 / static_cast<int>(sizeof(T)));
 }
 
 // One operand's k-slice as stored in global memory, ROWS x COLS with COLS contiguous, held in
@@ -97,6 +102,37 @@ struct GemmSlice {
             }
         }
     }
+
+#ifdef DROPOUT
+    // Z ∘ the slice: element (row0 + r, col0 + c) of the stored matrix (P: rows are queries, columns keys of
+    // batch·head bh) times its dropout multiplier (0 or the keep scale). A chunk starts at a multiple of 4
+    // columns, so each 4 of its elements take the 4 words of one Philox call. Elements out of range are 0
+    // and stay 0.
+    __device__ __forceinline__ void apply_dropout(int row0, int col0, unsigned bh, unsigned threshold,
+                                                  float keep_scale, unsigned long long seed, unsigned offset)
+    {
+        static_assert(VEC % 4 == 0, "16-byte chunks of whole Philox words");
+#pragma unroll
+        for (int p = 0; p < PER_THREAD; ++p) {
+            const int q = static_cast<int>(threadIdx.x) + p * THREADS;
+            if (!exists(q)) continue;
+            const unsigned i = static_cast<unsigned>(row0 + row_of(q));
+            const unsigned j0 = static_cast<unsigned>(col0 + unit_of(q) * VEC);
+            T t[VEC];
+            memcpy(t, &v[p], 16);
+#pragma unroll
+            for (int g = 0; g < VEC; g += 4) {
+                const IokPhilox r = iok_dropout_words(seed, offset, bh, i, j0 + g);
+                const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    t[g + e] = w[e] >= threshold ? T(gemm_to_float(t[g + e]) * keep_scale) : T(0.0f);
+                }
+            }
+            memcpy(&v[p], t, 16);
+        }
+    }
+#endif
 
     // Into a swizzled ROWS x COLS shared tile (tensor-core path).
     __device__ __forceinline__ void store_swizzled(T* s) const
@@ -311,8 +347,15 @@ __device__ __forceinline__ void gemm_simt_slice(float (&acc)[GEMM_TM][GEMM_TN], 
 template <typename T, int TRANS_A, int TRANS_B, int TA, int TB, int TC>
 __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, const T* __restrict__ B,
                                                 T* __restrict__ C, int M, int N, int K, float alpha,
+                                                IOK_MASK_PARAM IOK_DROPOUT_PARAM
                                                 unsigned long long* __restrict__ iok_counters)
 {
+#ifdef MASK
+    static_assert(TC == IOK_T_S, "the explicit mask is applied to S = τQKᵀ (the qk stage)");
+#endif
+#ifdef DROPOUT
+    static_assert(TA == IOK_T_P, "dropout multiplies P, the A operand of pv and dv");
+#endif
     static_assert(SMEM_A + 2 * BM * BK * sizeof(T) <= SMEM_B || SMEM_B + 2 * BK * BN * sizeof(T) <= SMEM_A,
                   "A and B buffers overlap");
     static_assert(SMEM_A + 2 * BM * BK * sizeof(T) <= SMEM_BYTES && SMEM_B + 2 * BK * BN * sizeof(T) <= SMEM_BYTES,
@@ -329,7 +372,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
     extern __shared__ __align__(16) unsigned char smem[];
     T* const As = reinterpret_cast<T*>(smem + SMEM_A);  // two k-slices of BM x BK
     T* const Bs = reinterpret_cast<T*>(smem + SMEM_B);  // two k-slices of BK x BN
-    IokCounters<TA, TB, TC> c;
+    IokCounters<TA, TB, TC IOK_MASK_T> c;
 
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.x * BN;
@@ -359,7 +402,19 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
             b.template load<TB>(c, B + static_cast<size_t>(k0) * ldb + n0, ldb, k_valid, n_valid, b_vector);
         }
     };
-    auto store = [&](const SliceA& a, const SliceB& b, int buf) {
+    // k-slice kt of A and B into shared buffer buf (DROPOUT: A times Z first; its loads have landed by now)
+    auto store = [&](SliceA& a, const SliceB& b, int buf, int kt) {
+#ifdef DROPOUT
+        if (TRANS_A) {
+            a.apply_dropout(kt * BK, m0, static_cast<unsigned>(bh), dropout_threshold, dropout_scale, dropout_seed,
+                            dropout_offset);
+        } else {
+            a.apply_dropout(m0, kt * BK, static_cast<unsigned>(bh), dropout_threshold, dropout_scale, dropout_seed,
+                            dropout_offset);
+        }
+#else
+        (void)kt;
+#endif
         T* as = As + buf * (BM * BK);
         T* bs = Bs + buf * (BK * BN);
         if constexpr (USE_MMA) {
@@ -405,7 +460,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
     for (int s = 0; s < D; ++s) {
         if (s < nk) load(ra[s], rb[s], s);
     }
-    store(ra[0], rb[0], 0);
+    store(ra[0], rb[0], 0, 0);
     __syncthreads();  // slice 0 in shared memory
     if (D < nk) load(ra[0], rb[0], D);
 
@@ -430,21 +485,30 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
             if (kt + 1 < nk) {
                 const int next = (u + 1) % D;
                 // buffer (kt+1)&1 was last read in iteration kt-1, before the barrier that ended it
-                store(ra[next], rb[next], (kt + 1) & 1);
+                store(ra[next], rb[next], (kt + 1) & 1, kt + 1);
                 if (kt + 1 + D < nk) load(ra[next], rb[next], kt + 1 + D);
             }
             __syncthreads();  // slice kt+1 visible, and everyone is done reading slice kt
         }
     }
 
-    // C tile, once, in range only
+    // C tile, once, in range only; out(): the element as stored (causal, then the explicit mask, read here)
 #ifdef CAUSAL
     const int causal_off = iok_causal_offset(M, N);
     const float masked = __int_as_float(static_cast<int>(0xff800000u));  // -inf
-#define GEMM_OUT(row, col, x) ((col) > (row) + causal_off ? masked : (x))
-#else
-#define GEMM_OUT(row, col, x) (x)
 #endif
+#ifdef MASK
+    const iok_mask_t* const mask_bh = iok_mask_rows(mask, bh, M, N);
+#endif
+    auto out = [&](int row, int col, float x) -> float {
+#ifdef CAUSAL
+        if (col > row + causal_off) x = masked;
+#endif
+#ifdef MASK
+        x = iok_apply_mask(c, mask_bh + static_cast<size_t>(row) * N + col, x);
+#endif
+        return x;
+    };
     if constexpr (USE_MMA) {
         using Pair = GemmPair<T>;
         const bool pairs = N % 2 == 0 && reinterpret_cast<size_t>(C) % 4 == 0;
@@ -458,8 +522,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
                     const int row = m0 + wm0 + mi * 16 + (lane >> 2) + h * 8;
                     if (row >= M || col >= N) continue;
                     T* dst = C + static_cast<size_t>(row) * N + col;
-                    const float x = GEMM_OUT(row, col, alpha * acc_mma[mi][ni][2 * h]);
-                    const float y = GEMM_OUT(row, col + 1, alpha * acc_mma[mi][ni][2 * h + 1]);
+                    const float x = out(row, col, alpha * acc_mma[mi][ni][2 * h]);
+                    const float y = col + 1 < N ? out(row, col + 1, alpha * acc_mma[mi][ni][2 * h + 1]) : 0.0f;
                     if (pairs) {
                         iok_st<TC>(c, reinterpret_cast<typename Pair::type*>(dst), Pair::make(x, y));
                     } else {
@@ -482,20 +546,19 @@ __global__ void __launch_bounds__(THREADS, 1) gemm(const T* __restrict__ A, cons
                 if constexpr (sizeof(T) == 4 && GEMM_HN % 4 == 0) {
                     if (quads) {
                         if (jn % 4 == 0 && col < N) {
-                            const float4 v = make_float4(GEMM_OUT(row, col, alpha * acc_simt[i][jn]),
-                                                         GEMM_OUT(row, col + 1, alpha * acc_simt[i][jn + 1]),
-                                                         GEMM_OUT(row, col + 2, alpha * acc_simt[i][jn + 2]),
-                                                         GEMM_OUT(row, col + 3, alpha * acc_simt[i][jn + 3]));
+                            const float4 v = make_float4(out(row, col, alpha * acc_simt[i][jn]),
+                                                         out(row, col + 1, alpha * acc_simt[i][jn + 1]),
+                                                         out(row, col + 2, alpha * acc_simt[i][jn + 2]),
+                                                         out(row, col + 3, alpha * acc_simt[i][jn + 3]));
                             iok_st<TC>(c, reinterpret_cast<float4*>(dst + col), v);
                         }
                         continue;
                     }
                 }
-                if (col < N) iok_st<TC>(c, dst + col, T(GEMM_OUT(row, col, alpha * acc_simt[i][jn])));
+                if (col < N) iok_st<TC>(c, dst + col, T(out(row, col, alpha * acc_simt[i][jn])));
             }
         }
     }
 
-#undef GEMM_OUT
     iok_flush(c, iok_counters, smem);
 }

@@ -6,8 +6,12 @@
 // in 16-byte chunks when every row starts 16-byte aligned (aligned base, n a multiple of the chunk), element by element otherwise; both count the same bytes. Each thread
 // loads ROW_ROUND chunks of a row before it uses any, so a whole row of 4096 is in flight at once.
 // A row's scalars (m, l, D) are loaded once, by thread 0, and broadcast through shared memory.
-// CAUSAL (rowsum and normalize of causal plans): S is already −inf where masked (the qk product wrote
-// it); a row with no visible key has m = −inf, and gets l = 0 and P = 0 instead of NaN.
+// Masked S (causal plans, explicit masks): S is already −inf where masked (the qk product wrote it); a row
+// with no visible key has m = −inf (rowmax), and rowsum and normalize give it l = 0 and P = 0 instead of
+// NaN, whatever the mask (a test per row, so every build does it; CAUSAL changes nothing here).
+// DROPOUT (rowdot and ds of the standard backward; common.cuh): dP as stored is the raw dO Vᵀ, and both
+// kernels multiply it by the dropout multipliers Z of its elements (element (row, j) of batch·head bh):
+// D = rowsum(P ∘ Z ∘ dP), dS = P ∘ (Z ∘ dP − D).
 // The flash kernels here move short rows (d <= 256): a block's rows as one flat run (RowBlock).
 #include "common.cuh"
 
@@ -28,6 +32,11 @@ constexpr bool ROW_COUNTING = false;
 constexpr int ROW_MIN_BLOCKS_STATS = ROW_COUNTING ? 5 : 6;  // rowmax, rowsum
 constexpr int ROW_MIN_BLOCKS_SOFTMAX = ROW_COUNTING ? 4 : 6;  // normalize
 constexpr int ROW_MIN_BLOCKS = 4;  // rowdot, ds
+#ifdef DROPOUT
+constexpr int ROW_MIN_BLOCKS_DS = ROW_COUNTING ? 2 : 3;  // ds regenerating Z: Philox beside two rounds in flight
+#else
+constexpr int ROW_MIN_BLOCKS_DS = ROW_MIN_BLOCKS;
+#endif
 constexpr int ROW_MIN_BLOCKS_PREP = ROW_COUNTING ? 6 : 8;  // flash_bwd_prep
 constexpr int ROW_MIN_BLOCKS_FLAT = 8;  // the flash set-up and finishing kernels (up to 32 registers)
 static_assert(THREADS % 32 == 0, "whole warps");
@@ -73,6 +82,31 @@ __device__ __forceinline__ uint4 row_pack(const float (&f)[RowVec<T>::N])
     memcpy(&v, t, 16);
     return v;
 }
+
+#ifdef DROPOUT
+// f[e] *= Z of element (bh, i, j0 + e), e < V (j0 a multiple of 4: 4 elements per Philox call)
+template <int V>
+__device__ __forceinline__ void row_dropout(float (&f)[V], unsigned bh, unsigned i, unsigned j0, unsigned threshold,
+                                            float keep_scale, unsigned long long seed, unsigned offset)
+{
+    static_assert(V % 4 == 0, "whole Philox words");
+#pragma unroll
+    for (int g = 0; g < V; g += 4) {
+        const IokPhilox r = iok_dropout_words(seed, offset, bh, i, j0 + g);
+        f[g] = r.x >= threshold ? f[g] * keep_scale : 0.0f;
+        f[g + 1] = r.y >= threshold ? f[g + 1] * keep_scale : 0.0f;
+        f[g + 2] = r.z >= threshold ? f[g + 2] * keep_scale : 0.0f;
+        f[g + 3] = r.w >= threshold ? f[g + 3] * keep_scale : 0.0f;
+    }
+}
+#define ROW_DROPOUT_CHUNK(f, row_in, j0) \
+    row_dropout(f, blockIdx.z, static_cast<unsigned>(row_in), static_cast<unsigned>(j0), IOK_DROPOUT_ARGS)
+#define ROW_DROPOUT_ONE(x, row_in, j) \
+    ((x) * iok_dropout(IOK_DROPOUT_ARGS, blockIdx.z, static_cast<unsigned>(row_in), static_cast<unsigned>(j)))
+#else
+#define ROW_DROPOUT_CHUNK(f, row_in, j0)
+#define ROW_DROPOUT_ONE(x, row_in, j) (x)
+#endif
 
 // Chunk of round `base` that slot r of this thread handles.
 __device__ __forceinline__ int row_chunk(int base, int r)
@@ -178,12 +212,8 @@ rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__
         if (vector) row_load_round<IOK_T_S>(c, s, chunks, 0, v);
         if (threadIdx.x == 0) scalars[0] = iok_ld<IOK_T_m>(c, m + row);
         __syncthreads();  // m visible to all
-#ifdef CAUSAL
         // a row with no visible key (S = -inf throughout, m = -inf): exp(-inf - 0) = 0, so l = 0
         const float mr = scalars[0] == row_neg_inf() ? 0.0f : scalars[0];
-#else
-        const float mr = scalars[0];
-#endif
 
         float x = 0.0f;
         if (vector) {
@@ -239,14 +269,9 @@ normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __r
             scalars[1] = iok_ld<IOK_T_l>(c, l + row);
         }
         __syncthreads();  // m, l visible to all
-#ifdef CAUSAL
         // a row with no visible key (m = -inf, l = 0): P = 0
         const float mr = scalars[0] == row_neg_inf() ? 0.0f : scalars[0];
         const float inv_l = scalars[1] == 0.0f ? 0.0f : 1.0f / scalars[1];
-#else
-        const float mr = scalars[0];
-        const float inv_l = 1.0f / scalars[1];
-#endif
 
         if (vector) {
             for (int base = 0;;) {
@@ -275,11 +300,11 @@ normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __r
     iok_flush(c, iok_counters, smem);
 }
 
-// D = sum_j P[row, j] dP[row, j]
+// D = sum_j P[row, j] dP[row, j] (DROPOUT: P[row, j] Z[row, j] dP[row, j])
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
 rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D, int n, int n_rows,
-       unsigned long long* __restrict__ iok_counters)
+       IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -305,6 +330,7 @@ rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D,
                     float fp[V], fd[V];
                     row_unpack<T>(vp[r], fp);
                     row_unpack<T>(vd[r], fd);
+                    ROW_DROPOUT_CHUNK(fd, r_in, row_chunk(base, r) * V);
 #pragma unroll
                     for (int e = 0; e < V; ++e) x = fmaf(fp[e], fd[e], x);
                 }
@@ -312,7 +338,7 @@ rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D,
         } else {
             for (int j = threadIdx.x; j < n; j += THREADS) {
                 const float pj = static_cast<float>(iok_ld<IOK_T_P>(c, p + j));
-                x = fmaf(pj, static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)), x);
+                x = fmaf(pj, ROW_DROPOUT_ONE(static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)), r_in, j), x);
             }
         }
         x = row_reduce<RowSum>(x, partials);
@@ -323,12 +349,11 @@ rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D,
     iok_flush(c, iok_counters, smem);
 }
 
-// dS = P (dP - D)
+// dS = P (dP - D) (DROPOUT: P (Z dP - D))
 template <typename T>
-__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_DS)
 ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ D, T* __restrict__ dS, int n,
-   int n_rows,
-   unsigned long long* __restrict__ iok_counters)
+   int n_rows, IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     constexpr int V = RowVec<T>::N;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -362,6 +387,7 @@ ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ 
                     float fp[V], fd[V];
                     row_unpack<T>(vp[r], fp);
                     row_unpack<T>(vd[r], fd);
+                    ROW_DROPOUT_CHUNK(fd, r_in, q * V);
 #pragma unroll
                     for (int e = 0; e < V; ++e) fp[e] *= fd[e] - dr;
                     iok_st<IOK_T_dS>(c, reinterpret_cast<uint4*>(out) + q, row_pack<T>(fp));
@@ -374,7 +400,8 @@ ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ 
         } else {
             for (int j = threadIdx.x; j < n; j += THREADS) {
                 const float x = static_cast<float>(iok_ld<IOK_T_P>(c, p + j));
-                iok_st<IOK_T_dS>(c, out + j, T(x * (static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)) - dr)));
+                const float g = ROW_DROPOUT_ONE(static_cast<float>(iok_ld<IOK_T_dP>(c, dp + j)), r_in, j);
+                iok_st<IOK_T_dS>(c, out + j, T(x * (g - dr)));
             }
         }
         __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row

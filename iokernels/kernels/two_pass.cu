@@ -11,7 +11,11 @@
 // writes m = −inf, l = 0, pass 2 O = 0); exp is taken against 0 where m is −inf, never NaN.
 // BLOCK_SPARSE (block-sparse plans; common.cuh): key blocks whose block-mask byte is 0 are skipped by both
 // passes; what a query block reads once (Q_i; pass 2: m_i, l_i and Q_i) comes at its first computed pair, so a
-// block with none loads nothing (m = −inf, l = 0, O = 0). Shared memory (the plan's buffers, nothing else):
+// block with none loads nothing (m = −inf, l = 0, O = 0).
+// DROPOUT (dropout on P, pass 2 only; common.cuh, iokernels/dropout.py): pass 1's m, l are those of the undropped
+// P; pass 2 multiplies P_ij by Z_ij = iok_dropout(bh, i, j) before PV, so O = (Z ∘ P) V. The mask is regenerated
+// from (seed, offset, batch·head, row, column), never stored: no byte more or less.
+// Shared memory (the plan's buffers, nothing else):
 //   Q  HEAD_D x BR of T, transposed (Qt[k][r]) so that S = QKᵀ reads consecutive r / c across a warp
 //   K  HEAD_D x BC of T, transposed (Kt[k][c])
 //   V  BC x HEAD_D of T, as in HBM
@@ -41,6 +45,27 @@ __device__ __forceinline__ void load_row_stats(C& io, float* m_i, float* l_i, co
         l_i[r] = iok_ld<IOK_T_l>(io, l + r);
     }
 }
+
+#ifdef DROPOUT
+// P_ij *= Z_ij over row i of a tile (p: its cols elements from key col0 on), by one warp: each lane draws the
+// four words of one aligned group of four keys (one Philox call) and applies those that fall in the tile.
+__device__ __forceinline__ void tp_drop_row(float* p, int cols, unsigned int bh, unsigned int i, int col0,
+                                            unsigned int threshold, float keep_scale, unsigned long long seed,
+                                            unsigned int offset, int lane)
+{
+    const int g_end = ((col0 + cols - 1) >> 2) + 1;
+    for (int g = (col0 >> 2) + lane; g < g_end; g += 32) {
+        const IokPhilox r = iok_dropout_words(seed, offset, bh, i, static_cast<unsigned int>(g) << 2);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const int c = 4 * g + w - col0;
+            if (c >= 0 && c < cols) p[c] *= iok_philox_word(r, w) >= threshold ? keep_scale : 0.0f;
+        }
+    }
+}
+#define TP_DROP_ROW(p, cols, i, col0, lane) \
+    tp_drop_row(p, cols, blockIdx.z, i, col0, dropout_threshold, dropout_scale, dropout_seed, dropout_offset, lane)
+#endif
 
 #if defined(SMEM_Q) && defined(SMEM_K) && defined(SMEM_S) && defined(SMEM_M) && defined(SMEM_L)
 // Pass 1. Grid (Tr, 1, BH). Bytes: Q N_q d, K N_k d Tr read; S N_q N_k (STORE_S), m, l N_q written.
@@ -165,7 +190,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, const float* __restrict__ l,
                       const T* __restrict__ V, T* __restrict__ O, int n_q, int n_k, IOK_BLOCK_MASK_PARAM
-                      unsigned long long* __restrict__ iok_counters)
+                      IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(layout_ok<5>({{SMEM_S, BR * BC * sizeof(float)},
                                 {SMEM_V, BC * HEAD_D * sizeof(T)},
@@ -231,6 +256,10 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
             const float mr = m_i[r];
 #endif
             for (int c = lane; c < cols; c += 32) P[r * BC + c] = __expf(to_f(iok_ld<IOK_T_S>(io, s + c)) - mr);
+#ifdef DROPOUT
+            __syncwarp();  // the row's P came from every lane
+            TP_DROP_ROW(P + r * BC, cols, row0 + r, col0, lane);
+#endif
         }
         load_rows<IOK_T_V>(io, Vs, V + (kv_base + col0) * HEAD_D, cols);
         __syncthreads();  // P and V_j were stored by other threads than the PV micro-tiles
@@ -257,7 +286,8 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                           const float* __restrict__ m, const float* __restrict__ l, T* __restrict__ O, int n_q,
-                          int n_k, float scale, IOK_BLOCK_MASK_PARAM unsigned long long* __restrict__ iok_counters)
+                          int n_k, float scale, IOK_BLOCK_MASK_PARAM IOK_DROPOUT_PARAM
+                          unsigned long long* __restrict__ iok_counters)
 {
     static_assert(layout_ok<7>({{SMEM_Q, BR * HEAD_D * sizeof(T)},
                                 {SMEM_K, BC * HEAD_D * sizeof(T)},
@@ -335,6 +365,12 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
         qk_tile(Qt, Kt, P, rows, cols, [&](int r, int, float qk) { return __expf(scale * qk - m_i[r]); });
 #endif
         __syncthreads();  // a row of P comes from many threads' micro-tiles
+#ifdef DROPOUT
+        for (int r = threadIdx.x / 32; r < rows; r += NWARPS) {
+            TP_DROP_ROW(P + r * BC, cols, row0 + r, col0, threadIdx.x % 32);
+        }
+        __syncthreads();  // a row of the dropped P is read by many threads' PV micro-tiles
+#endif
 
         // O += P_ij V_j
         pv_tile(P, Vs, rows, cols, [&](int r, int n, float pv) { Oacc[r * HEAD_D + n] += pv; });

@@ -1,0 +1,208 @@
+"""Dropout in the tensor-core path flash/fast on an sm_90 GPU (the wgmma kernels, flash_wgmma.cu and
+flash_wgmma_bwd.cu): counters == model; outputs and gradients equal the float64 reference given the same
+multipliers Z (Dropout.full_multiplier) within flash-attention's same-precision tolerance (float16/bfloat16,
+d 64 and 128, ragged N, N_q != N_k, causal in both alignments, grouped-query attention); the kernels' own masks,
+made observable (Q = 0 so P is uniform, V or dO the identity), equal numpy's element for element; p = 0 gives
+the plain kernels' results bit for bit.
+
+Run alone: ``PYTHONPATH=. pytest tests/gpu/test_dropout_fast.py`` (skips without an sm_90 device).
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from iokernels import gpu, model, reference
+from iokernels.dropout import Dropout
+from iokernels.fast_bwd import make_fast_backward_plan
+from iokernels.plan import causal_offset, make_plan, with_dropout
+from iokernels.simulate import kv_rows, reference_outputs
+from iokernels.units import round_to
+
+from .helpers import problem_scale, rel_err
+
+cp = pytest.importorskip("cupy")
+KB = 1024
+GRADS = ("dQ", "dK", "dV")
+
+
+@pytest.fixture(autouse=True)
+def _need_sm90():
+    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma kernels (dropout in flash/fast) run on sm_90 only")
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def _dropout(*parts, p=0.2) -> Dropout:
+    s = _seed("dropout", *parts)
+    return Dropout(p, (s << 32) | (s ^ 0x9E3779B9), s % 1000)  # both halves of the seed in use, an offset
+
+
+# (N_q, N_k, d, dtype, batch, heads, kv_heads, causal)
+CASES = [
+    (1, 1, 64, "float16", 1, 1, 1, False),
+    (113, 1000, 64, "bfloat16", 1, 3, 3, False),
+    (1000, 113, 128, "float16", 2, 1, 1, "bottom_right"),  # rows that see no key
+    (300, 517, 128, "bfloat16", 1, 4, 2, "top_left"),
+    (257, 1030, 64, "float16", 2, 6, 2, "bottom_right"),
+    (700, 700, 128, "float16", 1, 2, 1, False),
+    (129, 64, 64, "bfloat16", 1, 2, 2, "top_left"),
+]
+IDS = ["-".join(map(str, c)) for c in CASES]
+
+
+def _plan(case, direction, dropout):
+    n_q, n_k, d, dtype, batch, heads, kv_heads, causal = case
+    return make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * KB, batch=batch, heads=heads,
+                     kv_heads=kv_heads, causal=causal, direction=direction, dropout=dropout)
+
+
+def _visible(plan):
+    if not plan.causal:
+        return None
+    off = causal_offset(plan.N_q, plan.N_k, plan.causal)
+    return np.arange(plan.N_k)[None, :] <= np.arange(plan.N_q)[:, None] + off
+
+
+def _naive_p(plan, q, k, scale):
+    """Same-precision P: S rounded to the dtype, softmax in float64 (rows with no visible key 0), rounded."""
+    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), plan.dtype)
+    vis = _visible(plan)
+    if vis is not None:
+        s = np.where(vis, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = e.sum(axis=-1, keepdims=True)
+    return round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), plan.dtype)
+
+
+def _expanded(plan, host):
+    kv = kv_rows(plan)
+    return host["Q"], host["K"][kv], host["V"][kv]
+
+
+def _group_sum(plan, x):
+    return x.reshape(plan.bh_kv, plan.heads // plan.kv_heads, *x.shape[1:]).sum(axis=1)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward_counters_and_outputs(case):
+    plan = _plan(case, "fwd", _dropout(case, "fwd"))
+    assert plan.stage("main").kernel == "flash_wgmma_fwd"
+    inputs, host = gpu.make_device_inputs(plan, seed=_seed(case))
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    o = gpu.to_float64(run.buffers["O"], plan.dtype)
+    assert np.all(np.isfinite(o))
+    want = reference_outputs(plan, host)["O"]
+    q, k, v = _expanded(plan, host)
+    z = plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
+    scale = reference.default_scale(plan.d)
+    naive = round_to((_naive_p(plan, q, k, scale) * z) @ v, plan.dtype)
+    err_scale = problem_scale({"O": want})
+    bound = 2 * rel_err(naive, want, err_scale) + 5e-4
+    assert rel_err(o, want, err_scale) <= bound
+    # lse is that of the undropped P
+    lse_want = reference.forward(q, k, v, causal=plan.causal)[1]
+    lse = cp.asnumpy(run.buffers["lse"]).astype(np.float64)
+    finite = np.isfinite(lse_want)
+    assert np.array_equal(np.isfinite(lse), finite)
+    assert np.max(np.abs(lse[finite] - lse_want[finite]), initial=0.0) < 1e-2
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_backward_counters_and_gradients(case):
+    plan = _plan(case, "bwd", _dropout(case, "bwd"))
+    assert plan.stage("main").kernel == "flash_wgmma_bwd"
+    inputs, host = gpu.make_device_inputs(plan, seed=_seed(case, "bwd"))  # O: the dropped forward's output
+    run = gpu.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    got = {n: gpu.to_float64(run.buffers[n], plan.dtype) for n in GRADS}
+    want = reference_outputs(plan, host)
+    q, k, v = _expanded(plan, host)
+    do = host["dO"]
+    z = plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
+    scale = reference.default_scale(plan.d)
+    p = _naive_p(plan, q, k, scale)
+    dv = round_to(np.swapaxes(p * z, -1, -2) @ do, plan.dtype)
+    dp = round_to(z * (do @ np.swapaxes(v, -1, -2)), plan.dtype)
+    ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), plan.dtype)
+    naive = {"dQ": round_to(scale * (ds @ k), plan.dtype),
+             "dK": _group_sum(plan, round_to(scale * (np.swapaxes(ds, -1, -2) @ q), plan.dtype)),
+             "dV": _group_sum(plan, dv)}
+    err_scale = problem_scale(want)
+    for name in GRADS:
+        assert np.all(np.isfinite(got[name])), name
+        bound = 2 * rel_err(naive[name], want[name], err_scale) + 5e-4
+        err = rel_err(got[name], want[name], err_scale)
+        assert err <= bound, (name, err, bound)
+
+
+@pytest.mark.parametrize("d, dtype, causal", [(64, "float16", False), (128, "bfloat16", False),
+                                              (64, "bfloat16", "top_left"), (128, "float16", "bottom_right")])
+def test_forward_mask_equals_numpy(d, dtype, causal):
+    """Q = 0 makes P uniform over each row's visible keys and V = I (N_k = d keys) makes O_ij = Z_ij / count:
+    the kernel's mask, element for element, for every query row and batch·head."""
+    dropout = _dropout(d, dtype, causal, "mask", p=0.3)
+    plan = make_plan("flash", "fast", N_q=333, N_k=d, d=d, dtype=dtype, sram=227 * KB, batch=2, heads=3,
+                     causal=causal, dropout=dropout)
+    inputs, _ = gpu.make_device_inputs(plan, seed=1)
+    inputs["Q"] = cp.zeros_like(inputs["Q"])
+    inputs["V"] = gpu.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
+    run = gpu.run_plan(plan, inputs, counting=False)
+    o = gpu.to_float64(run.buffers["O"], dtype)
+    keep = dropout.keep(np.arange(plan.bh)[:, None, None], np.arange(plan.N_q)[None, :, None],
+                        np.arange(d)[None, None, :])
+    vis = _visible(plan)
+    if vis is not None:
+        keep = keep & vis
+    assert np.array_equal(o > 0, keep)
+    count = plan.N_k if vis is None else np.maximum(vis.sum(axis=-1), 1)[:, None]
+    expect = np.where(keep, dropout.keep_scale / count, 0.0)
+    assert np.max(np.abs(o - expect)) <= 4e-3 * np.max(expect)
+    assert abs(keep.sum() / (vis.sum() * plan.bh if vis is not None else keep.size) - 0.7) < 0.03
+
+
+@pytest.mark.parametrize("d, dtype, kv_heads", [(64, "float16", 3), (128, "bfloat16", 3), (64, "bfloat16", 1)])
+def test_backward_mask_equals_numpy(d, dtype, kv_heads):
+    """Q = 0 (P = 1 / N_k), dO = I over N_q = d queries: dV_jc = sum over the query heads of a K/V head of
+    Z_cj / N_k, the transposed mask of every key (ragged N_k: many key blocks and 4-groups)."""
+    dropout = _dropout(d, dtype, kv_heads, "bwd-mask", p=0.3)
+    n_k = 300
+    plan = make_plan("flash", "fast", N_q=d, N_k=n_k, d=d, dtype=dtype, sram=227 * KB, batch=1, heads=3,
+                     kv_heads=kv_heads, direction="bwd", dropout=dropout)
+    inputs, _ = gpu.make_device_inputs(plan, seed=2)
+    inputs["Q"] = cp.zeros_like(inputs["Q"])
+    inputs["dO"] = gpu.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
+    inputs["lse"] = cp.full(inputs["lse"].shape, np.log(n_k), dtype=cp.float32)
+    run = gpu.run_plan(plan, inputs, counting=False)
+    dv = gpu.to_float64(run.buffers["dV"], dtype)  # (bh_kv, N_k, d)
+    z = dropout.full_multiplier(plan.bh, d, n_k) / n_k  # (bh, queries, keys)
+    expect = _group_sum(plan, np.swapaxes(z, -1, -2))
+    assert np.max(np.abs(dv - expect)) <= 4e-3 * np.max(expect)
+    if kv_heads == plan.heads:  # one query head per K/V head: the mask itself
+        keep = dropout.keep(np.arange(plan.bh)[:, None, None], np.arange(d)[None, :, None],
+                            np.arange(n_k)[None, None, :])
+        assert np.array_equal(np.swapaxes(dv, -1, -2) > 0, keep)
+
+
+@pytest.mark.parametrize("d, dtype", [(64, "float16"), (128, "bfloat16")])
+def test_zero_probability_is_the_plain_kernel(d, dtype):
+    """p = 0 keeps every element with scale 1: the forward and dK, dV bit for bit those of the same tiles
+    without dropout (dQ is summed by float atomics, in no fixed order)."""
+    fwd = make_plan("flash", "fast", N_q=500, N_k=300, d=d, dtype=dtype, sram=227 * KB, heads=2, causal=True)
+    bwd = make_fast_backward_plan(N_q=500, N_k=300, d=d, dtype=dtype, heads=2, kernel="wgmma", dropout=True)
+    for plan in (fwd, bwd):
+        inputs, _ = gpu.make_device_inputs(plan, seed=4)
+        plain = gpu.run_plan(plan, inputs, counting=False)
+        dropped = gpu.run_plan(with_dropout(plan, Dropout(0.0, 99)), inputs, counting=False)
+        names = ("O", "lse") if plan.direction == "fwd" else ("dK", "dV")
+        for name in names:
+            assert cp.array_equal(plain.buffers[name], dropped.buffers[name]), name
+        if plan.direction == "bwd":
+            a, b = (gpu.to_float64(r.buffers["dQ"], dtype) for r in (plain, dropped))
+            assert rel_err(b, a) < 1e-2
