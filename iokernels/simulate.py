@@ -173,11 +173,6 @@ def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float
             hbm.store(c, (ALL, ms, ns), _explicit(hbm, ms, ns, out) if mask else out)
 
 
-def _standard_dropout(plan: Plan) -> np.ndarray | None:
-    """Z of the whole problem, (BH, N_q, N_k) (iokernels.dropout); None without dropout."""
-    return None if plan.dropout is None else plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
-
-
 def _standard_fwd(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     mat, vec = (ALL, ALL, ALL), (ALL, ALL)
@@ -194,7 +189,7 @@ def _standard_fwd(hbm: Hbm, scale: float) -> None:
     m, l = _finite(hbm.load("m", vec))[..., None], hbm.load("l", vec)
     hbm.store("P", mat, _divide(np.exp(hbm.load("S", mat) - m), l))
     hbm.begin("pv")  # dropout: O = (Z ∘ P) V, P stays the undropped softmax
-    _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k, a_dropout=_standard_dropout(p))
+    _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k, a_dropout=reference_dropout(p))
 
 
 def _standard_bwd(hbm: Hbm, scale: float) -> None:
@@ -202,7 +197,7 @@ def _standard_bwd(hbm: Hbm, scale: float) -> None:
     mat, vec = (ALL, ALL, ALL), (ALL, ALL)
     # dropout: dV = (Z ∘ P)ᵀ dO; dP is stored raw (dO Vᵀ), rowdot and ds apply Z to it:
     # D = rowsum(P ∘ Z ∘ dP), dS = P ∘ (Z ∘ dP − D)
-    z = _standard_dropout(p)
+    z = reference_dropout(p)
     zp = 1.0 if z is None else z
     hbm.begin("dv")
     _gemm(hbm, "P", "dO", "dV", p.N_k, p.d, p.N_q, a_t=True, a_dropout=z)
