@@ -116,6 +116,23 @@ __device__ __forceinline__ float iok_dropout(unsigned int threshold, float keep_
     return r >= threshold ? keep_scale : 0.0f;
 }
 
+// P_ij *= Z_ij over row i of a tile (p: its cols elements from key col0 on), by one warp: each lane draws the
+// four words of one aligned group of four keys (one Philox call) and applies those that fall in the tile.
+__device__ __forceinline__ void iok_drop_row(float* p, int cols, unsigned int bh, unsigned int i, int col0,
+                                             unsigned int threshold, float keep_scale, unsigned long long seed,
+                                             unsigned int offset, int lane)
+{
+    const int g_end = ((col0 + cols - 1) >> 2) + 1;
+    for (int g = (col0 >> 2) + lane; g < g_end; g += 32) {
+        const IokPhilox r = iok_dropout_words(seed, offset, bh, i, static_cast<unsigned int>(g) << 2);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const int c = 4 * g + w - col0;
+            if (c >= 0 && c < cols) p[c] *= iok_philox_word(r, w) >= threshold ? keep_scale : 0.0f;
+        }
+    }
+}
+
 // Rows that may see no key at all (causal, block-sparse, explicit masks): O = 0 and lse = −inf there, never NaN.
 #if defined(CAUSAL) || defined(BLOCK_SPARSE) || defined(MASK)
 #define IOK_EMPTY_ROWS 1
