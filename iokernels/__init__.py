@@ -1,17 +1,29 @@
 """iokernels: the FlashAttention paper's IO argument, measured.
 
+Layers, lowest first (a module imports only from its own layer or lower ones):
+plan ← model, simulate, kernels ← library, analysis, bench ← cli. docs/ARCHITECTURE.md has the tour.
+
 Import is cheap and works without cupy or a GPU: plans, the model and the simulator run on the CPU.
 """
 
 from __future__ import annotations
 
-from .api import DeviceMemoryError, attention, attention_backward, memory_needed
-from .dropout import Dropout, manual_seed
-from .gpu import count_io
-from .masks import BlockMask
-from .plan import ALGORITHMS, SCHEDULES, Plan, SramTooSmall, all_plans, make_plan, min_sram
-from .reference import default_scale
-from .units import parse_size
+from .kernels.launch import count_io
+from .library import DeviceMemoryError, attention, attention_backward, clear_graphs, memory_needed
+from .plan import (
+    ALGORITHMS,
+    SCHEDULES,
+    BlockMask,
+    Dropout,
+    Plan,
+    SramTooSmall,
+    all_plans,
+    make_plan,
+    manual_seed,
+    min_sram,
+)
+from .plan.units import parse_size
+from .simulate.reference import default_scale
 
 __version__ = "0.1.0"
 
@@ -27,6 +39,7 @@ __all__ = [
     "all_plans",
     "attention",
     "attention_backward",
+    "clear_graphs",
     "count_io",
     "default_scale",
     "make_plan",

@@ -3,7 +3,7 @@ import pytest
 
 def pytest_collection_modifyitems(config, items):
     """Tests under tests/gpu/ get the ``gpu`` marker and skip, with the reason, without a device."""
-    from iokernels.specs import current_device_spec
+    from iokernels.model.specs import current_device_spec
 
     has_gpu = current_device_spec() is not None
     skip = pytest.mark.skip(reason="needs a CUDA device and cupy (none found)")

@@ -1,7 +1,7 @@
 // Byte counting shared by every iokernels kernel (DESIGN.md, "IO accounting rules").
 //
 // build_source() inlines this file after a prelude of #defines: IOK_NUM_TENSORS, one IOK_T_<name>
-// per tensor of iokernels/tensors.py, and IOK_COUNT in the counting build only.
+// per tensor of iokernels/plan/tensors.py, and IOK_COUNT in the counting build only.
 //
 // Kernel conventions:
 //   - the last parameter is `unsigned long long* __restrict__ iok_counters` in both builds, so one
@@ -20,7 +20,7 @@
 #error "IOK_NUM_TENSORS is defined by iokernels.kernels.build_source; compile its output, not this file"
 #endif
 
-// Causal attention (iokernels/plan.py): a kernel compiled with CAUSAL (1 top-left, 2 bottom-right, a
+// Causal attention (iokernels/plan/): a kernel compiled with CAUSAL (1 top-left, 2 bottom-right, a
 // stage parameter of causal plans) sees key j from query i iff j <= i + iok_causal_offset(n_q, n_k).
 #ifdef CAUSAL
 static_assert(CAUSAL == 1 || CAUSAL == 2, "CAUSAL is 1 (top-left) or 2 (bottom-right)");
@@ -30,7 +30,7 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 }
 #endif
 
-// Block-sparse attention (iokernels/masks.py): a kernel compiled with BLOCK_SPARSE (a stage parameter of
+// Block-sparse attention (iokernels/plan/masks.py): a kernel compiled with BLOCK_SPARSE (a stage parameter of
 // block-sparse plans) takes the plan's block mask, T_r x T_c bytes on its tile grid shared by every batch and
 // head, as the argument before the counters (IOK_BLOCK_MASK_PARAM), names it in its counters
 // (IOK_BLOCK_MASK_T) and skips the (query block, key block) pairs whose byte is 0.
@@ -41,7 +41,7 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #define IOK_BLOCK_MASK_PARAM
 #define IOK_BLOCK_MASK_T
 #endif
-// Explicit masks (iokernels/masks.py ExplicitMask): a kernel compiled with MASK (1 boolean: uint8, 0 hides;
+// Explicit masks (iokernels/plan/masks.py ExplicitMask): a kernel compiled with MASK (1 boolean: uint8, 0 hides;
 // 2 additive: float32 added to τS, −inf hides) takes the mask tensor (1 or batch·heads rows of N_q x N_k,
 // MASK_BH_STRIDE 0 or 1) as the argument after the block mask (IOK_MASK_PARAM), names it in its counters
 // (IOK_MASK_T) and reads each element of every pair it computes once, through iok_apply_mask.
@@ -59,7 +59,7 @@ typedef float iok_mask_t;
 #define IOK_MASK_PARAM
 #define IOK_MASK_T
 #endif
-// Dropout on P (iokernels/dropout.py, which defines the stream): a kernel compiled with DROPOUT takes four
+// Dropout on P (iokernels/plan/dropout.py, which defines the stream): a kernel compiled with DROPOUT takes four
 // arguments after the masks (IOK_DROPOUT_PARAM): the keep threshold t (an element is kept iff its random
 // uint32 >= t), the keep scale 1/(1 - p) (float32), the 64-bit seed and the 32-bit offset. The mask is never
 // stored: every kernel that needs element (bh, i, j)'s multiplier regenerates it with iok_dropout.

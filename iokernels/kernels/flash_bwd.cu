@@ -17,7 +17,7 @@
 // the same way; K_j, V_j are loaded at the first computed pair (none: dK_j = dV_j = 0, nothing else loaded).
 // MASK (explicit masks; common.cuh): each element of a computed pair reads its mask element once (before
 // the causal test): P = 0 where it hides (boolean 0, additive −inf), else exp(τS + mask − lse).
-// DROPOUT (dropout on P; common.cuh, iokernels/dropout.py): each element's Z_ij = iok_dropout(bh, i, j) is
+// DROPOUT (dropout on P; common.cuh, iokernels/plan/dropout.py): each element's Z_ij = iok_dropout(bh, i, j) is
 // regenerated from (seed, offset, batch·head, row, column), the forward's: dV_j += (Z ∘ P)ᵀ dO_i,
 // dS = P ∘ (Z ∘ dP − D_i) (D = rowsum(dO ∘ O) of the dropped O, from the prep stage). No byte more or less.
 #include "common.cuh"

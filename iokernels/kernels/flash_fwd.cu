@@ -13,7 +13,7 @@
 // block with none loads nothing (q_outer: O = 0, lse = −inf).
 // MASK (explicit masks, flash_q_outer only; common.cuh): every element of S of a computed pair reads its
 // mask element once (boolean 0 → −inf, additive: τS + mask); rows that see no key end as with CAUSAL.
-// DROPOUT (dropout on P; common.cuh, iokernels/dropout.py): m and l are those of the undropped P (l sums
+// DROPOUT (dropout on P; common.cuh, iokernels/plan/dropout.py): m and l are those of the undropped P (l sums
 // P before dropout), and P_ij is multiplied by Z_ij = iok_dropout(bh, i, j) before PV, so O = (Z ∘ P) V; the
 // mask is regenerated from (seed, offset, batch·head, row, column), never stored: no byte more or less.
 // Shared memory (the plan's buffers, nothing else):

@@ -1,5 +1,5 @@
 // Tensor-core FlashAttention backward for float16 / bfloat16 (docs/KERNELS.md, "flash_tc_bwd.cu";
-// plans in iokernels/fast_bwd.py). mma.sync m16n8k16 with float32 accumulators, ldmatrix, cp.async
+// plans in iokernels/plan/fast_bwd.py). mma.sync m16n8k16 with float32 accumulators, ldmatrix, cp.async
 // into XOR-swizzled shared memory (tc.cuh).
 //
 // flash_tc_bwd / flash_tc_bwd_dkdv (grid (ceil(N_k / BC), 1, BH), THREADS = 32 * BC / 16): the

@@ -19,7 +19,7 @@
 // visible key (none: nothing is loaded, O = 0 and lse = −inf), masked elements of S are −inf, a row
 // whose running max is still −inf takes exp2 against 0 (never NaN); the row blocks run last to first,
 // so the blocks with the most key tiles start first.
-// DROPOUT (dropout plans; common.cuh, iokernels/dropout.py): m, l and lse are those of the undropped P; the
+// DROPOUT (dropout plans; common.cuh, iokernels/plan/dropout.py): m, l and lse are those of the undropped P; the
 // P that multiplies V has its dropped elements zeroed (their keep bits come from Philox, computed while the
 // S product flies, wg_dropout_rows), and O is multiplied by the keep scale 1 / (1 − p) with 1 / l. Element
 // (bh, i, j): bh the query batch·head (blockIdx.z), i the query row, j the key, both within the head.

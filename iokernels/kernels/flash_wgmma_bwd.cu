@@ -1,5 +1,5 @@
 // Tensor-core FlashAttention backward for sm_90a (H100/H200), float16 / bfloat16 (docs/KERNELS.md,
-// "flash_wgmma_bwd.cu"; plan in iokernels/fast_bwd.py, kernel "wgmma"): the FlashAttention-2
+// "flash_wgmma_bwd.cu"; plan in iokernels/plan/fast_bwd.py, kernel "wgmma"): the FlashAttention-2
 // K/V-outer loop of flash_bwd_kv_outer, so it moves exactly the bytes of that schedule's model with
 // its own tiles, through warpgroup matrix products (PTX wgmma, wgmma.cuh; tiles as in wg.cuh).
 //
@@ -27,7 +27,7 @@
 // sees loads nothing and writes dK_j = dV_j = 0. In the blocks that cross the diagonal, Pᵀ is 0 where
 // key > query + offset (this also covers queries that see no key at all, whose lse is −inf).
 //
-// DROPOUT (dropout plans; common.cuh, iokernels/dropout.py): with Z the keep mask times 1 / (1 − p),
+// DROPOUT (dropout plans; common.cuh, iokernels/plan/dropout.py): with Z the keep mask times 1 / (1 − p),
 // dV = (Z ∘ P)ᵀ dO, dP = Z ∘ (dO Vᵀ), dS = P ∘ (dP − D) (lse and D as without dropout). The keep bits of
 // a step (wg_dropout_cols; element (bh, i, j): bh the query batch·head, i the query, j the key) are computed
 // while the step before's dK, dV and dQ products fly; dSᵀ takes the undropped Pᵀ, so the dV product waits

@@ -51,7 +51,7 @@ __global__ void iok_selftest(const T* __restrict__ q, T* __restrict__ o, float* 
 
 // Dropout's stream on the device (common.cuh iok_dropout_words, iok_dropout) for n given elements
 // (bh[x], i[x], j[x]): words[x] = the element's uint32 (word j mod 4 of its group's Philox call) and
-// z[x] = its multiplier (keep_scale or 0), for a GPU test to compare with iokernels.dropout in numpy.
+// z[x] = its multiplier (keep_scale or 0), for a GPU test to compare with iokernels.plan.dropout in numpy.
 // Launch: any 1-D grid; no shared memory, no counters.
 extern "C" __global__ void iok_dropout_selftest(const unsigned int* __restrict__ bh, const unsigned int* __restrict__ i,
                                                 const unsigned int* __restrict__ j, unsigned int* __restrict__ words,

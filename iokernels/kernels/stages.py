@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan import Plan, Stage
-from ..tensors import TENSOR_INDEX
+from ..plan.tensors import TENSOR_INDEX
 
 CTYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 

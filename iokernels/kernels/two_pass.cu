@@ -12,7 +12,7 @@
 // BLOCK_SPARSE (block-sparse plans; common.cuh): key blocks whose block-mask byte is 0 are skipped by both
 // passes; what a query block reads once (Q_i; pass 2: m_i, l_i and Q_i) comes at its first computed pair, so a
 // block with none loads nothing (m = −inf, l = 0, O = 0).
-// DROPOUT (dropout on P, pass 2 only; common.cuh, iokernels/dropout.py): pass 1's m, l are those of the undropped
+// DROPOUT (dropout on P, pass 2 only; common.cuh, iokernels/plan/dropout.py): pass 1's m, l are those of the undropped
 // P; pass 2 multiplies P_ij by Z_ij = iok_dropout(bh, i, j) before PV, so O = (Z ∘ P) V. The mask is regenerated
 // from (seed, offset, batch·head, row, column), never stored: no byte more or less.
 // Shared memory (the plan's buffers, nothing else):

@@ -119,7 +119,7 @@ __device__ __forceinline__ void wg_acc_to_a(unsigned (&a)[N / 16][4], const floa
 }
 
 #ifdef DROPOUT
-// Dropout (common.cuh, iokernels/dropout.py): element (bh, i, j) of P takes word j % 4 of the Philox call
+// Dropout (common.cuh, iokernels/plan/dropout.py): element (bh, i, j) of P takes word j % 4 of the Philox call
 // of counter (j / 4, i, bh, offset), so one call serves four adjacent keys of one query row. In an m64nN
 // accumulator fragment, thread (g, t) of a warp holds element e = 4n + 2h + c (n < N / 8, h, c in {0, 1})
 // at row g + 8h of the warp's 16 and column 8n + 2t + c: two adjacent columns per 4-column group, the other

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from iokernels import reference
-from iokernels.units import round_to
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference
 
 
 def naive_forward(q, k, v, dtype, scale=None):

@@ -4,7 +4,7 @@ import doctest
 
 import pytest
 
-from iokernels import apidoc
+from iokernels.library import apidoc
 
 
 def _run(name):

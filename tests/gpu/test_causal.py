@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import iokernels
-from iokernels import gpu, model, reference
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import CAUSAL_ALIGNMENTS, SCHEDULES, SramTooSmall, make_plan, supports_causal
-from iokernels.simulate import simulate
-from iokernels.tensors import OUTPUTS
-from iokernels.units import round_to
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference, simulate
 
 from .helpers import problem_scale, rel_err
 
@@ -55,7 +56,7 @@ def _seed(*parts) -> int:
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 def _naive_probs(q, k, dtype, causal, scale=None):
@@ -114,8 +115,8 @@ def _check_outputs(plan, host, got):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_counters_and_outputs(key, case, causal):
     plan = _plan(key, case, causal)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(key, case, causal))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(key, case, causal))
+    run = launch.run_plan(plan, inputs, counting=True)
 
     exact = model.exact(plan)
     assert run.counts == exact
@@ -132,15 +133,15 @@ def test_rows_with_no_visible_key(key, dtype):
     n_q, n_k = 300, 100
     case = (n_q, n_k, 64, dtype, 64 * KB, 1, 2)
     plan = _plan(key, case, "bottom_right")
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed("empty", key, dtype))
-    run = gpu.run_plan(plan, inputs, counting=False)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("empty", key, dtype))
+    run = launch.run_plan(plan, inputs, counting=False)
     got = _outputs(run, plan)
     _check_outputs(plan, host, got)
     empty = n_q - n_k
     if plan.direction == "fwd":
         assert np.all(got["O"][:, :empty] == 0)
-        b = {name: gpu.to_float64(run.buffers[name], "float32") for name in ("lse", "m", "l")
-             if name in gpu.plan_tensors(plan)}
+        b = {name: launch.to_float64(run.buffers[name], "float32") for name in ("lse", "m", "l")
+             if name in launch.plan_tensors(plan)}
         if "lse" in b:
             assert np.all(np.isneginf(b["lse"][:, :empty])) and np.all(np.isfinite(b["lse"][:, empty:]))
         if "m" in b:
@@ -153,8 +154,8 @@ def test_rows_with_no_visible_key(key, dtype):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_top_left_never_empties_a_row(key):
     plan = _plan(key, (300, 100, 32, "float32", 48 * KB, 1, 1), "top_left")
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed("top", key))
-    got = _outputs(gpu.run_plan(plan, inputs), plan)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("top", key))
+    got = _outputs(launch.run_plan(plan, inputs), plan)
     _check_outputs(plan, host, got)
     if plan.direction == "fwd":
         assert np.all(np.any(got["O"] != 0, axis=-1))
@@ -165,8 +166,8 @@ def test_top_left_never_empties_a_row(key):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_large_logits_stay_finite(key, dtype, causal):
     plan = _plan(key, (300, 200, 64, dtype, 64 * KB, 1, 2), causal)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed("big", key, dtype, causal), magnitude=10.0)
-    got = _outputs(gpu.run_plan(plan, inputs), plan)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("big", key, dtype, causal), magnitude=10.0)
+    got = _outputs(launch.run_plan(plan, inputs), plan)
     for name, x in got.items():
         assert np.all(np.isfinite(x)), name
     if plan.direction == "fwd":
@@ -181,9 +182,9 @@ def test_large_logits_stay_finite(key, dtype, causal):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_plain_build_counts_nothing_and_agrees(key):
     plan = _plan(key, (200, 150, 64, "float16" if key[1] == "fast" else "float32", 64 * KB, 1, 1), True)
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    counted = _outputs(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    counted = _outputs(launch.run_plan(plan, inputs, counting=True), plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         if name == "dQ" and plan.algorithm == "flash":  # float atomics from several K/V blocks: any order
@@ -197,8 +198,8 @@ def test_flash_causal_moves_about_half_on_the_gpu():
     plain, causal = make_plan("flash", "q_outer", **kw), make_plan("flash", "q_outer", causal=True, **kw)
     measured = []
     for plan in (plain, causal):
-        inputs, _ = gpu.make_device_inputs(plan, seed=5)
-        run = gpu.run_plan(plan, inputs, counting=True)
+        inputs, _ = launch.make_device_inputs(plan, seed=5)
+        run = launch.run_plan(plan, inputs, counting=True)
         assert run.counts == model.exact(plan)
         measured.append(sum(r + w for tensors in run.counts.values() for r, w in tensors.values()))
     assert 0.5 < measured[1] / measured[0] < 0.6

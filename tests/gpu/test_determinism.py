@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 import iokernels
-from iokernels import gpu, model
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import Plan
 
 from .test_edge import KERNELS, Kernel
@@ -24,16 +25,16 @@ CASES = [pytest.param(k, t, id=f"{k.name}-{t}") for k in KERNELS for t in k.dtyp
 
 def _runs(plan: Plan, counting: bool) -> tuple:
     """Two runs of ``plan`` on the same inputs with another plan in between; their raw device buffers."""
-    inputs, _ = gpu.make_device_inputs(plan, seed=plan.N_q + plan.N_k)
-    first = gpu.run_plan(plan, inputs, counting=counting)
-    other, _ = gpu.make_device_inputs(plan, seed=1)
-    gpu.run_plan(plan, other, counting=counting)  # different values through the same kernels
-    second = gpu.run_plan(plan, inputs, counting=counting)
+    inputs, _ = launch.make_device_inputs(plan, seed=plan.N_q + plan.N_k)
+    first = launch.run_plan(plan, inputs, counting=counting)
+    other, _ = launch.make_device_inputs(plan, seed=1)
+    launch.run_plan(plan, other, counting=counting)  # different values through the same kernels
+    second = launch.run_plan(plan, inputs, counting=counting)
     return first, second
 
 
 def _outputs(run, plan: Plan) -> dict:
-    inputs = gpu.INPUTS[plan.direction]
+    inputs = launch.INPUTS[plan.direction]
     return {n: run.buffers[n] for n in ("O", "lse", "m", "l", "dQ", "dK", "dV") if n in run.buffers and n not in inputs}
 
 

@@ -1,5 +1,5 @@
+from iokernels.model.specs import current_device_spec
 from iokernels.plan import make_plan
-from iokernels.specs import current_device_spec
 
 
 def test_current_device_is_read_from_cupy():

@@ -1,5 +1,5 @@
 """Dropout in the research tiled kernels on the GPU: the device Philox stream == numpy's; every plan of
-``plan._DROPOUT_STAGES`` with kernels here (flash q_outer/kv_outer forward, two_pass store/recompute, flash
+``plan.DROPOUT_STAGES`` with kernels here (flash q_outer/kv_outer forward, two_pass store/recompute, flash
 kv_outer backward): counters == model == simulator byte for byte, outputs and gradients against the float64
 reference given the same multipliers Z (fp32, fp16, bf16, ragged N, N_q != N_k, causal, block-sparse,
 explicit masks); the kernel's own mask made observable (Q = 0, V or dO = identity) equals numpy's and keeps
@@ -15,14 +15,15 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.dropout import Dropout
-from iokernels.kernels import build_source
-from iokernels.masks import ExplicitMask, pattern
-from iokernels.plan import _DROPOUT_STAGES, make_plan, supports_explicit_mask
-from iokernels.simulate import reference_mask, simulate
-from iokernels.tensors import OUTPUTS
-from iokernels.units import round_to
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.kernels.sources import build_source
+from iokernels.plan import DROPOUT_STAGES, make_plan, supports_explicit_mask
+from iokernels.plan.dropout import Dropout
+from iokernels.plan.masks import ExplicitMask, pattern
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference, reference_mask, simulate
 
 from .helpers import problem_scale, rel_err
 
@@ -30,7 +31,7 @@ cp = pytest.importorskip("cupy")
 
 RESEARCH = [("flash", "q_outer", "fwd"), ("flash", "kv_outer", "fwd"), ("two_pass", "store", "fwd"),
             ("two_pass", "recompute", "fwd"), ("flash", "kv_outer", "bwd")]
-KEYS = [k for k in RESEARCH if k in _DROPOUT_STAGES]
+KEYS = [k for k in RESEARCH if k in DROPOUT_STAGES]
 FWD_KEYS = [k for k in KEYS if k[2] == "fwd"]
 KB = 1024
 # (N_q, N_k, d, dtype, M, batch, heads): odd tiles (37, 95, 231 keys) exercise groups of 4 keys cut by a tile
@@ -64,7 +65,7 @@ def _z(plan):
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 def _naive(plan, host):
@@ -127,8 +128,8 @@ def _check_outputs(plan, host, got):
 
 
 def _run_and_check(plan, seed, simulate_limit=3_000_000):
-    inputs, host = gpu.make_device_inputs(plan, seed=seed)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=seed)
+    run = launch.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)
     assert run.counts == exact
     if plan.N_q * plan.N_k * plan.bh <= simulate_limit:
@@ -210,10 +211,10 @@ def test_p_zero_is_the_plain_kernel(key):
     """p = 0: every element kept with scale 1, so the dropout build's outputs are those without dropout."""
     case = (150, 130, 64, "float32", 64 * KB, 1, 2)
     plan = _plan(key, case, Dropout(0.0, 5, 5))
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    with_dropout = _outputs(gpu.run_plan(plan, inputs, counting=False), plan)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    with_dropout = _outputs(launch.run_plan(plan, inputs, counting=False), plan)
     plain_plan = _plan(key, case, None)
-    plain = _outputs(gpu.run_plan(plain_plan, inputs, counting=False), plain_plan)
+    plain = _outputs(launch.run_plan(plain_plan, inputs, counting=False), plain_plan)
     for name, x in plain.items():
         if name == "dQ":  # float atomics from several K/V blocks: any order
             np.testing.assert_allclose(with_dropout[name], x, rtol=1e-5, atol=1e-6)
@@ -224,9 +225,9 @@ def test_p_zero_is_the_plain_kernel(key):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_plain_build_agrees(key):
     plan = _plan(key, (200, 150, 64, "float32", 64 * KB, 1, 1), _dropout(key, "plain"))
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    counted = _outputs(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    counted = _outputs(launch.run_plan(plan, inputs, counting=True), plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         if name == "dQ":
@@ -249,8 +250,8 @@ def test_the_backward_regenerates_the_forwards_mask():
     want = reference.backward(q, k, v, do, dropout=z)
     for key in FWD_KEYS:
         fwd = make_plan(*key[:2], N_q=n_q, N_k=n_k, d=dh, sram=96 * KB, heads=2, dropout=d)
-        dev = {name: gpu.to_device(x, "float32") for name, x in (("Q", q), ("K", k), ("V", v))}
-        run = gpu.run_plan(fwd, dev)
+        dev = {name: launch.to_device(x, "float32") for name, x in (("Q", q), ("K", k), ("V", v))}
+        run = launch.run_plan(fwd, dev)
         o = run.buffers["O"]
         lse = run.buffers["lse"] if "lse" in run.buffers else None
         if lse is None:  # kv_outer and two_pass keep m, l: lse = m + log l
@@ -258,8 +259,8 @@ def test_the_backward_regenerates_the_forwards_mask():
             lse = (m + cp.log(l)).astype(cp.float32)
         bwd = make_plan("flash", "kv_outer", N_q=n_q, N_k=n_k, d=dh, sram=96 * KB, heads=2, direction="bwd",
                         dropout=d)
-        grads = gpu.run_plan(bwd, dict(dev, O=o, lse=lse, dO=gpu.to_device(do, "float32")))
-        got = [gpu.to_float64(grads.buffers[n], "float32") for n in ("dQ", "dK", "dV")]
+        grads = launch.run_plan(bwd, dict(dev, O=o, lse=lse, dO=launch.to_device(do, "float32")))
+        got = [launch.to_float64(grads.buffers[n], "float32") for n in ("dQ", "dK", "dV")]
         scale = max(float(np.max(np.abs(w))) for w in want)
         for name, g, w in zip(("dQ", "dK", "dV"), got, want, strict=True):
             assert rel_err(g, w, scale) < 1e-5, (key, name, rel_err(g, w, scale))
@@ -275,8 +276,8 @@ def _observed_forward(key, p, n_q, d, bh):
     q = np.zeros((bh, n_q, d))
     k = np.random.default_rng(1).standard_normal((bh, d, d))
     v = np.broadcast_to(np.eye(d), (bh, d, d))
-    dev = {name: gpu.to_device(np.ascontiguousarray(x), "float32") for name, x in (("Q", q), ("K", k), ("V", v))}
-    o = gpu.to_float64(gpu.run_plan(plan, dev).buffers["O"], "float32")
+    dev = {name: launch.to_device(np.ascontiguousarray(x), "float32") for name, x in (("Q", q), ("K", k), ("V", v))}
+    o = launch.to_float64(launch.run_plan(plan, dev).buffers["O"], "float32")
     return plan, o * d
 
 
@@ -291,9 +292,9 @@ def _observed_backward(p, n_k, d, bh):
     do = np.broadcast_to(np.eye(d), (bh, d, d))
     o = reference.forward(q, k, v, dropout=_z(plan))[0]
     lse = np.full((bh, d), math.log(n_k))
-    dev = {name: gpu.to_device(np.ascontiguousarray(x), "float32")
+    dev = {name: launch.to_device(np.ascontiguousarray(x), "float32")
            for name, x in (("Q", q), ("K", k), ("V", v), ("dO", do), ("O", o), ("lse", lse))}
-    dv = gpu.to_float64(gpu.run_plan(plan, dev).buffers["dV"], "float32")
+    dv = launch.to_float64(launch.run_plan(plan, dev).buffers["dV"], "float32")
     return plan, np.swapaxes(dv, -1, -2) * n_k
 
 
@@ -322,12 +323,12 @@ def test_the_mean_over_offsets_is_the_undropped_output(key):
     p, runs, n_q, n_k, dh = 0.3, 256, 40, 56, 32
     rng = np.random.default_rng(5)
     q, k, v = (rng.standard_normal((1, n, dh)) for n in (n_q, n_k, n_k))
-    dev = {name: gpu.to_device(x, "float32") for name, x in (("Q", q), ("K", k), ("V", v))}
-    host = {name: gpu.to_float64(x, "float32") for name, x in dev.items()}
+    dev = {name: launch.to_device(x, "float32") for name, x in (("Q", q), ("K", k), ("V", v))}
+    host = {name: launch.to_float64(x, "float32") for name, x in dev.items()}
     total = np.zeros((1, n_q, dh))
     for offset in range(runs):
         plan = make_plan(*key[:2], N_q=n_q, N_k=n_k, d=dh, sram=48 * KB, dropout=Dropout(p, 77, offset))
-        total += gpu.to_float64(gpu.run_plan(plan, dev).buffers["O"], "float32")
+        total += launch.to_float64(launch.run_plan(plan, dev).buffers["O"], "float32")
     mean = total / runs
     o = reference.forward(host["Q"], host["K"], host["V"])[0]
     prob = reference.probabilities(host["Q"], host["K"], reference.default_scale(dh))

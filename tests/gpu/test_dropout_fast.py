@@ -13,12 +13,13 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.dropout import Dropout
-from iokernels.fast_bwd import make_fast_backward_plan
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import causal_offset, make_plan, with_dropout
-from iokernels.simulate import kv_rows, reference_outputs
-from iokernels.units import round_to
+from iokernels.plan.dropout import Dropout
+from iokernels.plan.fast_bwd import make_fast_backward_plan
+from iokernels.plan.units import round_to
+from iokernels.simulate import kv_rows, reference, reference_outputs
 
 from .helpers import problem_scale, rel_err
 
@@ -93,10 +94,10 @@ def _group_sum(plan, x):
 def test_forward_counters_and_outputs(case):
     plan = _plan(case, "fwd", _dropout(case, "fwd"))
     assert plan.stage("main").kernel == "flash_wgmma_fwd"
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(case))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case))
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
-    o = gpu.to_float64(run.buffers["O"], plan.dtype)
+    o = launch.to_float64(run.buffers["O"], plan.dtype)
     assert np.all(np.isfinite(o))
     want = reference_outputs(plan, host)["O"]
     q, k, v = _expanded(plan, host)
@@ -118,10 +119,10 @@ def test_forward_counters_and_outputs(case):
 def test_backward_counters_and_gradients(case):
     plan = _plan(case, "bwd", _dropout(case, "bwd"))
     assert plan.stage("main").kernel == "flash_wgmma_bwd"
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(case, "bwd"))  # O: the dropped forward's output
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "bwd"))  # O: the dropped forward's output
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
-    got = {n: gpu.to_float64(run.buffers[n], plan.dtype) for n in GRADS}
+    got = {n: launch.to_float64(run.buffers[n], plan.dtype) for n in GRADS}
     want = reference_outputs(plan, host)
     q, k, v = _expanded(plan, host)
     do = host["dO"]
@@ -150,11 +151,11 @@ def test_forward_mask_equals_numpy(d, dtype, causal):
     dropout = _dropout(d, dtype, causal, "mask", p=0.3)
     plan = make_plan("flash", "fast", N_q=333, N_k=d, d=d, dtype=dtype, sram=227 * KB, batch=2, heads=3,
                      causal=causal, dropout=dropout)
-    inputs, _ = gpu.make_device_inputs(plan, seed=1)
+    inputs, _ = launch.make_device_inputs(plan, seed=1)
     inputs["Q"] = cp.zeros_like(inputs["Q"])
-    inputs["V"] = gpu.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
-    run = gpu.run_plan(plan, inputs, counting=False)
-    o = gpu.to_float64(run.buffers["O"], dtype)
+    inputs["V"] = launch.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
+    run = launch.run_plan(plan, inputs, counting=False)
+    o = launch.to_float64(run.buffers["O"], dtype)
     keep = dropout.keep(np.arange(plan.bh)[:, None, None], np.arange(plan.N_q)[None, :, None],
                         np.arange(d)[None, None, :])
     vis = _visible(plan)
@@ -175,12 +176,12 @@ def test_backward_mask_equals_numpy(d, dtype, kv_heads):
     n_k = 300
     plan = make_plan("flash", "fast", N_q=d, N_k=n_k, d=d, dtype=dtype, sram=227 * KB, batch=1, heads=3,
                      kv_heads=kv_heads, direction="bwd", dropout=dropout)
-    inputs, _ = gpu.make_device_inputs(plan, seed=2)
+    inputs, _ = launch.make_device_inputs(plan, seed=2)
     inputs["Q"] = cp.zeros_like(inputs["Q"])
-    inputs["dO"] = gpu.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
+    inputs["dO"] = launch.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
     inputs["lse"] = cp.full(inputs["lse"].shape, np.log(n_k), dtype=cp.float32)
-    run = gpu.run_plan(plan, inputs, counting=False)
-    dv = gpu.to_float64(run.buffers["dV"], dtype)  # (bh_kv, N_k, d)
+    run = launch.run_plan(plan, inputs, counting=False)
+    dv = launch.to_float64(run.buffers["dV"], dtype)  # (bh_kv, N_k, d)
     z = dropout.full_multiplier(plan.bh, d, n_k) / n_k  # (bh, queries, keys)
     expect = _group_sum(plan, np.swapaxes(z, -1, -2))
     assert np.max(np.abs(dv - expect)) <= 4e-3 * np.max(expect)
@@ -197,12 +198,12 @@ def test_zero_probability_is_the_plain_kernel(d, dtype):
     fwd = make_plan("flash", "fast", N_q=500, N_k=300, d=d, dtype=dtype, sram=227 * KB, heads=2, causal=True)
     bwd = make_fast_backward_plan(N_q=500, N_k=300, d=d, dtype=dtype, heads=2, kernel="wgmma", dropout=True)
     for plan in (fwd, bwd):
-        inputs, _ = gpu.make_device_inputs(plan, seed=4)
-        plain = gpu.run_plan(plan, inputs, counting=False)
-        dropped = gpu.run_plan(with_dropout(plan, Dropout(0.0, 99)), inputs, counting=False)
+        inputs, _ = launch.make_device_inputs(plan, seed=4)
+        plain = launch.run_plan(plan, inputs, counting=False)
+        dropped = launch.run_plan(with_dropout(plan, Dropout(0.0, 99)), inputs, counting=False)
         names = ("O", "lse") if plan.direction == "fwd" else ("dK", "dV")
         for name in names:
             assert cp.array_equal(plain.buffers[name], dropped.buffers[name]), name
         if plan.direction == "bwd":
-            a, b = (gpu.to_float64(r.buffers["dQ"], dtype) for r in (plain, dropped))
+            a, b = (launch.to_float64(r.buffers["dQ"], dtype) for r in (plain, dropped))
             assert rel_err(b, a) < 1e-2

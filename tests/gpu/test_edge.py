@@ -25,13 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
-from iokernels.fast_bwd import make_fast_backward_plan
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import D_MAX, FLOAT32_TENSORS, SCHEDULES, Plan, Unsupported, make_plan, with_causal
-from iokernels.simulate import simulate
-from iokernels.tensors import OUTPUTS
-from iokernels.units import round_to
+from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
+from iokernels.plan.fast_bwd import make_fast_backward_plan
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference, simulate
 
 cp = pytest.importorskip("cupy")
 
@@ -120,19 +121,19 @@ def random_inputs(plan: Plan, seed: tuple, magnitude: float = 1.0, v_magnitude: 
 
 def run(plan: Plan, host: dict, counting: bool = True) -> dict[str, np.ndarray]:
     """The plan's outputs as float64 (forward: O and lse), after checking the counters against the model."""
-    device = {n: gpu.to_device(host[n], "float32" if n in FLOAT32_TENSORS else plan.dtype)
-              for n in gpu.INPUTS[plan.direction] if n in gpu.plan_tensors(plan)}
-    result = gpu.run_plan(plan, device, counting=counting)
+    device = {n: launch.to_device(host[n], "float32" if n in FLOAT32_TENSORS else plan.dtype)
+              for n in launch.INPUTS[plan.direction] if n in launch.plan_tensors(plan)}
+    result = launch.run_plan(plan, device, counting=counting)
     if counting:
         assert result.counts == model.exact(plan), plan.label
     b = result.buffers
-    out = {n: gpu.to_float64(b[n], plan.dtype) for n in OUTPUTS[plan.direction]}
+    out = {n: launch.to_float64(b[n], plan.dtype) for n in OUTPUTS[plan.direction]}
     if plan.direction == "fwd":
         if "lse" in b:
-            out["lse"] = gpu.to_float64(b["lse"], "float32")
+            out["lse"] = launch.to_float64(b["lse"], "float32")
         else:
             with np.errstate(divide="ignore"):  # l = 0 on a row with no visible key: lse = -inf
-                out["lse"] = gpu.to_float64(b["m"], "float32") + np.log(gpu.to_float64(b["l"], "float32"))
+                out["lse"] = launch.to_float64(b["m"], "float32") + np.log(launch.to_float64(b["l"], "float32"))
     return out
 
 

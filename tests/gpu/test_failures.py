@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import iokernels
-from iokernels import gpu, reference
+from iokernels.kernels import launch
 from iokernels.plan import TilesDoNotFit, make_plan
+from iokernels.simulate import reference
 
 from .helpers import rel_err
 
@@ -78,9 +79,9 @@ def test_out_of_memory_midway_through_allocation_frees_what_was_taken(pool):
     free = _free_bytes(pool)
     n = math.isqrt(int(0.6 * free) // 2)  # S and P: 0.6 x the free memory each, in float16
     plan = make_plan("standard", N_q=n, N_k=n, d=16, dtype="float16", sram=96 * KB)
-    inputs = {name: cp.zeros(gpu.tensor_shape(plan, name), dtype=cp.float16) for name in ("Q", "K", "V")}
+    inputs = {name: cp.zeros(launch.tensor_shape(plan, name), dtype=cp.float16) for name in ("Q", "K", "V")}
     before = pool.used_bytes()
-    exc = _fails(lambda: gpu.run_plan(plan, inputs), cp.cuda.memory.OutOfMemoryError)
+    exc = _fails(lambda: launch.run_plan(plan, inputs), cp.cuda.memory.OutOfMemoryError)
     gc.collect()
     assert pool.used_bytes() == before, f"{type(exc).__name__} left {pool.used_bytes() - before} bytes in use"
     inputs.clear()
@@ -114,9 +115,9 @@ def test_more_shared_memory_than_the_device_has_raises_and_leaves_the_process_us
     limit = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["sharedMemPerBlockOptin"]
     plan = make_plan("flash", "q_outer", N_q=300, d=64, sram=2 * limit)  # no smem_limit given: the plan allows it
     assert plan.smem_bytes > limit
-    inputs, _ = gpu.make_device_inputs(plan, seed=1)
+    inputs, _ = launch.make_device_inputs(plan, seed=1)
     before = pool.used_bytes()
-    _fails(lambda: gpu.run_plan(plan, inputs))
+    _fails(lambda: launch.run_plan(plan, inputs))
     gc.collect()
     assert pool.used_bytes() == before
     inputs.clear()
@@ -139,8 +140,8 @@ def no_gpu_work(monkeypatch, pool):
         raise AssertionError("a kernel was compiled or launched")
 
     for name in ("launch_stage", "kernel_function", "compile_plan", "capture_plans"):
-        if hasattr(gpu, name):
-            monkeypatch.setattr(gpu, name, reached)
+        if hasattr(launch, name):
+            monkeypatch.setattr(launch, name, reached)
     before = pool.used_bytes()
     yield arrays
     gc.collect()
@@ -166,7 +167,7 @@ def _bad_calls(a):
     yield "unknown causal alignment", ValueError, lambda: attention(q, q, q, causal="diagonal")
     plan = make_plan("flash", "q_outer", N_q=100, d=64, sram=96 * KB, batch=6)
     wrong = {"Q": a["narrow"], "K": q.reshape(6, 100, 64), "V": q.reshape(6, 100, 64)}
-    yield "run_plan with a wrongly shaped input", ValueError, lambda: gpu.run_plan(plan, wrong)
+    yield "run_plan with a wrongly shaped input", ValueError, lambda: launch.run_plan(plan, wrong)
     yield "forced tiles that do not fit", TilesDoNotFit, lambda: make_plan("flash", "q_outer", N_q=100, d=64,
                                                                            sram=48 * KB, block_r=4096)
 

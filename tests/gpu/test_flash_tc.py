@@ -1,4 +1,4 @@
-"""The tensor-core forward kernels (iokernels.fast: flash_wgmma.cu on sm_90, flash_tc.cu on sm_80+):
+"""The tensor-core forward kernels (iokernels.plan.fast: flash_wgmma.cu on sm_90, flash_tc.cu on sm_80+):
 counters == model == simulator and outputs within flash-attention's same-precision tolerance, ragged
 N and N_q != N_k included, for each kernel and its tile variants."""
 
@@ -7,9 +7,10 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.fast import FAST_TUNING, WGMMA_TUNING, make_fast_plan
-from iokernels.simulate import simulate
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan.fast import FAST_TUNING, WGMMA_TUNING, make_fast_plan
+from iokernels.simulate import reference, simulate
 
 from .helpers import naive_forward, problem_scale, rel_err
 
@@ -42,7 +43,7 @@ CASES = [  # (N_q, N_k, d, dtype, batch, heads)
 
 
 def _check_outputs(run, host, dtype):
-    o = gpu.to_float64(run.buffers["O"], dtype)
+    o = launch.to_float64(run.buffers["O"], dtype)
     assert np.all(np.isfinite(o))
     want, lse_want = reference.forward(host["Q"], host["K"], host["V"])[:2]
     scale = problem_scale({"O": want})
@@ -57,8 +58,8 @@ def _check_outputs(run, host, dtype):
 def test_counters_and_outputs(case, kernel):
     n_q, n_k, d, dtype, batch, heads = case
     plan = make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads, kernel=kernel)
-    inputs, host = gpu.make_device_inputs(plan, seed=zlib.crc32(repr(case).encode()))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=zlib.crc32(repr(case).encode()))
+    run = launch.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)
     assert run.counts == exact
     if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
@@ -72,8 +73,8 @@ VARIANTS = [("mma", *t) for t in FAST_TUNING] + [("wgmma", *t) for t in WGMMA_TU
 @pytest.mark.parametrize("kernel, d, br, bc", VARIANTS)
 def test_tile_variants(kernel, d, br, bc):
     plan = make_fast_plan(N_q=300, N_k=517, d=d, dtype="float16", heads=2, block_r=br, block_c=bc, kernel=kernel)
-    inputs, host = gpu.make_device_inputs(plan, seed=br + bc + d)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=br + bc + d)
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     _check_outputs(run, host, "float16")
 
@@ -81,26 +82,26 @@ def test_tile_variants(kernel, d, br, bc):
 @KERNELS
 def test_plain_build_matches_counting_build(kernel):
     plan = make_fast_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, kernel=kernel)
-    inputs, _ = gpu.make_device_inputs(plan, seed=5)
-    a = cp.asnumpy(gpu.run_plan(plan, inputs, counting=True).buffers["O"])
-    b = cp.asnumpy(gpu.run_plan(plan, inputs, counting=False).buffers["O"])
+    inputs, _ = launch.make_device_inputs(plan, seed=5)
+    a = cp.asnumpy(launch.run_plan(plan, inputs, counting=True).buffers["O"])
+    b = cp.asnumpy(launch.run_plan(plan, inputs, counting=False).buffers["O"])
     assert np.array_equal(a, b)
 
 
 @KERNELS
 def test_outputs_bitwise_identical_run_to_run(kernel):
     plan = make_fast_plan(N_q=1000, N_k=777, d=128, dtype="bfloat16", heads=2, kernel=kernel)
-    inputs, _ = gpu.make_device_inputs(plan, seed=11)
-    a = cp.asnumpy(gpu.run_plan(plan, inputs, counting=False).buffers["O"])
-    b = cp.asnumpy(gpu.run_plan(plan, inputs, counting=False).buffers["O"])
+    inputs, _ = launch.make_device_inputs(plan, seed=11)
+    a = cp.asnumpy(launch.run_plan(plan, inputs, counting=False).buffers["O"])
+    b = cp.asnumpy(launch.run_plan(plan, inputs, counting=False).buffers["O"])
     assert np.array_equal(a, b)
 
 
 @KERNELS
 def test_large_logits_stay_finite(kernel):
     plan = make_fast_plan(N_q=500, N_k=700, d=128, dtype="bfloat16", kernel=kernel)
-    inputs, _ = gpu.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
-    o = gpu.to_float64(gpu.run_plan(plan, inputs, counting=False).buffers["O"], "bfloat16")
+    inputs, _ = launch.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
+    o = launch.to_float64(launch.run_plan(plan, inputs, counting=False).buffers["O"], "bfloat16")
     assert np.all(np.isfinite(o))
 
 
@@ -108,9 +109,9 @@ def test_wgmma_refused_off_sm90():
     if "wgmma" in _kernels():
         pytest.skip("this GPU runs the wgmma kernel")
     plan = make_fast_plan(N_q=64, d=64, dtype="float16", kernel="wgmma")
-    inputs, _ = gpu.make_device_inputs(plan, seed=0)
-    with pytest.raises(gpu.ArchUnavailable):
-        gpu.run_plan(plan, inputs)
+    inputs, _ = launch.make_device_inputs(plan, seed=0)
+    with pytest.raises(launch.ArchUnavailable):
+        launch.run_plan(plan, inputs)
 
 
 @KERNELS
@@ -118,9 +119,9 @@ def test_wgmma_refused_off_sm90():
 def test_grouped_query_attention(kernel, batch, heads, kv_heads, n_q, n_k):
     plan = make_fast_plan(N_q=n_q, N_k=n_k, d=64, dtype="float16", batch=batch, heads=heads, kv_heads=kv_heads,
                           kernel=kernel)
-    inputs, host = gpu.make_device_inputs(plan, seed=heads * 7 + kv_heads)
+    inputs, host = launch.make_device_inputs(plan, seed=heads * 7 + kv_heads)
     assert inputs["K"].shape == (batch * kv_heads, n_k, 64)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     kv = np.arange(plan.bh) // (heads // kv_heads)
     _check_outputs(run, {"Q": host["Q"], "K": host["K"][kv], "V": host["V"][kv]}, "float16")

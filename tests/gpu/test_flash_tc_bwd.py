@@ -1,4 +1,4 @@
-"""The tensor-core backward (flash_wgmma_bwd.cu on sm_90, flash_tc_bwd.cu, iokernels.fast_bwd): counters ==
+"""The tensor-core backward (flash_wgmma_bwd.cu on sm_90, flash_tc_bwd.cu, iokernels.plan.fast_bwd): counters ==
 model == simulator byte for byte; gradients within flash-attention's same-precision tolerance (ragged N,
 N_q != N_k included); the plain build agrees with the counting build; the deterministic variant is bit-identical run
 to run."""
@@ -8,16 +8,17 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.fast_bwd import (
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan import make_plan
+from iokernels.plan.fast_bwd import (
     FAST_BWD_FALLBACKS,
     FAST_BWD_TUNING,
     FAST_BWD_WGMMA_TUNING,
     fit_fast_backward_plan,
     make_fast_backward_plan,
 )
-from iokernels.plan import make_plan
-from iokernels.simulate import simulate
+from iokernels.simulate import reference, simulate
 
 from .helpers import naive_backward, problem_scale, rel_err
 
@@ -48,7 +49,7 @@ def _seed(*parts) -> int:
 
 
 def _grads(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in GRADS}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in GRADS}
 
 
 def _check_grads(got, host, dtype):
@@ -70,8 +71,8 @@ def test_counters_and_gradients(case, kernel, deterministic):
     n_q, n_k, d, dtype, batch, heads = case
     plan = make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                    deterministic=deterministic, kernel=kernel)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(case))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case))
+    run = launch.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)
     assert run.counts == exact
     if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
@@ -91,8 +92,8 @@ def test_tile_variants(variant):
     _need(variant["kernel"])
     dtype = "bfloat16" if variant.get("q_stages") == 1 else "float16"
     plan = make_fast_backward_plan(N_q=300, N_k=517, dtype=dtype, heads=2, **variant)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(variant))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(variant))
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     _check_grads(_grads(run, plan), host, dtype)
 
@@ -101,8 +102,8 @@ def test_tile_variants(variant):
 def test_fit_takes_the_fastest_plan_that_fits(sram_kb):
     plan = fit_fast_backward_plan(sram=sram_kb * 1024, N_q=333, N_k=250, d=128, dtype="float16", heads=2)
     assert plan.smem_bytes <= sram_kb * 1024
-    inputs, host = gpu.make_device_inputs(plan, seed=sram_kb)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=sram_kb)
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     _check_grads(_grads(run, plan), host, "float16")
 
@@ -110,8 +111,8 @@ def test_fit_takes_the_fastest_plan_that_fits(sram_kb):
 def test_make_plan_takes_the_fallback_that_fits_m():
     plan = make_plan("flash", "fast", N_q=200, N_k=150, d=64, dtype="float16", sram=48 * 1024, direction="bwd")
     assert plan.smem_bytes <= 48 * 1024
-    inputs, host = gpu.make_device_inputs(plan, seed=4)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=4)
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     _check_grads(_grads(run, plan), host, "float16")
 
@@ -121,9 +122,9 @@ def test_plain_build_matches_counting_build(kernel, deterministic):
     _need(kernel)
     plan = make_fast_backward_plan(N_q=300, N_k=200, d=64, dtype="float16", heads=2, deterministic=deterministic,
                                    kernel=kernel)
-    inputs, _ = gpu.make_device_inputs(plan, seed=5)
-    counted = _grads(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain_run = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=5)
+    counted = _grads(launch.run_plan(plan, inputs, counting=True), plan)
+    plain_run = launch.run_plan(plan, inputs, counting=False)
     assert plain_run.counts is None
     plain = _grads(plain_run, plan)
     for name in GRADS:
@@ -137,15 +138,15 @@ def test_plain_build_matches_counting_build(kernel, deterministic):
 @pytest.mark.parametrize("d", [64, 128])
 def test_deterministic_is_bit_identical(d, dtype):
     plan = make_fast_backward_plan(N_q=1500, N_k=700, d=d, dtype=dtype, heads=3, deterministic=True)
-    inputs, _ = gpu.make_device_inputs(plan, seed=_seed("det", d, dtype))
-    runs = [{n: cp.asnumpy(x) for n, x in gpu.run_plan(plan, inputs, counting=False).buffers.items() if n in GRADS}
+    inputs, _ = launch.make_device_inputs(plan, seed=_seed("det", d, dtype))
+    runs = [{n: cp.asnumpy(x) for n, x in launch.run_plan(plan, inputs, counting=False).buffers.items() if n in GRADS}
             for _ in range(3)]
     for name in GRADS:
         assert runs[0][name].tobytes() == runs[1][name].tobytes() == runs[2][name].tobytes(), name
     # and the same gradients as the atomic plan, up to the order of the float additions of dQ
     atomic = make_fast_backward_plan(N_q=1500, N_k=700, d=d, dtype=dtype, heads=3, kernel="mma")
-    other = _grads(gpu.run_plan(atomic, inputs, counting=False), atomic)
-    mine = {n: gpu.to_float64(cp.asarray(x), dtype) for n, x in runs[0].items()}
+    other = _grads(launch.run_plan(atomic, inputs, counting=False), atomic)
+    mine = {n: launch.to_float64(cp.asarray(x), dtype) for n, x in runs[0].items()}
     for name in GRADS:
         ref = np.max(np.abs(mine[name]))
         assert np.max(np.abs(mine[name] - other[name])) <= 2 ** -6 * ref, name
@@ -157,8 +158,8 @@ def test_large_logits_stay_finite(dtype, kernel, deterministic):
     _need(kernel)
     plan = make_fast_backward_plan(N_q=300, N_k=200, d=128, dtype=dtype, heads=2, deterministic=deterministic,
                                    kernel=kernel)
-    inputs, _ = gpu.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
-    got = _grads(gpu.run_plan(plan, inputs, counting=False), plan)
+    inputs, _ = launch.make_device_inputs(plan, seed=9, magnitude=10.0)  # logits about x100
+    got = _grads(launch.run_plan(plan, inputs, counting=False), plan)
     for name, x in got.items():
         assert np.all(np.isfinite(x)), name
 
@@ -171,9 +172,9 @@ def test_grouped_query_attention(batch, heads, kv_heads, n_q, n_k, d, dtype):
     _need("wgmma")
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * 1024, batch=batch,
                      heads=heads, kv_heads=kv_heads, direction="bwd")
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(heads, kv_heads, n_q))
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(heads, kv_heads, n_q))
     assert inputs["K"].shape == (batch * kv_heads, n_k, d)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     got = _grads(run, plan)
     assert got["dK"].shape == (batch * kv_heads, n_k, d)

@@ -5,10 +5,12 @@ study of scripts/sweeps.sh runs (plus the backward and two_pass with a forced re
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
+from iokernels import model
+from iokernels.analysis.sweep import Problem, make_point_plan, resident_tile
+from iokernels.kernels import launch
+from iokernels.model.specs import current_device_spec
 from iokernels.plan import TilesDoNotFit
-from iokernels.specs import current_device_spec
-from iokernels.sweep import Problem, make_point_plan, resident_tile
+from iokernels.simulate import reference
 
 from .helpers import naive_backward, naive_forward, problem_scale, rel_err
 
@@ -32,12 +34,12 @@ def test_forced_tiles_count_the_model_and_match_float64(key, dtype, block):
         pytest.skip(str(exc))
     assert plan.tile[resident_tile(key)] == block
 
-    inputs, host = gpu.make_device_inputs(plan, seed=block)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=block)
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
 
     names = ("O",) if plan.direction == "fwd" else ("dQ", "dK", "dV")
-    got = {n: gpu.to_float64(run.buffers[n], plan.dtype) for n in names}
+    got = {n: launch.to_float64(run.buffers[n], plan.dtype) for n in names}
     if plan.direction == "fwd":
         want = {"O": reference.forward(host["Q"], host["K"], host["V"])[0]}
         naive = {"O": naive_forward(host["Q"], host["K"], host["V"], plan.dtype)}

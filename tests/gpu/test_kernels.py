@@ -5,11 +5,12 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import SCHEDULES, SramTooSmall, make_plan
-from iokernels.simulate import simulate
-from iokernels.tensors import OUTPUTS
+from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.simulate import reference, simulate
 
 from .helpers import naive_backward, naive_forward, problem_scale, rel_err
 
@@ -48,15 +49,15 @@ def _seed(*parts) -> int:  # fresh inputs per test, reproducible per test id
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_counters_and_outputs(key, case):
     plan = _plan(key, case)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(key, case))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(key, case))
+    run = launch.run_plan(plan, inputs, counting=True)
 
     # bytes: counters == exact model == simulator, per stage and tensor
     exact = model.exact(plan)
@@ -94,8 +95,8 @@ def test_counters_and_outputs(key, case):
 def test_large_logits_stay_finite(key, dtype):
     # q and k x10: logits x100
     plan = _plan(key, (300, 200, 64, dtype, 64 * KB, 1, 2))
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed("big", key, dtype), magnitude=10.0)
-    run = gpu.run_plan(plan, inputs)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("big", key, dtype), magnitude=10.0)
+    run = launch.run_plan(plan, inputs)
     got = _outputs(run, plan)
     for name, x in got.items():
         assert np.all(np.isfinite(x)), name
@@ -111,9 +112,9 @@ def test_large_logits_stay_finite(key, dtype):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_plain_build_counts_nothing_and_agrees(key):
     plan = _plan(key, (200, 150, 64, "float16" if key[1] == "fast" else "float32", 64 * KB, 1, 1))
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    counted = _outputs(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    counted = _outputs(launch.run_plan(plan, inputs, counting=True), plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         if name == "dQ" and plan.algorithm == "flash":  # float atomics from several K/V blocks: any order

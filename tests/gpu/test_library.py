@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import iokernels
-from iokernels import model, reference
+from iokernels import model
 from iokernels.plan import make_plan
+from iokernels.simulate import reference
 
 from .helpers import rel_err
 
@@ -193,7 +194,7 @@ def test_kernels_run_on_the_callers_current_stream(algorithm, schedule, dtype, b
     ("bwd", "flash", None, "float32", 256), ("bwd", "flash", None, "float16", 128),
 ])
 def test_graph_replays_equal_plain_launches(fn, algorithm, schedule, dtype, n):
-    from iokernels import api
+    from iokernels.library import execute
 
     rs = cp.random.default_rng(11)
     q, k, v, do = (rs.standard_normal((4, n, 64), dtype=cp.float32).astype(dtype) for _ in range(4))
@@ -205,9 +206,9 @@ def test_graph_replays_equal_plain_launches(fn, algorithm, schedule, dtype, n):
         return iokernels.attention_backward(q, k, v, o, do, lse, algorithm=algorithm, graph=graph)
 
     exact = fn == "fwd"  # the backward adds dQ with float atomics: equal up to summation order
-    api.clear_graphs()
+    execute.clear_graphs()
     plain, first, second = call(False), call(True), call(True)
-    assert len(api._GRAPHS) == 1  # captured once, then replayed
+    assert len(execute._GRAPHS) == 1  # captured once, then replayed
     for a, b in ((plain, first), (first, second)):
         for x, y in zip(*(t if isinstance(t, tuple) else (t,) for t in (a, b)), strict=True):
             if exact:
@@ -220,11 +221,11 @@ def test_graph_replays_equal_plain_launches(fn, algorithm, schedule, dtype, n):
     if fn == "bwd":
         o[...], lse[...] = iokernels.attention(q, k, v, return_lse=True)
     third, replain = call(True), call(False)
-    assert len(api._GRAPHS) == 1
+    assert len(execute._GRAPHS) == 1
     assert cp.array_equal((first if isinstance(first, tuple) else (first,))[0], snapshot)
     for x, y in zip(*(t if isinstance(t, tuple) else (t,) for t in (third, replain)), strict=True):
         assert float(cp.max(cp.abs(x.astype(cp.float32) - y.astype(cp.float32)))) < (1e-2 if not exact else 1e-30)
-    api.clear_graphs()
+    execute.clear_graphs()
 
 
 def test_graph_is_refused_inside_count_io():
@@ -245,19 +246,19 @@ def test_standard_attention_too_large_fails_before_allocating():
 
 
 def test_compiled_kernels_are_memoized_per_device():
-    from iokernels import gpu
+    from iokernels.kernels import launch
 
     q = cp.random.default_rng(12).standard_normal((2, 100, 64), dtype=cp.float32)
     want = iokernels.attention(q, q, q, algorithm="standard")
-    before = gpu._function.cache_info()
+    before = launch._function.cache_info()
     again = iokernels.attention(q, q, q, algorithm="standard")
-    after = gpu._function.cache_info()
+    after = launch._function.cache_info()
     assert after.misses == before.misses and after.hits >= before.hits + 5 and cp.array_equal(want, again)
     if cp.cuda.runtime.getDeviceCount() > 1:
         with cp.cuda.Device(1):
             other = iokernels.attention(cp.asarray(q), cp.asarray(q), cp.asarray(q), algorithm="standard")
             assert other.device.id == 1
-        assert gpu._function.cache_info().misses > after.misses  # the same kernels, compiled for device 1
+        assert launch._function.cache_info().misses > after.misses  # the same kernels, compiled for device 1
         assert cp.array_equal(cp.asarray(other), want)
 
 
@@ -266,7 +267,7 @@ def test_compiled_kernels_are_memoized_per_device():
 def test_block_sparse_attention_and_backward(dtype, causal):
     """block_mask= through the library: a random block pattern with empty rows, forward and backward
     against the float64 reference under the same element mask (rows that see no key: 0, never NaN)."""
-    from iokernels.masks import pattern
+    from iokernels.plan.masks import pattern
 
     rng = np.random.default_rng(11)
     n_q, n_k, d = 300, 517, 64

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import iokernels
-from iokernels import reference
+from iokernels.simulate import reference
 
 from .helpers import rel_err
 

@@ -18,11 +18,13 @@ import gc
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.fast import make_fast_plan
-from iokernels.fast_bwd import make_fast_backward_plan
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import FLOAT32_TENSORS, Plan, make_plan
-from iokernels.units import round_to
+from iokernels.plan.fast import make_fast_plan
+from iokernels.plan.fast_bwd import make_fast_backward_plan
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference
 
 from .test_edge import check_close
 
@@ -43,8 +45,8 @@ def _release():
 
 def _plan_bytes(plan: Plan) -> int:
     """Device bytes of every tensor the plan touches, inputs included."""
-    return sum(int(np.prod(gpu.tensor_shape(plan, n))) * (4 if n in FLOAT32_TENSORS else plan.itemsize)
-               for n in gpu.plan_tensors(plan))
+    return sum(int(np.prod(launch.tensor_shape(plan, n))) * (4 if n in FLOAT32_TENSORS else plan.itemsize)
+               for n in launch.plan_tensors(plan))
 
 
 def _need(plan: Plan, extra: int = 0) -> None:
@@ -97,7 +99,7 @@ def test_standard_attention_past_2_31_elements(heads, n_q, n_k):
     bwd = make_plan("standard", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=96 * KB, heads=heads, direction="bwd")
     _need(bwd, extra=_plan_bytes(fwd))
     q, k, v = _random((heads, n_q, d), 1), _random((heads, n_k, d), 2), _random((heads, n_k, d), 3)
-    run = gpu.run_plan(fwd, {"Q": q, "K": k, "V": v}, counting=True)
+    run = launch.run_plan(fwd, {"Q": q, "K": k, "V": v}, counting=True)
     assert run.counts == model.exact(fwd)
     assert _counts_past_4gb(run.counts), "S should move more than 4 GB"
     b = run.buffers
@@ -118,7 +120,7 @@ def test_standard_attention_past_2_31_elements(heads, n_q, n_k):
     p_in = b["P"]
     del run, b
     gc.collect()
-    grads = gpu.run_plan(bwd, {"Q": q, "K": k, "V": v, "dO": do, "P": p_in}, counting=True)
+    grads = launch.run_plan(bwd, {"Q": q, "K": k, "V": v, "dO": do, "P": p_in}, counting=True)
     assert grads.counts == model.exact(bwd)
     g = grads.buffers
     for i in rows:
@@ -159,7 +161,7 @@ def test_flash_past_2_31_elements(name, fwd, bwd):
         pytest.skip("the wgmma kernels run on sm_90 only")
     _need(bwd, extra=_plan_bytes(fwd))
     q, k, v, do = (_random((fwd.bh, N, D), seed) for seed in (5, 6, 7, 8))
-    run = gpu.run_plan(fwd, {"Q": q, "K": k, "V": v}, counting=True)
+    run = launch.run_plan(fwd, {"Q": q, "K": k, "V": v}, counting=True)
     assert run.counts == model.exact(fwd)
     assert _counts_past_4gb(run.counts), "Q should move more than 4 GB"
     o, lse = run.buffers["O"], run.buffers["lse"] if "lse" in run.buffers else None
@@ -167,7 +169,7 @@ def test_flash_past_2_31_elements(name, fwd, bwd):
         lse = run.buffers["m"] + cp.log(run.buffers["l"])
     del run
     gc.collect()
-    grads = gpu.run_plan(bwd, {"Q": q, "K": k, "V": v, "O": o, "dO": do, "lse": lse}, counting=True)
+    grads = launch.run_plan(bwd, {"Q": q, "K": k, "V": v, "O": o, "dO": do, "lse": lse}, counting=True)
     assert grads.counts == model.exact(bwd)
 
     one = dataclasses.replace(fwd, batch=1, heads=1, kv_heads=1)  # a head at a time for the reference

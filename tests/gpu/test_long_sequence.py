@@ -4,7 +4,7 @@ sampled rows against float64; standard attention is refused before launch. Slow:
 import pytest
 
 import iokernels
-from iokernels import reference
+from iokernels.simulate import reference
 
 from .helpers import rel_err
 

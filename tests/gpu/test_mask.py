@@ -10,12 +10,13 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.masks import ExplicitMask, pattern
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import make_plan
-from iokernels.simulate import reference_mask, simulate
-from iokernels.tensors import OUTPUTS
-from iokernels.units import round_to
+from iokernels.plan.masks import ExplicitMask, pattern
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference, reference_mask, simulate
 
 from .helpers import problem_scale, rel_err
 
@@ -43,7 +44,7 @@ def _plan(key, case, kind, shared, causal="", block_mask=None):
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 def _naive_probs(plan, host):
@@ -100,8 +101,8 @@ def _check_outputs(plan, host, got):
 
 
 def _run_and_check(plan, seed):
-    inputs, host = gpu.make_device_inputs(plan, seed=seed)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=seed)
+    run = launch.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)
     assert run.counts == exact
     assert exact["main"]["mask"][0] > 0
@@ -138,16 +139,16 @@ def test_rows_that_see_no_key(key, kind):
     rows = np.arange(3, 200, 7)
     assert np.all(got["O" if plan.direction == "fwd" else "dQ"][:, rows] == 0)
     if plan.direction == "fwd":
-        lse = gpu.to_float64(run.buffers["lse"], "float32")
+        lse = launch.to_float64(run.buffers["lse"], "float32")
         assert np.all(np.isneginf(lse[:, rows])) and np.all(np.isfinite(lse[:, 0:3]))
 
 
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_plain_build_agrees(key):
     plan = _plan(key, (200, 150, 64, "float32", 64 * KB, 1, 1), "additive", True)
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    counted = _outputs(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    counted = _outputs(launch.run_plan(plan, inputs, counting=True), plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         if name == "dQ":  # float atomics from several K/V blocks: any order
@@ -158,7 +159,7 @@ def test_plain_build_agrees(key):
 
 def test_a_wrong_mask_input_is_rejected_before_launch():
     plan = _plan(KEYS[0], (64, 64, 16, "float32", 48 * KB, 1, 2), "bool", False)
-    inputs, _ = gpu.make_device_inputs(plan, seed=1)
+    inputs, _ = launch.make_device_inputs(plan, seed=1)
     inputs["mask"] = inputs["mask"].astype("float32")
     with pytest.raises(ValueError, match="input mask: expected a C-contiguous uint8 array of shape \\(2, 64, 64\\)"):
-        gpu.run_plan(plan, inputs)
+        launch.run_plan(plan, inputs)

@@ -21,7 +21,7 @@ each replayed for about five metric passes; caches flushed before each pass). Th
    move as aligned 16-byte vectors or, for the tensor-core products' outputs, as 4 lanes' half2
    pairs covering 16 aligned bytes of a row; hence 2x. That takes every row 16-byte aligned (N and d
    multiples of 8 for 2-byte types): it is a property of this configuration, not of every size.
-   The recorded H200 sample (tests/test_profile.py) obeys it too.
+   The recorded H200 sample (tests/analysis/test_profile.py) obeys it too.
 
 3. **Standard attention's forward L1 bytes are exact** (tolerance 0) at this aligned size, from the
    access patterns: Q, K, V, P and S move as 16-byte vectors of whole sectors (factor 1); the
@@ -38,8 +38,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from iokernels import gpu, profile
+from iokernels.analysis import ncu, profile
 from iokernels.cli import cli
+from iokernels.kernels import launch
 from iokernels.plan import FLOAT32_TENSORS, all_plans
 
 cp = pytest.importorskip("cupy")
@@ -59,7 +60,7 @@ def plans():
 def doc(plans):
     try:
         return profile.profile(plans, cache_control="all")
-    except profile.NcuPermissionError as exc:
+    except ncu.NcuPermissionError as exc:
         pytest.skip(str(exc))
 
 
@@ -125,7 +126,7 @@ def test_writes_reach_l2_and_reads_come_from_dram(doc, plans):
         unique = 0
         for t in r["tensors"]:
             if t["counted_read_bytes"]:
-                shape = gpu.tensor_shape(plan, t["tensor"])
+                shape = launch.tensor_shape(plan, t["tensor"])
                 size = plan.tensor_itemsize(t["tensor"])
                 for extent in shape:
                     size *= extent

@@ -10,12 +10,13 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.masks import PATTERNS, BlockMask, pattern
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import SCHEDULES, make_plan, supports_block_sparse
-from iokernels.simulate import simulate
-from iokernels.tensors import OUTPUTS
-from iokernels.units import round_to
+from iokernels.plan.masks import PATTERNS, BlockMask, pattern
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference, simulate
 
 from .helpers import problem_scale, rel_err
 
@@ -46,7 +47,7 @@ def _plan(key, case, kind, causal=""):
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 def _visible(plan):
@@ -108,8 +109,8 @@ def _check_outputs(plan, host, got):
 def test_counters_and_outputs(key, case, causal):
     kind = PATTERNS[CASES.index(case) % len(PATTERNS)]  # each pattern on several shapes
     plan = _plan(key, case, kind, causal)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed(key, case, kind, causal))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(key, case, kind, causal))
+    run = launch.run_plan(plan, inputs, counting=True)
 
     exact = model.exact(plan)
     assert run.counts == exact
@@ -129,15 +130,15 @@ def test_rows_and_columns_with_no_kept_block(key, dtype):
     algorithm, schedule, direction = key
     plan = make_plan(algorithm, schedule, N_q=300, N_k=250, d=64, dtype=dtype, sram=64 * KB, heads=2,
                      direction=direction, block_mask=mask)
-    inputs, host = gpu.make_device_inputs(plan, seed=_seed("empty", key, dtype))
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("empty", key, dtype))
+    run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     got = _outputs(run, plan)
     _check_outputs(plan, host, got)
     if direction == "fwd":
         assert np.all(got["O"][:, 64:128] == 0)
         if "lse" in run.buffers:
-            lse = gpu.to_float64(run.buffers["lse"], "float32")
+            lse = launch.to_float64(run.buffers["lse"], "float32")
             assert np.all(np.isneginf(lse[:, 64:128])) and np.all(np.isfinite(lse[:, :64]))
     else:
         assert np.all(got["dQ"][:, 64:128] == 0)
@@ -147,9 +148,9 @@ def test_rows_and_columns_with_no_kept_block(key, dtype):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_plain_build_agrees(key):
     plan = _plan(key, (200, 150, 64, "float32", 64 * KB, 1, 1, 32, 32), "random")
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    counted = _outputs(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    counted = _outputs(launch.run_plan(plan, inputs, counting=True), plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         if name == "dQ":  # float atomics from several K/V blocks: any order
@@ -165,8 +166,8 @@ def test_bytes_follow_the_density_on_the_gpu(schedule, direction):
         mask = pattern("local", density, n_q=2048, n_k=2048, block_q=64)
         plan = make_plan("flash", schedule, N_q=2048, d=64, dtype="float16", sram=96 * KB, direction=direction,
                          block_mask=mask)
-        inputs, _ = gpu.make_device_inputs(plan, seed=5)
-        run = gpu.run_plan(plan, inputs, counting=True)
+        inputs, _ = launch.make_device_inputs(plan, seed=5)
+        run = launch.run_plan(plan, inputs, counting=True)
         assert run.counts == model.exact(plan)
         measured[density] = sum(r + w for tensors in run.counts.values() for r, w in tensors.values())
     assert measured[0.25] < 0.5 * measured[1.0]

@@ -11,13 +11,14 @@ import zlib
 import numpy as np
 import pytest
 
-from iokernels import gpu, model, reference
-from iokernels.dropout import Dropout
-from iokernels.masks import ExplicitMask
+from iokernels import model
+from iokernels.kernels import launch
 from iokernels.plan import Unsupported, make_plan
-from iokernels.simulate import reference_mask, simulate
-from iokernels.tensors import OUTPUTS
-from iokernels.units import round_to
+from iokernels.plan.dropout import Dropout
+from iokernels.plan.masks import ExplicitMask
+from iokernels.plan.tensors import OUTPUTS
+from iokernels.plan.units import round_to
+from iokernels.simulate import reference, reference_mask, simulate
 
 from .helpers import problem_scale, rel_err
 
@@ -53,7 +54,7 @@ def _plan(direction, case, kind=None, shared=True, p=None, causal="", seed=0, al
 
 
 def _outputs(run, plan):
-    return {name: gpu.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
+    return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in OUTPUTS[plan.direction]}
 
 
 def _z(plan):
@@ -111,8 +112,8 @@ def _check_outputs(plan, host, got):
 
 
 def _run_and_check(plan, seed):
-    inputs, host = gpu.make_device_inputs(plan, seed=seed)
-    run = gpu.run_plan(plan, inputs, counting=True)
+    inputs, host = launch.make_device_inputs(plan, seed=seed)
+    run = launch.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)
     assert run.counts == exact
     if plan.mask is not None and plan.direction == "fwd":
@@ -151,8 +152,8 @@ def test_rows_that_see_no_key(kind, p):
     fwd = _plan("fwd", case, kind, False, p, seed=5)
     run, _, got = _run_and_check(fwd, _seed("empty", kind, p))
     assert np.all(got["O"][:, rows] == 0)
-    prob = gpu.to_float64(run.buffers["P"], fwd.dtype)
-    m, l = (gpu.to_float64(run.buffers[name], "float32") for name in ("m", "l"))
+    prob = launch.to_float64(run.buffers["P"], fwd.dtype)
+    m, l = (launch.to_float64(run.buffers[name], "float32") for name in ("m", "l"))
     assert np.all(np.isfinite(prob)) and np.all(prob[:, rows] == 0)
     assert np.all(np.isneginf(m[:, rows])) and np.all(l[:, rows] == 0)
     assert np.all(np.isfinite(m[:, :3])) and np.all(l[:, :3] > 0)
@@ -166,9 +167,9 @@ def test_rows_that_see_no_key(kind, p):
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_plain_build_agrees(direction):
     plan = _plan(direction, (300, 200, 64, "float16", 64 * KB, 1, 2), "additive", False, 0.25, "bottom_right", 9)
-    inputs, _ = gpu.make_device_inputs(plan, seed=3)
-    counted = _outputs(gpu.run_plan(plan, inputs, counting=True), plan)
-    plain = gpu.run_plan(plan, inputs, counting=False)
+    inputs, _ = launch.make_device_inputs(plan, seed=3)
+    counted = _outputs(launch.run_plan(plan, inputs, counting=True), plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
     assert plain.counts is None
     for name, x in _outputs(plain, plan).items():
         np.testing.assert_array_equal(x, counted[name])
@@ -201,12 +202,12 @@ def test_standard_and_flash_agree_for_one_seed(direction, case, kind):
     standard = _plan(direction, case, kind, False, 0.5, seed=1234)
     assert standard.dropout == flash.dropout
     seed = _seed("agree", direction, case, kind)
-    inputs, host = gpu.make_device_inputs(standard, seed=seed)  # the same Q, K, V, mask, dO (and O, lse, P)
-    flash_inputs, flash_host = gpu.make_device_inputs(flash, seed=seed)
+    inputs, host = launch.make_device_inputs(standard, seed=seed)  # the same Q, K, V, mask, dO (and O, lse, P)
+    flash_inputs, flash_host = launch.make_device_inputs(flash, seed=seed)
     for name in set(host) & set(flash_host):
         np.testing.assert_array_equal(host[name], flash_host[name], err_msg=name)
-    a = _outputs(gpu.run_plan(standard, inputs), standard)
-    b = _outputs(gpu.run_plan(flash, flash_inputs), flash)
+    a = _outputs(launch.run_plan(standard, inputs), standard)
+    b = _outputs(launch.run_plan(flash, flash_inputs), flash)
     want = _want(standard, host)
     scale = problem_scale(want)
     if case[3] == "float32":
@@ -216,5 +217,5 @@ def test_standard_and_flash_agree_for_one_seed(direction, case, kind):
     for name in want:
         assert rel_err(a[name], b[name], scale) < tol, (name, rel_err(a[name], b[name], scale), tol)
     other = _plan(direction, case, kind, False, 0.5, seed=1235)
-    c = _outputs(gpu.run_plan(other, inputs), other)
+    c = _outputs(launch.run_plan(other, inputs), other)
     assert max(rel_err(c[name], a[name], scale) for name in want) > 0.05  # another seed: another result

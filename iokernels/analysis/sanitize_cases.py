@@ -1,0 +1,191 @@
+"""The kernel variants ``iokernels.analysis.sanitize`` runs under compute-sanitizer: every kernel, schedule, direction,
+dtype and mask at small ragged sizes, and how they are split into shards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..kernels.stages import plan_kernels
+from ..plan import (
+    CAUSAL_ALIGNMENTS,
+    SCHEDULES,
+    Plan,
+    Unsupported,
+    make_plan,
+    with_block_mask,
+    with_causal,
+    with_dropout,
+    with_mask,
+)
+from ..plan.dropout import Dropout
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, WGMMA_FALLBACK, make_fast_plan
+from ..plan.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_WGMMA_FALLBACK, make_fast_backward_plan
+from ..plan.masks import ExplicitMask, pattern
+from ..plan.research import FORCED_TILE_PROBLEMS
+from ..plan.units import DTYPE_ITEMSIZE
+
+KB = 1024
+BATCH, HEADS = 1, 2  # blockIdx.z > 0 exercises the batch·head offsets
+
+
+SHAPES = ((113, 17), (1, 113), (17, 1))  # (N_q, N_k): N of 1, 17 and 113, N_q != N_k; 113 > 17 masks whole rows
+
+
+QUICK_SHAPES = ((113, 17),)
+
+
+RESEARCH_HEAD_DIMS = (16, 128)
+
+
+RESEARCH_SRAM = {16: 16 * KB, 128: 96 * KB}  # several ragged tiles over 113 rows at both head dims
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One plan at one size in one build. ``config`` names the plan without its size: all sizes and
+    builds of a configuration load the same modules and go to the same shard."""
+
+    index: int
+    config: str
+    plan: Plan
+    counting: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.config} N_q={self.plan.N_q} N_k={self.plan.N_k} {'count' if self.counting else 'plain'}"
+
+
+def _describe(plan: Plan) -> str:
+    kernels = "+".join(dict.fromkeys(s.kernel for s in plan.stages))
+    tiles = ",".join(f"{k}={v}" for k, v in plan.tiles if k not in ("Tr", "Tc"))
+    smem = "/".join(str(s.smem_bytes) for s in plan.stages)
+    extra = [f"causal={plan.causal}"] if plan.causal else []
+    if plan.block_mask is not None:
+        extra.append(f"block_sparse={plan.block_mask.density:.2f}")
+    if plan.mask is not None:
+        extra.append(f"mask={plan.mask.kind}{'/shared' if plan.mask.shared else ''}")
+    if plan.dropout is not None:
+        extra.append(f"dropout={plan.dropout.p:g}")
+    if plan.kv_heads != plan.heads:
+        extra.append(f"kv_heads={plan.kv_heads}")
+    return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
+
+
+Factory = Callable[[int, int], Plan]  # (N_q, N_k) -> the plan of one configuration
+
+
+def _block_sparse(plan: Plan, causal: str = "") -> Plan:
+    """``plan`` with a random block mask on its own tile grid (about half the blocks, so that rows and
+    columns with no block occur at these sizes), and the causal mask when given."""
+    if "Br" not in plan.tile:
+        raise Unsupported(f"{plan.label} has no attention tiles")
+    mask = pattern("random", 0.5, n_q=plan.N_q, n_k=plan.N_k, block_q=plan.tile["Br"], block_k=plan.tile["Bc"],
+                   seed=plan.N_q * 7 + plan.N_k)
+    return with_block_mask(with_causal(plan, causal), mask)
+
+
+def _masks(quick: bool) -> tuple[Callable[[Plan], Plan], ...]:
+    """The masks each configuration runs with (a mask a plan has no kernel for raises Unsupported and is
+    left out): none, the causal mask in both alignments (bottom-right only with --quick), and a random
+    block-sparse mask alone and (not --quick) with the bottom-right causal mask, explicit masks, and
+    dropout alone and (not --quick) with the top-left causal mask. A new kind of mask is one more entry
+    here."""
+    alignments = ("bottom_right",) if quick else CAUSAL_ALIGNMENTS
+    sparse = (_block_sparse,) if quick else (_block_sparse, lambda plan: _block_sparse(plan, "bottom_right"))
+    explicit = [ExplicitMask("bool", shared=False)] + ([] if quick else [ExplicitMask("additive", shared=True)])
+    dropout = Dropout(0.3, 0x1234_5678_9ABC_DEF0, 5)
+    dropped = ((lambda plan: with_dropout(plan, dropout)),) if quick else (
+        (lambda plan: with_dropout(plan, dropout)), (lambda plan: with_dropout(with_causal(plan, "top_left"), dropout)))
+    return (lambda plan: plan, *(lambda plan, a=a: with_causal(plan, a) for a in alignments), *sparse,
+            *(lambda plan, m=m: with_mask(plan, m) for m in explicit), *dropped)
+
+
+def _research_configs(quick: bool) -> Iterator[Factory]:
+    for (algorithm, direction), schedules in SCHEDULES.items():
+        for schedule in schedules:
+            if schedule == "fast":
+                continue
+            for dtype in DTYPE_ITEMSIZE:
+                for d in RESEARCH_HEAD_DIMS:
+                    yield lambda n_q, n_k, a=algorithm, s=schedule, p=direction, t=dtype, d=d: make_plan(
+                        a, s, N_q=n_q, N_k=n_k, d=d, dtype=t, sram=RESEARCH_SRAM[d], batch=BATCH, heads=HEADS,
+                        direction=p)
+
+
+def _fast_forward_configs(quick: bool) -> Iterator[Factory]:
+    # the kernels make_plan picks (make_fast_plan_within: wgmma, its B_c = 64 fallback, mma), with
+    # grouped-query K/V or not
+    options = ({"kernel": "wgmma"}, {"kernel": "mma"}) if quick else (
+        {"kernel": "wgmma"}, {"kernel": "wgmma", **WGMMA_FALLBACK}, {"kernel": "mma"})
+    for dtype in FAST_DTYPES:
+        for d in FAST_HEAD_DIMS:
+            for option in options:
+                for kv_heads in ((1,) if quick else (HEADS, 1)):
+                    yield lambda n_q, n_k, t=dtype, d=d, o=option, kv=kv_heads: make_fast_plan(
+                        N_q=n_q, N_k=n_k, d=d, dtype=t, batch=BATCH, heads=HEADS, kv_heads=kv, **o)
+
+
+def _fast_backward_configs(quick: bool) -> Iterator[Factory]:
+    # wgmma (default tiles and make_plan's 64 x 64 fallback), mma with FAST_BWD_FALLBACKS, deterministic=True;
+    # grouped-query K/V where a kernel takes it (the others raise Unsupported and are left out)
+    options: list[dict] = [{"kernel": "wgmma"}, {"kernel": "mma"}, {"kernel": "mma", "deterministic": True}]
+    if not quick:
+        options += [{"kernel": "wgmma", **FAST_BWD_WGMMA_FALLBACK}]
+        options += [{"kernel": "mma", "deterministic": det, **f} for det in (False, True) for f in FAST_BWD_FALLBACKS
+                    if f]
+    for dtype in FAST_DTYPES:
+        for d in FAST_HEAD_DIMS:
+            for option in options:
+                for kv_heads in ((HEADS,) if quick else (HEADS, 1)):
+                    yield lambda n_q, n_k, t=dtype, d=d, o=option, kv=kv_heads: make_fast_backward_plan(
+                        N_q=n_q, N_k=n_k, d=d, dtype=t, batch=BATCH, heads=HEADS, **({"kv_heads": kv} if kv != HEADS
+                                                                                      else {}), **o)
+
+
+def _forced_tile_configs(quick: bool) -> Iterator[Factory]:
+    if quick:
+        return
+    for problem in FORCED_TILE_PROBLEMS:  # the block-size study's most lopsided tiles
+        yield lambda n_q, n_k, p=problem: make_plan(N_q=n_q, N_k=n_k, batch=BATCH, heads=HEADS, **p)
+
+
+def module_key(plan: Plan) -> tuple:
+    return tuple(ref for _, ref in plan_kernels(plan)), plan.kv_heads, plan.causal
+
+
+def variants(quick: bool = False) -> list[Variant]:
+    """Every variant the sanitizers run, in a fixed order (``index`` is the position)."""
+    shapes = QUICK_SHAPES if quick else SHAPES
+    out: list[Variant] = []
+    seen: set[tuple] = set()
+    families = (_research_configs, _fast_forward_configs, _fast_backward_configs, _forced_tile_configs)
+    for family in families:
+        for unmasked in family(quick):
+            for mask in _masks(quick):
+                def factory(n_q: int, n_k: int, unmasked: Factory = unmasked, mask=mask) -> Plan:
+                    return mask(unmasked(n_q, n_k))
+
+                try:
+                    probe = factory(*shapes[0])
+                except Unsupported:
+                    continue  # no kernel for this mask, or for grouped-query K/V, on this configuration
+                if probe.causal and not any("CAUSAL" in dict(s.params) for s in probe.stages):
+                    continue  # no stage takes the mask (standard backward): the unmasked kernels, already listed
+                key = module_key(probe)
+                if key in seen:
+                    continue  # a fallback equal to the default tiles
+                seen.add(key)
+                config = _describe(probe)
+                for n_q, n_k in shapes:
+                    plan = factory(n_q, n_k)
+                    for counting in (True, False):
+                        out.append(Variant(len(out), config, plan, counting))
+    return out
+
+
+def shard(items: list[Variant], index: int, count: int) -> list[Variant]:
+    """The variants of shard ``index`` of ``count``: whole configurations, dealt round robin."""
+    configs = list(dict.fromkeys(v.config for v in items))
+    mine = set(configs[index::count])
+    return [v for v in items if v.config in mine]

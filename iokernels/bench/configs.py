@@ -1,0 +1,118 @@
+"""Configurations of ``iokernels bench`` and the work they count (FlashAttention-2's FLOP convention)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..plan import check_problem
+from ..plan.units import check_dtype
+
+PASSES = ("fwd", "bwd")
+BWD_OVER_FWD = 2.5
+DEFAULT_TOKENS = 262144
+DEFAULT_HEADS = 16
+LONG_HEADS, LONG_D, LONG_BATCH, LONG_N_START, LONG_N_MAX = 48, 64, 1, 512, 131072
+FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; backward 2.5x forward; "
+                   "TFLOP/s = FLOPs / median seconds / 1e12")
+
+
+# ---------------------------------------------------------------------------------------------
+# work and configurations
+
+def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal: bool = False,
+                    direction: str = "fwd") -> float:
+    """FLOPs of one attention call by the FlashAttention-2 convention."""
+    if direction not in PASSES:
+        raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+    flops = 4.0 * batch * heads * n_q * n_k * d
+    if causal:
+        flops /= 2
+    return flops * (BWD_OVER_FWD if direction == "bwd" else 1.0)
+
+
+@dataclass(frozen=True)
+class Problem:
+    batch: int
+    heads: int
+    n: int
+    d: int
+    dtype: str
+    causal: bool = False
+    table: str = "main"
+    dropout: float = 0.0  # dropout probability on P (every implementation draws its own mask)
+
+    @property
+    def bh(self) -> int:
+        return self.batch * self.heads
+
+    def flops(self, direction: str) -> float:
+        return attention_flops(self.batch, self.heads, self.n, self.n, self.d, causal=self.causal,
+                               direction=direction)
+
+    def describe(self) -> str:
+        return (f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
+                + (f" dropout={self.dropout:g}" if self.dropout else ""))
+
+    def dropout_plan_arg(self) -> Any:
+        """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
+        from ..plan.dropout import Dropout
+
+        return Dropout(self.dropout, 0) if self.dropout else None
+
+
+def parse_ints(option: str, text: str) -> list[int]:
+    """``"64,128"`` -> [64, 128]; ValueError naming the option on anything else."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"{option}: give at least one value")
+    out = []
+    for x in items:
+        try:
+            value = int(x)
+        except ValueError:
+            raise ValueError(f"{option}: {x!r} is not an integer") from None
+        if value < 1:
+            raise ValueError(f"{option}: values must be >= 1, got {value}")
+        out.append(value)
+    return list(dict.fromkeys(out))
+
+
+def parse_dtypes(text: str) -> list[str]:
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise ValueError("--dtype: give at least one dtype")
+    return list(dict.fromkeys(check_dtype(x) for x in items))
+
+
+def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *, tokens: int = DEFAULT_TOKENS,
+                  heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0) -> list[Problem]:
+    """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens."""
+    if tokens < 1 or heads < 1:
+        raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
+    problems = []
+    for d in ds:
+        for dtype in dtypes:
+            for n in sorted(ns):
+                if tokens % (n * heads):
+                    raise ValueError(f"--tokens {tokens} is not a multiple of N*heads = {n}*{heads} = {n * heads}; "
+                                     "choose --tokens, --N or --heads so that batch = tokens/(N*heads) is whole")
+                batch = tokens // (n * heads)
+                check_problem(n, n, d, dtype, batch, heads)
+                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout))
+    return problems
+
+
+def long_problems(*, n_max: int = LONG_N_MAX, dtype: str = "float16", n_start: int = LONG_N_START,
+                  heads: int = LONG_HEADS, d: int = LONG_D, batch: int = LONG_BATCH,
+                  causal: bool = False, dropout: float = 0.0) -> list[Problem]:
+    """The long-sequence table: N = n_start, 2·n_start, ... up to n_max."""
+    if n_max < n_start:
+        raise ValueError(f"--long-max-n must be >= {n_start}, got {n_max}")
+    out, n = [], n_start
+    while n <= n_max:
+        check_problem(n, n, d, dtype, batch, heads)
+        out.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, table="long", dropout=dropout))
+        n *= 2
+    return out

@@ -1,0 +1,194 @@
+"""Options, errors and output shared by the commands: every command takes the problem the same way, and a
+user's mistake prints one line on stderr and exits with code 2; ``--json`` output stays one clean document."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..model.specs import DEFAULT_GPU, resolve_spec
+from ..plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
+from ..plan.dropout import Dropout
+from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
+from ..plan.masks import pattern as block_pattern
+from ..plan.units import check_dtype, format_bytes, parse_size
+
+SIZE_HELP = "bytes, or with a unit: 192KB, 192KiB, 1MB (KB, MB are binary: 1 KB = 1024 bytes, same as KiB)"
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"iokernels: error: {self.format_message()}", err=True)
+
+
+class EnvironmentProblem(UserError):
+    """What this machine lacks (cupy, a GPU): one line, exit code 1."""
+
+    exit_code = 1
+
+
+class Cli(click.Group):
+    """A group whose usage errors are one line on stderr, exit code 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("iokernels: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            click.echo(f"iokernels: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+
+
+def user_errors(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise UserError(str(exc)) from exc
+        except RuntimeError as exc:
+            raise EnvironmentProblem(str(exc)) from exc
+    return wrapper
+
+
+def problem_options(fn: Callable) -> Callable:
+    options = [
+        click.option("--N", "n", type=int, default=None, help="sequence length (sets N_q and N_k)"),
+        click.option("--Nq", "n_q", type=int, default=None, help="query length (default: --N)"),
+        click.option("--Nk", "n_k", type=int, default=None, help="key/value length (default: --N)"),
+        click.option("--d", "d", type=int, default=64, show_default=True, help="head dimension"),
+        click.option("--sram", default="192KB", show_default=True, help=f"M, shared memory per block: {SIZE_HELP}"),
+        click.option("--dtype", default="float32", show_default=True, help="float32, float16 or bfloat16"),
+        click.option("--batch", type=int, default=1, show_default=True),
+        click.option("--heads", type=int, default=1, show_default=True),
+        click.option("--gpu", default=None,
+                     help=f"GPU spec by name (see `iokernels specs`); default: the current device, else {DEFAULT_GPU}"),
+        click.option("--backward", is_flag=True, help="also the backward passes"),
+        click.option("--causal", is_flag=True,
+                     help="causal attention (key j visible to query i iff j <= i + offset); flash and two_pass "
+                          "skip fully masked blocks"),
+        click.option("--causal-align", "causal_align", default=None, metavar="bottom-right|top-left",
+                     help=f"alignment of the causal mask when N_q != N_k (with --causal; default "
+                          f"{DEFAULT_CAUSAL_ALIGNMENT.replace('_', '-')}: offset N_k - N_q, the last query sees "
+                          "every key; top-left: offset 0)"),
+        click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def causal_spec(causal: bool, causal_align: str | None) -> str:
+    """The plans' causal alignment ("" for none) from --causal and --causal-align."""
+    if causal_align is not None and not causal:
+        raise ValueError(f"--causal-align {causal_align} needs --causal")
+    if not causal:
+        return ""
+    return normalize_causal(True if causal_align is None else causal_align)
+
+
+def block_sparse_options(fn: Callable) -> Callable:
+    """--block-sparse DENSITY and the block mask's pattern, seed and block size (iokernels.plan.masks)."""
+    options = [
+        click.option("--block-sparse", "block_sparse", type=float, default=None, metavar="DENSITY",
+                     help="block-sparse attention (the paper's Algorithm 5) with about this fraction of nonzero "
+                          "blocks, in (0, 1]; flash and two_pass skip the zero blocks"),
+        click.option("--block-pattern", "block_pattern", default=None, metavar="|".join(PATTERNS),
+                     help=f"the block mask's pattern (with --block-sparse; default {PATTERNS[0]}: a sliding "
+                          "window; strided; random)"),
+        click.option("--block-seed", "block_seed", type=int, default=None,
+                     help="seed of --block-pattern random (default 0)"),
+        click.option("--block-size", "block_size", type=int, default=None,
+                     help=f"queries and keys per block of the mask (default {DEFAULT_BLOCK}); the plans' tiles "
+                          "divide it"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def sparse_spec(block_sparse, block_pattern, block_seed, block_size) -> dict | None:
+    """The block-sparse options as pattern arguments (None without --block-sparse)."""
+    if block_sparse is None:
+        given = [name for name, v in (("--block-pattern", block_pattern), ("--block-seed", block_seed),
+                                      ("--block-size", block_size)) if v is not None]
+        if given:
+            raise ValueError(f"{given[0]} needs --block-sparse DENSITY")
+        return None
+    return {"kind": block_pattern or PATTERNS[0], "density": block_sparse, "seed": block_seed or 0,
+            "block_q": DEFAULT_BLOCK if block_size is None else block_size}
+
+
+def mask_dropout_options(fn: Callable) -> Callable:
+    """--mask KIND [--mask-per-head] (an explicit mask of random values) and --dropout P [--dropout-seed]."""
+    options = [
+        click.option("--mask", "mask_kind", type=click.Choice(list(MASK_KINDS)), default=None,
+                     help="an explicit element mask read from HBM, random values (about 70% visible): bool (1 byte "
+                          "per element) or additive (float32 added to the scores); only the plans that read one"),
+        click.option("--mask-per-head", is_flag=True,
+                     help="one --mask per batch-head instead of one shared by all (the bytes read are the same)"),
+        click.option("--dropout", "dropout_p", type=float, default=None, metavar="P",
+                     help="dropout on P with probability P in [0, 1) (Philox, regenerated in every kernel that "
+                          "needs it: no bytes); only the plans that implement it"),
+        click.option("--dropout-seed", type=int, default=None, help="seed of --dropout's stream (default 0)"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed) -> dict:
+    """all_plans' mask and dropout arguments from the options."""
+    if mask_per_head and mask_kind is None:
+        raise ValueError("--mask-per-head needs --mask bool|additive")
+    if dropout_seed is not None and dropout_p is None:
+        raise ValueError("--dropout-seed needs --dropout P")
+    return {"mask": None if mask_kind is None else ExplicitMask(mask_kind, shared=not mask_per_head),
+            "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0)}
+
+
+KV_HEADS_OPTION = click.option(
+    "--kv-heads", "kv_heads", type=int, default=None,
+    help="grouped-query attention: K and V with this many heads, each shared by heads / kv-heads query heads "
+         "(only flash/fast takes it; the other plans are left out)")
+
+
+def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
+                       sparse=None, kv_heads=None, mask=None, dropout=None):
+    """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
+    causal = causal_spec(causal, causal_align)
+    n_q = n if n_q is None else n_q
+    n_k = n if n_k is None else n_k
+    if n_q is None or n_k is None:
+        raise ValueError("give --N, or both --Nq and --Nk")
+    block_mask = None if sparse is None else block_pattern(n_q=n_q, n_k=n_k, **sparse)
+    spec = resolve_spec(gpu)
+    sram_bytes = parse_size(sram)
+    limit = spec.smem_per_block_bytes
+    if limit and sram_bytes > limit:
+        raise ValueError(f"--sram {sram_bytes} bytes exceeds the per-block shared-memory limit of {spec.name}, "
+                         f"{limit} bytes ({format_bytes(limit)}); choose a smaller --sram or another --gpu")
+    plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
+                      heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
+                      causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout)
+    if not plans:
+        raise ValueError("no algorithm implements this combination of masks" if kv_heads is None else
+                         "no plan takes grouped-query attention here: flash/fast needs float16 or bfloat16 and "
+                         "d of 64 or 128")
+    return plans, spec
+
+
+def emit(doc: dict, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(doc, indent=1, default=float) if as_json else text)

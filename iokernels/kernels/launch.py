@@ -1,0 +1,463 @@
+"""Run plans on the GPU through cupy: compile (memoized per device), allocate, launch, count, time.
+
+One launcher for every algorithm: each plan stage names its kernel (``kernels/stages.py``), and
+:data:`ARGS` below names its arguments; grids, threads and shared memory come from the plan.
+bfloat16 tensors live in cupy as raw ``uint16`` bits (cupy has no bfloat16 dtype).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from ..plan import FLOAT32_TENSORS, Plan, Stage
+from ..plan.fast_bwd import FAST_BWD_ARGS
+from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
+from ..simulate import KV_TENSORS, make_inputs, reference
+from .runtime import cubin_cache_dir, require_cupy
+from .sources import COUNTER_SLOTS, SOURCE_ARCHS, build_source
+from .stages import GEMMS, KernelRef, kernel_ref
+
+# kernel -> its arguments before the counters: tensor names, or n_q / n_k / d / scale
+ARGS: dict[str, tuple[str, ...]] = {
+    "rowmax": ("S", "m", "n_k", "n_q"),
+    "rowsum": ("S", "m", "l", "n_k", "n_q"),
+    "normalize": ("S", "m", "l", "P", "n_k", "n_q"),
+    "rowdot": ("P", "dP", "D", "n_k", "n_q"),
+    "ds": ("P", "dP", "D", "dS", "n_k", "n_q"),
+    "flash_init": ("Oacc", "m", "l", "d", "n_q"),
+    "flash_finalize": ("Oacc", "O", "d", "n_q"),
+    "flash_bwd_prep": ("dO", "O", "D", "dQacc", "d", "n_q"),
+    "flash_bwd_dq": ("dQacc", "dQ", "d", "n_q"),
+    "flash_q_outer": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale"),
+    "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
+    "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
+    "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
+    **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.plan.fast_bwd)
+    "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
+    "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
+    "two_pass_store_output": ("S", "m", "l", "V", "O", "n_q", "n_k"),
+    "two_pass_recompute_output": ("Q", "K", "V", "m", "l", "O", "n_q", "n_k", "scale"),
+    "flash_bwd_kv_outer": ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
+}
+# gemm stage -> (M, N, K) of C = alpha A B, and whether alpha is the softmax scale
+GEMM_SIZES: dict[str, tuple[str, str, str, bool]] = {
+    "qk": ("n_q", "n_k", "d", True), "pv": ("n_q", "d", "n_k", False), "dv": ("n_k", "d", "n_q", False),
+    "dp": ("n_q", "n_k", "d", False), "dq": ("n_q", "d", "n_k", True), "dk": ("n_k", "d", "n_q", True),
+}
+
+INPUTS = {"fwd": ("Q", "K", "V"), "bwd": ("Q", "K", "V", "O", "dO", "lse", "P")}
+BF16_NAN = 0x7FC0
+
+
+def storage_dtype(plan_dtype: str) -> np.dtype:
+    return np.dtype({"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[plan_dtype])
+
+
+def tensor_dtype(plan: Plan, name: str) -> np.dtype:
+    return np.dtype(np.float32) if name in FLOAT32_TENSORS else storage_dtype(plan.dtype)
+
+
+def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
+    extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
+    rows = plan.bh_kv if name in KV_TENSORS else plan.bh  # grouped-query: fewer K/V heads
+    return (rows, *(extent[x] for x in DIMS[name]))
+
+
+def stage_tensors(stage: Stage) -> tuple[str, ...]:
+    if stage.kernel == "gemm":
+        return GEMMS[stage.name][2:]
+    return tuple(a for a in ARGS[stage.kernel] if a in DIMS)
+
+
+def plan_tensors(plan: Plan) -> list[str]:
+    seen: list[str] = []
+    for stage in plan.stages:
+        seen += [t for t in stage_tensors(stage) if t not in seen]
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# dtype conversion on the device (bfloat16 as uint16 bits, round to nearest even)
+
+def to_device(x: Any, dtype: str) -> Any:
+    """A float array (numpy or cupy, any float dtype) as a cupy array of the plan's storage dtype."""
+    cp = require_cupy()
+    x32 = cp.asarray(x, dtype=cp.float32)
+    if dtype != "bfloat16":
+        return cp.ascontiguousarray(x32.astype(storage_dtype(dtype)))
+    bits = x32.view(cp.uint32)
+    rounded = (bits + cp.uint32(0x7FFF) + ((bits >> 16) & cp.uint32(1))) >> 16
+    return cp.ascontiguousarray(rounded.astype(cp.uint16))
+
+
+def to_float64(x: Any, dtype: str) -> np.ndarray:
+    """A device array of storage dtype ``dtype`` as a float64 numpy array."""
+    cp = require_cupy()
+    if dtype == "bfloat16" and x.dtype == cp.uint16:
+        x = (x.astype(cp.uint32) << 16).view(cp.float32)
+    return cp.asnumpy(x).astype(np.float64)
+
+
+def poison(x: Any, dtype: np.dtype) -> None:
+    """Fill with NaN so an element no kernel writes fails the check."""
+    if dtype == np.uint16:
+        x.fill(BF16_NAN)
+    else:
+        x.fill(np.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# compilation, memoized per device
+
+class ArchUnavailable(RuntimeError):
+    """A kernel written for one architecture (``SOURCE_ARCHS``) was asked for on another GPU."""
+
+
+def _nvrtc_cubin(code: str, name: str, arch: str, expression: str) -> tuple[bytes, str]:
+    """Compile for a real architecture that cupy's own compile path does not take (``sm_90a``):
+    NVIDIA's cuda.bindings NVRTC when installed, else cupy's binding of the same library."""
+    options = ["-std=c++17", "-ftz=true"]  # cupy.RawModule compiles every other kernel with -ftz=true
+    try:
+        from .nvrtc import compile_to_cubin
+
+        result = compile_to_cubin(code, arch=arch, name=name, name_expressions=[expression], extra_options=options)
+        return result.cubin, result.lowered_names[expression]
+    except ImportError:
+        pass
+    from cupy_backends.cuda.libs import nvrtc
+
+    from .nvrtc import include_dirs
+
+    prog = nvrtc.createProgram(code, name, (), ())
+    try:
+        nvrtc.addNameExpression(prog, expression)
+        try:
+            nvrtc.compileProgram(prog, (f"--gpu-architecture={arch}", *options,
+                                        *(f"-I{d}" for d in include_dirs())))
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"NVRTC could not compile {name} for {arch}:\n{nvrtc.getProgramLog(prog)}") from exc
+        return bytes(nvrtc.getCUBIN(prog)), nvrtc.getLoweredName(prog, expression)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def _arch_function(cp: Any, ref: KernelRef, code: str, archs: tuple[str, ...]) -> Any:
+    cc = cp.cuda.Device().compute_capability
+    arch = f"sm_{cc}a"
+    if arch not in archs:
+        raise ArchUnavailable(f"{ref.source} ({ref.name_expression}) runs on {', '.join(archs)} only; "
+                              f"this GPU is sm_{cc}")
+    key = hashlib.sha256("\0".join((code, arch, ref.name_expression, cp.__version__)).encode()).hexdigest()
+    folder = cubin_cache_dir()
+    cubin_path, name_path = folder / f"{key}.cubin", folder / f"{key}.name"
+    if not (cubin_path.is_file() and name_path.is_file()):
+        cubin, mangled = _nvrtc_cubin(code, ref.source, arch, ref.name_expression)
+        folder.mkdir(parents=True, exist_ok=True)
+        for path, data in ((cubin_path, cubin), (name_path, mangled.encode())):
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+    module = cp.RawModule(path=str(cubin_path))
+    return module.get_function(name_path.read_text())
+
+
+@cache
+def _function(ref: KernelRef, counting: bool, device_id: int, smem_bytes: int) -> Any:
+    cp = require_cupy()
+    with cp.cuda.Device(device_id):
+        code = build_source(ref.source, ref.define_dict, counting)
+        if ref.source in SOURCE_ARCHS:
+            fn = _arch_function(cp, ref, code, SOURCE_ARCHS[ref.source])
+        else:
+            module = cp.RawModule(code=code, options=("-std=c++17",), name_expressions=[ref.name_expression])
+            fn = module.get_function(ref.name_expression)
+        if smem_bytes > 48 * 1024:  # above 48 KB a kernel must opt in
+            fn.max_dynamic_shared_size_bytes = smem_bytes
+    return fn
+
+
+def kernel_function(plan: Plan, stage: Stage, counting: bool) -> Any:
+    cp = require_cupy()
+    return _function(kernel_ref(plan, stage), counting, cp.cuda.Device().id, stage.smem_bytes)
+
+
+def compile_plan(plan: Plan, counting: bool = False) -> None:
+    for stage in plan.stages:
+        kernel_function(plan, stage, counting)
+
+
+# ---------------------------------------------------------------------------------------------
+# launching
+
+@dataclass
+class GpuRun:
+    plan: Plan
+    buffers: dict[str, Any]
+    counts: Counts | None = None
+    workspace_bytes: int = 0
+
+
+@dataclass
+class _IoLog:
+    records: list[dict] = field(default_factory=list)
+
+
+_IO_LOGS: list[_IoLog] = []
+
+
+@contextlib.contextmanager
+def count_io() -> Iterator[list[dict]]:
+    """Inside this block every launch uses the counting build; yields the list of records, one per
+    kernel launch and tensor: ``{"plan", "stage", "kernel", "tensor", "read_bytes", "write_bytes"}``."""
+    log = _IoLog()
+    _IO_LOGS.append(log)
+    try:
+        yield log.records
+    finally:
+        _IO_LOGS.remove(log)
+
+
+def counting_active() -> bool:
+    return bool(_IO_LOGS)
+
+
+def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float) -> list[Any]:
+    values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
+              "scale": np.float32(scale), "null": np.uint64(0),
+              "kv_group": np.int32(plan.heads // plan.kv_heads)}
+    if stage.kernel == "gemm":
+        _, _, a, b, c = GEMMS[stage.name]
+        m, n, k, scaled = GEMM_SIZES[stage.name]
+        args = [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
+                np.float32(scale if scaled else 1.0)]
+        if dict(stage.params).get("MASK"):  # qk: the explicit mask, before the dropout arguments (common.cuh)
+            args.append(buffers["mask"])
+        if dict(stage.params).get("DROPOUT"):  # pv, dv: the dropped P (common.cuh IOK_DROPOUT_PARAM)
+            args.extend(plan.dropout.kernel_args())
+        return args
+    args = [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
+    if dict(stage.params).get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
+        args.append(buffers["block_mask"])
+    if dict(stage.params).get("MASK"):  # the explicit mask, after the block mask (common.cuh)
+        args.append(buffers["mask"])
+    if dict(stage.params).get("DROPOUT"):  # threshold, keep scale, seed, offset (common.cuh IOK_DROPOUT_PARAM)
+        args.extend(plan.dropout.kernel_args())
+    return args
+
+
+def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool = True) -> tuple[dict[str, Any], int]:
+    """Device buffers for every tensor the plan touches; inputs are used as given (checked). The other
+    buffers are filled with NaN, unless ``poison_outputs`` is False (left unwritten: the sanitizer's
+    initcheck then sees a kernel that reads what it never wrote)."""
+    cp = require_cupy()
+    pool = cp.get_default_memory_pool()
+    before = pool.used_bytes()
+    buffers: dict[str, Any] = {}
+    for name in plan_tensors(plan):
+        shape, dtype = tensor_shape(plan, name), tensor_dtype(plan, name)
+        if name in inputs:
+            x = inputs[name]
+            if tuple(x.shape) != shape or x.dtype != dtype or not x.flags.c_contiguous:
+                raise ValueError(f"input {name}: expected a C-contiguous {dtype} array of shape {shape}, "
+                                 f"got {x.dtype} {tuple(x.shape)}")
+            buffers[name] = x
+        else:
+            buffers[name] = cp.empty(shape, dtype=dtype)
+            if poison_outputs:
+                poison(buffers[name], dtype)
+    workspace = pool.used_bytes() - before
+    if plan.block_mask is not None:  # part of the plan: its block mask on the tile grid, T_r x T_c bytes
+        buffers["block_mask"] = cp.asarray(plan.block_grid())
+    if plan.mask is not None:  # an explicit mask: an input, (1 or batch*heads, N_q, N_k) of uint8 or float32
+        shape = plan.mask.shape(plan.bh, plan.N_q, plan.N_k)
+        x = inputs.get("mask")
+        if x is None or tuple(x.shape) != shape or x.dtype != plan.mask.dtype or not x.flags.c_contiguous:
+            got = "none" if x is None else f"{x.dtype} {tuple(x.shape)}"
+            raise ValueError(f"input mask: expected a C-contiguous {plan.mask.dtype} array of shape {shape}, "
+                             f"got {got}")
+        buffers["mask"] = x
+    return buffers, workspace
+
+
+def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float, counting: bool,
+                 counters: Any = None) -> None:
+    fn = kernel_function(plan, stage, counting)
+    args = _stage_args(plan, stage, buffers, scale)
+    fn(stage.grid, (stage.threads,), (*args, counters if counting else np.uint64(0)),
+       shared_mem=stage.smem_bytes)
+
+
+def new_counters() -> Any:
+    cp = require_cupy()
+    return cp.zeros(COUNTER_SLOTS * 2 * NUM_TENSORS, dtype=cp.uint64)
+
+
+def counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
+    raw = raw.reshape(COUNTER_SLOTS, 2 * NUM_TENSORS).sum(axis=0, dtype=np.uint64)
+    out = {}
+    for i, tensor in enumerate(TENSORS):
+        r, w = int(raw[2 * i]), int(raw[2 * i + 1])
+        if r or w:
+            out[tensor] = (r, w)
+    return out
+
+
+def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None
+             ) -> GpuRun:
+    """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's
+    storage dtype (see :func:`to_device`); outputs and workspace are poisoned with NaN first.
+    With ``counting`` (default: inside :func:`count_io`) the counting build runs and per-stage,
+    per-tensor bytes come back in ``counts``."""
+    cp = require_cupy()
+    counting = counting_active() if counting is None else counting
+    scale = reference.default_scale(plan.d) if scale is None else scale
+    buffers, workspace = allocate(plan, inputs)
+    counts: Counts | None = {} if counting else None
+    for stage in plan.stages:
+        counters = new_counters() if counting else None
+        launch_stage(plan, stage, buffers, scale, counting, counters)
+        if counting:
+            counts[stage.name] = counts_from(cp.asnumpy(counters))
+            for log in _IO_LOGS:
+                for tensor, (r, w) in counts[stage.name].items():
+                    log.records.append({"plan": plan.label, "stage": stage.name, "kernel": stage.kernel,
+                                        "tensor": tensor, "read_bytes": r, "write_bytes": w})
+    return GpuRun(plan, buffers, counts, workspace)
+
+
+def plan_device_bytes(plan: Plan, exclude: tuple[str, ...] | set[str] = ()) -> int:
+    """Device bytes of every tensor ``plan`` touches (what :func:`allocate` holds), less ``exclude``
+    (inputs that already exist on the device). Needs no GPU."""
+    return sum(math.prod(tensor_shape(plan, name)) * tensor_dtype(plan, name).itemsize
+               for name in plan_tensors(plan) if name not in exclude)
+
+
+def free_device_bytes() -> tuple[int, int]:
+    """(free, total) bytes of the current device; free counts what cupy's pool holds unused."""
+    cp = require_cupy()
+    free, total = cp.cuda.runtime.memGetInfo()
+    return free + cp.get_default_memory_pool().free_bytes(), total
+
+
+def capture_plans(runs: list[tuple[Plan, dict[str, Any]]], scale: float) -> Any:
+    """A CUDA graph of every stage of each ``(plan, buffers)`` in order (plain build), captured on a
+    private stream; replay it with ``graph.launch(stream)`` on any stream. ``buffers`` as from
+    :func:`allocate`: the graph reads and writes those addresses on every replay."""
+    cp = require_cupy()
+    for plan, _ in runs:
+        compile_plan(plan)  # nothing may compile or load during capture
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            for plan, buffers in runs:
+                for stage in plan.stages:
+                    launch_stage(plan, stage, buffers, scale, False)
+        finally:
+            graph = stream.end_capture()
+    return graph
+
+
+# Timing: CUDA-graph replays of back-to-back launches, CUDA events around each replay. A stage of a
+# few microseconds launched from Python would otherwise time the host's launch latency, not the GPU.
+GRAPH_TARGET_SECONDS = 2e-3  # each timed replay runs about this long (more launches for short kernels)
+GRAPH_MAX_LAUNCHES = 200
+
+
+def graph_seconds(launch: Callable[[], None], *, warmup: int = 3, repeats: int = 10) -> float:
+    """Median GPU seconds of one ``launch()`` (which must only enqueue kernels on cupy's current
+    stream, allocating nothing): ``launch`` is captured k times into a CUDA graph, k chosen so a
+    replay runs about :data:`GRAPH_TARGET_SECONDS`; each of ``repeats`` replays after ``warmup`` is
+    timed with CUDA events and divided by k."""
+    cp = require_cupy()
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    stream = cp.cuda.Stream(non_blocking=True)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    with stream:
+        launch()  # compiles and loads what it needs: nothing may do so during capture
+        start.record(stream)
+        launch()
+        stop.record(stream)
+        stop.synchronize()
+        once = cp.cuda.get_elapsed_time(start, stop) / 1e3
+        k = max(1, min(GRAPH_MAX_LAUNCHES, math.ceil(GRAPH_TARGET_SECONDS / max(once, 1e-9))))
+        stream.begin_capture()
+        try:
+            for _ in range(k):
+                launch()
+        finally:
+            graph = stream.end_capture()
+        for _ in range(warmup):
+            graph.launch(stream)
+        times = []
+        for _ in range(repeats):
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / k)
+    return statistics.median(times)
+
+
+def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, warmup: int = 3, repeats: int = 10,
+              scale: float | None = None) -> tuple[float, dict[str, float]]:
+    """Median GPU seconds of the whole plan and of each stage alone (:func:`graph_seconds`).
+
+    The plan runs once first, so every stage reads the intermediate tensors it would in a real run;
+    a stage replayed alone recomputes (or, for accumulating stages, keeps adding to) the same
+    buffers, which changes values but not the work done.
+    """
+    scale = reference.default_scale(plan.d) if scale is None else scale
+    buffers, _ = allocate(plan, inputs)
+    counters = new_counters() if counting else None
+    compile_plan(plan, counting)
+
+    def run(stages: tuple[Stage, ...]) -> Callable[[], None]:
+        def launch() -> None:
+            for stage in stages:
+                launch_stage(plan, stage, buffers, scale, counting, counters)
+        return launch
+
+    total = graph_seconds(run(plan.stages), warmup=warmup, repeats=repeats)
+    per_stage = {s.name: graph_seconds(run((s,)), warmup=warmup, repeats=repeats) for s in plan.stages}
+    return total, per_stage
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs and checks shared by tests, compare and benchmarks
+
+def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None
+                       ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Random inputs on the device (storage dtype) and the same values as float64 on the host
+    (:func:`iokernels.simulate.make_inputs` with ``rounded=True``)."""
+    host = make_inputs(plan, seed, scale, magnitude=magnitude, rounded=True)
+    device = {}
+    for name in INPUTS[plan.direction]:
+        if name in plan_tensors(plan):
+            dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
+            device[name] = to_device(host[name], dtype)
+    if plan.mask is not None:  # uint8 or float32 already, as the kernels read it
+        device["mask"] = require_cupy().asarray(host["mask"])
+    return device, host
+
+
+def underfill_note(plan: Plan, sms: int | None) -> str | None:
+    """A warning naming the stages that launch fewer thread blocks than the GPU has SMs."""
+    if not sms:
+        return None
+    small = [f"{s.name} {s.blocks}" for s in plan.stages if s.blocks < sms]
+    if small:
+        return (f"{plan.label}: grid underfills the {sms} SMs ({', '.join(small)} blocks); "
+                "raise --batch/--heads to fill it")
+    return None

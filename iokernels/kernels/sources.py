@@ -1,0 +1,212 @@
+"""CUDA C sources shipped as package data, and the translation units built from them.
+
+A kernel source ``<name>.cu`` in this folder may ``#include "common.cuh"`` (the counting helpers);
+:func:`build_source` inlines that header after a prelude of ``#define`` lines, so the text it returns
+compiles with no include path of ours, the same text under NVRTC in CI and ``cupy.RawModule`` on a GPU.
+
+Importing this module is cheap: no cupy, no cuda.bindings (compiling lives in :mod:`.nvrtc`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from iokernels.plan.tensors import NUM_TENSORS, TENSOR_INDEX
+
+# Counter slots per launch: each block adds its bytes to slot (block index % COUNTER_SLOTS), so that
+# the once-per-block atomics of large grids do not contend for one address; the launcher sums slots.
+COUNTER_SLOTS = 64
+
+KERNEL_DIR: Path = Path(__file__).resolve().parent
+HEADER = "common.cuh"
+
+_INCLUDE_HEADER = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"common\.cuh"[ \t]*$', re.MULTILINE)
+_INCLUDE_OWN = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"(\w+\.cuh)"[ \t]*$', re.MULTILINE)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class CompileVariant(NamedTuple):
+    """One compilation of a kernel source: its ``#define`` values and template instantiations."""
+
+    defines: Mapping[str, int | str]
+    name_expressions: tuple[str, ...]
+
+
+def _selftest_variants() -> list[CompileVariant]:
+    instances = tuple(f"iok_selftest<{t}>" for t in ("float", "__half", "__nv_bfloat16"))
+    return [CompileVariant({"BLOCK_ROWS": rows}, instances) for rows in (1, 4)]
+
+
+# Problems whose plans cover the kernels' compile-time variety: every head-dim extreme, every dtype,
+# small and large M (tiles come from the plans; nothing here names a tile size).
+REPRESENTATIVE_PROBLEMS: tuple[dict, ...] = (
+    {"d": 16, "dtype": "float32", "sram": 48 * 1024},
+    {"d": 64, "dtype": "float32", "sram": 192 * 1024},  # the headline `compare` configuration
+    {"d": 64, "dtype": "float16", "sram": 192 * 1024},
+    {"d": 256, "dtype": "bfloat16", "sram": 227 * 1024},
+)
+
+
+def _plan_variants(source: str) -> list[CompileVariant]:
+    from iokernels.plan import all_plans, make_plan
+    from iokernels.plan.research import FORCED_TILE_PROBLEMS
+
+    from .stages import plan_kernels
+
+    plans = [plan for problem in REPRESENTATIVE_PROBLEMS
+             for plan in all_plans(N_q=1000, N_k=1000, backward=True, **problem)]
+    plans += [make_plan(N_q=1000, **problem) for problem in FORCED_TILE_PROBLEMS]
+    if source == "flash_tc.cu":
+        from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, FAST_TUNING, make_fast_plan
+
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="mma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="mma")
+                  for d, br, bc in FAST_TUNING]  # tuning variants
+    if source == "flash_wgmma.cu":
+        from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, WGMMA_TUNING, make_fast_plan
+
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="wgmma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
+                  for d, br, bc in WGMMA_TUNING]  # tuning variants
+    if source == "flash_tc_bwd.cu":
+        from iokernels.plan.fast_bwd import (
+            FAST_BWD_DTYPES,
+            FAST_BWD_FALLBACKS,
+            FAST_BWD_HEAD_DIMS,
+            FAST_BWD_TUNING,
+            make_fast_backward_plan,
+        )
+
+        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, deterministic=det, kernel="mma", **options)
+                 for t in FAST_BWD_DTYPES for d in FAST_BWD_HEAD_DIMS for det in (False, True)
+                 for options in FAST_BWD_FALLBACKS]  # the defaults and make_plan's smaller fallbacks
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, ds_stages=ds,
+                                          kernel="mma")
+                  for d, br, bc, ds in FAST_BWD_TUNING]  # tuning variants
+    if source == "flash_wgmma_bwd.cu":
+        from iokernels.plan.fast_bwd import (
+            FAST_BWD_DTYPES,
+            FAST_BWD_HEAD_DIMS,
+            FAST_BWD_WGMMA_FALLBACK,
+            FAST_BWD_WGMMA_TUNING,
+            make_fast_backward_plan,
+        )
+
+        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel="wgmma", **tiles)
+                 for t in FAST_BWD_DTYPES for d in FAST_BWD_HEAD_DIMS
+                 for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)]  # defaults and make_plan's fallback
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
+                  for d, br, bc in FAST_BWD_WGMMA_TUNING]  # tuning variants
+    modules: dict[tuple, set[str]] = {}
+    for plan in plans:
+        for _, ref in plan_kernels(plan):
+            if ref.source == source:
+                modules.setdefault(ref.defines, set()).add(ref.name_expression)
+    return [CompileVariant(dict(defines), tuple(sorted(names))) for defines, names in modules.items()]
+
+
+# Source name -> its compile variants. A callable, so entries built from plans import them lazily.
+COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
+    "selftest.cu": _selftest_variants,
+    **{source: (lambda source=source: _plan_variants(source))
+       for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
+                      "flash_wgmma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu")},
+}
+
+# Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these
+# real architectures only, on the GPU and in the CPU compile test; any other device cannot use them.
+SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",), "flash_wgmma_bwd.cu": ("sm_90a",)}
+
+
+def list_sources() -> list[str]:
+    """Names of the kernel sources (``*.cu``) shipped in :data:`KERNEL_DIR`, sorted."""
+    return sorted(p.name for p in KERNEL_DIR.glob("*.cu"))
+
+
+def list_headers() -> list[str]:
+    """Names of the headers (``*.cuh``) shipped in :data:`KERNEL_DIR`, sorted."""
+    return sorted(p.name for p in KERNEL_DIR.glob("*.cuh"))
+
+
+def read_source(name: str) -> str:
+    """Text of the ``.cu`` or ``.cuh`` file ``name`` in :data:`KERNEL_DIR`."""
+    available = [*list_sources(), *list_headers()]
+    if name not in available:
+        raise ValueError(f"unknown kernel source {name!r}; available: {', '.join(available)}")
+    return (KERNEL_DIR / name).read_text(encoding="utf-8")
+
+
+def compile_variants(name: str) -> list[CompileVariant]:
+    """Every (defines, name_expressions) the package compiles ``name`` with."""
+    if name not in COMPILE_VARIANTS:
+        raise KeyError(f"kernel source {name!r} has no entry in iokernels.kernels.COMPILE_VARIANTS")
+    return COMPILE_VARIANTS[name]()
+
+
+def flush_scratch_bytes(threads: int) -> int:
+    """Shared memory ``iok_flush`` reuses in a counting build: a (read, written) pair of u64 per warp.
+
+    The counting build needs at least this much dynamic shared memory; the plain build none.
+    """
+    if threads < 1:
+        raise ValueError(f"threads per block must be >= 1, got {threads}")
+    return (threads + 31) // 32 * 16
+
+
+def _define_line(key: str, value: int | str) -> str:
+    if not _IDENTIFIER.fullmatch(key):
+        raise ValueError(f"define name {key!r} is not a C identifier")
+    if key.startswith("IOK_"):
+        raise ValueError(f"define name {key!r}: the IOK_ prefix is reserved for build_source")
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, (int, str)):
+        raise TypeError(f"define {key}: value must be int or str, got {type(value).__name__}")
+    text = str(value)
+    if not text or "\n" in text or "\r" in text or text.endswith("\\"):
+        raise ValueError(f"define {key}: value {text!r} must be one non-empty line")
+    return f"#define {key} {text}"
+
+
+def _inline_headers(name: str, kernel: str) -> str:
+    """Replace each ``#include "x.cuh"`` of our own headers by the header's text, with ``#line``
+    directives before and after so compiler messages keep pointing at the real files and lines."""
+    out, last = [], 0
+    for match in _INCLUDE_OWN.finditer(kernel):
+        header = match.group(1)
+        if header == HEADER:
+            continue
+        line_after = kernel.count("\n", 0, match.end()) + 2
+        out += [kernel[last:match.start()], f'#line 1 "{header}"\n', read_source(header).rstrip("\n"),
+                f'\n#line {line_after} "{name}"']
+        last = match.end()
+    return "".join(out) + kernel[last:]
+
+
+def build_source(name: str, defines: Mapping[str, int | str], counting: bool) -> str:
+    """The full translation unit for kernel source ``name``.
+
+    A prelude of ``#define`` lines (``defines``, ``IOK_NUM_TENSORS``, ``IOK_T_<tensor>`` for every
+    tensor of :mod:`iokernels.plan.tensors`, and ``IOK_COUNT`` only when ``counting``), then common.cuh,
+    then the kernel source. ``#line`` directives keep compiler messages pointing at the real files.
+    """
+    if not name.endswith(".cu"):
+        raise ValueError(f"kernel source name must end in .cu, got {name!r}")
+    kernel = read_source(name)
+    # Blank, not removed, so the kernel's line numbers stay right.
+    kernel = _INCLUDE_HEADER.sub("", kernel)
+    kernel = _inline_headers(name, kernel)
+    lines = [_define_line(k, v) for k, v in defines.items()]
+    lines.append(f"#define IOK_NUM_TENSORS {NUM_TENSORS}")
+    lines.append(f"#define IOK_COUNTER_SLOTS {COUNTER_SLOTS}")
+    lines += [f"#define IOK_T_{tensor} {index}" for tensor, index in TENSOR_INDEX.items()]
+    if counting:
+        lines.append("#define IOK_COUNT 1")
+    lines.append(f'#line 1 "{HEADER}"')
+    lines.append(read_source(HEADER).rstrip("\n"))
+    lines.append(f'#line 1 "{name}"')
+    lines.append(kernel)
+    return "\n".join(lines)

@@ -1,0 +1,9 @@
+"""library: the attention functions users call (numpy/cupy in :mod:`.api`, torch in :mod:`.torch`), their
+plan choice and execution, :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
+Imports plan/, simulate/ and kernels/.
+"""
+
+from .api import DeviceMemoryError, attention, attention_backward, memory_needed
+from .execute import clear_graphs
+
+__all__ = ["DeviceMemoryError", "attention", "attention_backward", "clear_graphs", "memory_needed"]

@@ -1,0 +1,565 @@
+"""The library: exact attention on cupy or numpy arrays, forward and backward.
+
+``iokernels.attention`` and ``iokernels.attention_backward`` run on the GPU through cupy; numpy in
+gives numpy out, cupy in gives cupy out, and every kernel is enqueued on cupy's current stream.
+``iokernels.memory_needed`` says, without a GPU, how much device memory a call would allocate: the
+figure each call compares with the free device memory before it launches anything (a call that
+does not fit raises :class:`DeviceMemoryError`, a ``MemoryError``). PyTorch tensors, with autograd:
+:mod:`iokernels.torch`.
+
+Example (no GPU needed): standard attention keeps S and P, N_q x N_k each, in device memory; flash
+attention needs O(N).
+
+>>> import iokernels
+>>> round(iokernels.memory_needed((1, 1_048_576, 64), dtype="float16", algorithm="standard") / 2**30)
+4096
+>>> iokernels.memory_needed((1, 1_048_576, 64), dtype="float16") / 2**20   # flash: O and lse
+132.0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from functools import cache
+from typing import Any
+
+from ..kernels import launch
+from ..kernels.runtime import require_cupy
+from ..plan import (
+    D_MAX,
+    D_MIN,
+    D_MULTIPLE,
+    Plan,
+    Unsupported,
+    make_plan,
+    normalize_causal,
+    supports_causal,
+    supports_dropout,
+)
+from ..plan.dropout import Dropout, next_dropout
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from ..plan.units import parse_size
+from ..simulate import reference
+from .execute import execute
+
+FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
+DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H100/H200 SM
+GB = 1024**3  # binary, as everywhere in iokernels
+_DTYPES = {"float32": "float32", "float16": "float16"}
+
+
+class DeviceMemoryError(MemoryError):
+    """A call would need more device memory than the device has free; raised before any launch, with
+    the message "<plan> needs X GB, device has Y GB free of Z GB" and the byte counts as ``needed``,
+    ``free`` (the device's free memory plus what cupy's pool holds unused) and ``total``."""
+
+    def __init__(self, what: str, needed: int, free: int, total: int, hint: str = "") -> None:
+        self.needed, self.free, self.total = needed, free, total
+        super().__init__(f"{what} needs {needed / GB:.2f} GB, device has {free / GB:.2f} GB free "
+                         f"of {total / GB:.2f} GB{hint}")
+
+
+# ---------------------------------------------------------------------------------------------
+# checks: everything a user can get wrong fails here, before cupy or the GPU is touched
+
+def _module_of(x: Any) -> str:
+    mod = type(x).__module__.split(".")[0]
+    if mod not in ("numpy", "cupy"):
+        raise TypeError(f"expected numpy or cupy arrays, got {type(x).__module__}.{type(x).__name__}")
+    return mod
+
+
+def _kv_group(q: Any, k: Any, v: Any) -> int:
+    """Query heads per K/V head: 1, or heads_q / heads_kv when k and v have fewer heads in their last
+    leading dim (grouped-query attention: q (..., H_q, N_q, d), k and v (..., H_kv, N_k, d))."""
+    if q.ndim < 3 or k.ndim != q.ndim or tuple(k.shape[:-2]) == tuple(q.shape[:-2]):
+        return 1
+    hq, hk = q.shape[-3], k.shape[-3]
+    if (hk < 1 or tuple(k.shape[:-3]) != tuple(q.shape[:-3]) or tuple(v.shape[:-2]) != tuple(k.shape[:-2])
+            or hq % hk):
+        return 1  # not grouped-query: _check reports the mismatch
+    return hq // hk
+
+
+def _check(arrays: dict[str, Any], n_names: dict[str, str], kv_group: int = 1, bfloat16: bool = False
+           ) -> tuple[str, str, tuple[int, ...], int, int, int]:
+    """Validate shapes (..., N, d) and dtypes; return (module, plan dtype, leading dims, N_q, N_k, d).
+    k and v have 1/kv_group of q's heads in their last leading dim when kv_group > 1. ``bfloat16``
+    (:mod:`iokernels.torch`): the arrays are cupy uint16 holding bfloat16 bits."""
+    mods = {_module_of(x) for x in arrays.values()}
+    if len(mods) != 1:
+        raise TypeError(f"mixed array types: {', '.join(sorted(mods))}; pass all numpy or all cupy arrays")
+    dtypes = {name: str(x.dtype) for name, x in arrays.items()}
+    if len(set(dtypes.values())) != 1:
+        raise TypeError(f"mixed dtypes: {dtypes}; pass one dtype for all")
+    dtype = next(iter(dtypes.values()))
+    allowed = {"uint16": "bfloat16"} if bfloat16 else _DTYPES
+    if dtype not in allowed:
+        raise TypeError(f"unsupported dtype {dtype}: expected float32 or float16 (bfloat16: through "
+                        "iokernels.torch, since numpy and cupy have no bfloat16)")
+    q = arrays["q"]
+    if q.ndim < 2:
+        raise ValueError(f"q must have shape (..., N, d), got {q.shape}")
+    lead, d = tuple(q.shape[:-2]), q.shape[-1]
+    extents: dict[str, int] = {}
+    kv_lead = (*lead[:-1], lead[-1] // kv_group) if kv_group > 1 else lead
+    for name, x in arrays.items():
+        if x.ndim != q.ndim or tuple(x.shape[:-2]) != (kv_lead if name in ("k", "v") else lead):
+            raise ValueError(f"shape mismatch: {name} {tuple(x.shape)} vs q {tuple(q.shape)} (leading batch/head "
+                             "dims must be equal, or k and v may have fewer heads in the last one, dividing q's)")
+        if x.shape[-1] != d:
+            raise ValueError(f"shape mismatch: {name} has head dim {x.shape[-1]}, q has {d}")
+        extent, key = x.shape[-2], n_names[name]
+        if extents.setdefault(key, extent) != extent:
+            raise ValueError(f"shape mismatch: {name} {tuple(x.shape)} has {extent} rows, expected {extents[key]}")
+    if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
+        raise ValueError(f"unsupported head dimension d={d}: expected a multiple of {D_MULTIPLE} "
+                         f"from {D_MIN} to {D_MAX}")
+    n_q, n_k = extents["q"], extents["k"]
+    if n_q < 1 or n_k < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got N_q={n_q}, N_k={n_k}")
+    if math.prod(lead) < 1:
+        raise ValueError(f"leading batch/head dims must not be empty, got {lead}")
+    return mods.pop(), allowed[dtype], lead, n_q, n_k, d
+
+
+def _check_options(scale: Any, **flags: Any) -> float | None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    if flags.get("graph") and launch.counting_active():
+        raise ValueError("graph=True runs the plain build; inside count_io() pass graph=False")
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite real number or None (1/sqrt(d)), got {scale!r}")
+    return float(scale)
+
+
+def _forward_dropout(dropout: Any) -> Dropout | None:
+    """attention's ``dropout``: a probability (0: none; else the library's seed and its next offset) or a
+    :class:`iokernels.plan.dropout.Dropout` used as given."""
+    if dropout is None or isinstance(dropout, Dropout):
+        return dropout
+    from ..plan.dropout import check_p
+
+    p = check_p(dropout)
+    return next_dropout(p) if p > 0 else None
+
+
+def _backward_dropout(dropout: Any) -> Dropout | None:
+    if dropout is None or isinstance(dropout, Dropout):
+        return dropout
+    raise TypeError("attention_backward's dropout must be the iokernels.plan.dropout.Dropout the forward used "
+                    f"(attention(..., return_dropout=True)), got {type(dropout).__name__} {dropout!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# plans: which kernels run, decided before anything touches the GPU
+
+def _smem_limit() -> int | None:
+    """The current device's per-block shared-memory limit (None without one), read once per device."""
+    try:
+        from cupy.cuda import runtime
+
+        device_id = runtime.getDevice()
+    except Exception:  # no cupy, no driver, no device
+        return None
+    return _smem_limit_of(device_id)
+
+
+@cache
+def _smem_limit_of(device_id: int) -> int | None:
+    from ..model.specs import current_device_spec
+
+    spec = current_device_spec()
+    return spec.smem_per_block_bytes if spec else None
+
+
+def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
+          deterministic=False, block_mask=None, mask=None, dropout=None) -> Plan:
+    limit = _smem_limit()
+    sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
+    if sram is None and schedule == "fast":  # the tensor-core kernels' tiles are chosen for speed:
+        sram_bytes = limit or FAST_DEFAULT_SRAM  # let them take what the device allows
+    if limit is not None and sram is None:
+        sram_bytes = min(sram_bytes, limit)
+    # grouped-query attention needs the head dim apart (the last leading dim); otherwise all are batch
+    batch, heads = (math.prod(lead), 1) if kv_group == 1 else (math.prod(lead[:-1]), lead[-1])
+    if deterministic:
+        from ..plan.fast_bwd import make_fast_backward_plan
+
+        grouped = {"kv_heads": heads // kv_group} if kv_group > 1 else {}
+        if dropout is not None:
+            raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
+        return make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                       deterministic=True, **grouped)
+    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
+                     heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
+                     block_mask=block_mask, mask=mask, dropout=dropout)
+
+
+def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
+                 lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
+                 block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None) -> tuple[Plan, bool]:
+    """The plan a call runs, and whether K and V are expanded to q's heads for it.
+
+    With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
+    problem, else its research default. Grouped-query attention (``group`` > 1) runs natively where
+    the plan takes ``kv_heads`` (the fast forward; the fast backward on sm_90), else on K and V with
+    each head repeated ``group`` times (expanded)."""
+    fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
+            and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None
+            and (dropout is None or supports_dropout("flash", "fast", direction)))
+    schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
+    failure: Unsupported | None = None
+    for sched in schedules:
+        for kv_group in ((group, 1) if group > 1 else (1,)):
+            try:
+                plan = _plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
+                             deterministic, block_mask, mask, dropout)
+            except Unsupported as exc:  # the next choice, or this error when there is none
+                failure = exc
+                continue
+            return plan, kv_group != group
+    assert failure is not None
+    raise failure
+
+
+def memory_needed(q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None = None, *, dtype: str = "float16",
+                  algorithm: str = "flash", schedule: str | None = None, backward: bool = False,
+                  causal: bool | str = False, sram: int | str | None = None) -> int:
+    """Device bytes that ``attention`` (``backward=True``: ``attention_backward``) allocates beyond
+    its inputs for q of shape ``q_shape`` and k, v of ``k_shape`` (default: ``q_shape``; fewer heads
+    for grouped-query attention) of ``dtype`` ("float32", "float16" or "bfloat16"), on the plan the
+    call would run on the current device (the H200's without a GPU). No GPU needed.
+
+    It is the plan's own buffers, exactly (intermediates, workspace, outputs; the standard backward
+    also runs the standard forward to recompute P, and counts the larger of the two), plus the K/V
+    copies of grouped-query attention where the plan does not take it natively. Before launching,
+    every call compares this figure, plus any copies of numpy or non-contiguous inputs, with the
+    device's free memory (cupy's pool included) and raises :class:`DeviceMemoryError` ("needs X GB,
+    device has Y GB free ...") when it does not fit. algorithm, schedule (forward only: the
+    backward picks its own), causal and sram as :func:`attention`.
+    """
+    import numpy as np
+
+    causal = normalize_causal(causal)
+    _check_options(None, backward=backward)
+    storage = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+    if dtype not in storage:
+        raise ValueError(f"unsupported dtype {dtype!r}: expected one of {', '.join(storage)}")
+
+    def shaped(shape: tuple[int, ...]) -> np.ndarray:  # an array of that shape and dtype, of no memory
+        return np.lib.stride_tricks.as_strided(np.zeros(1, storage[dtype]), tuple(shape), (0,) * len(shape))
+
+    q = shaped(q_shape)
+    k = q if k_shape is None else shaped(k_shape)
+    group = _kv_group(q, k, k)
+    arrays = {"q": q, "k": k, "v": k} if not backward else {"q": q, "k": k, "v": k, "o": q, "do": q}
+    _, dtype, lead, n_q, n_k, d = _check(arrays, {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"}, group,
+                                         bfloat16=dtype == "bfloat16")
+    plan, expand = choose_plan("bwd" if backward else "fwd", algorithm, None if backward else schedule, n_q, n_k,
+                                d, dtype, lead, sram, group, causal)
+    return _needed_bytes(_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal), expand, group)
+
+
+def _chain(plan: Plan, algorithm: str, n_q, n_k, d, dtype, lead, sram, causal) -> list[Plan]:
+    """The plans a call runs in order: the standard backward recomputes P with the standard forward (with
+    the backward's masks; P is the undropped softmax, so the forward runs without dropout)."""
+    if plan.direction == "bwd" and algorithm == "standard":
+        return [_plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram, causal=causal, mask=plan.mask), plan]
+    return [plan]
+
+
+def _needed_bytes(chain: list[Plan], expand: bool, group: int) -> int:
+    """Device bytes the plans allocate beyond the inputs they are given (a plan's buffers are released
+    before the next plan's, but for those it passes on), plus the expanded K, V (and the dK, dV
+    sums) of grouped-query attention run on expanded heads."""
+    peak = max(launch.plan_device_bytes(plan, set(launch.INPUTS[plan.direction]) - {"P"}) for plan in chain)
+    if expand:
+        last = chain[-1]
+        elements = math.prod(launch.tensor_shape(last, "K"))  # of one expanded K (or V)
+        peak += 2 * elements * last.itemsize
+        if last.direction == "bwd":  # dK, dV summed over each group: float32 sums, then rounded
+            peak += 2 * (elements // group) * (4 + last.itemsize)
+    return peak
+
+
+def _require_memory(chain: list[Plan], needed: int, lead: tuple[int, ...]) -> None:
+    free, total = launch.free_device_bytes()
+    if needed > free:
+        plan = chain[-1]
+        hint = "" if all(p.algorithm == "flash" for p in chain) else \
+            "; standard and two_pass store N_q x N_k scores per head: algorithm='flash' needs O(N) memory"
+        raise DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
+                                f"batch/heads {lead}", needed, free, total, hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# running: plain launches, or a CUDA graph captured once per plans and buffers
+
+def _explicit_mask(mask: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[Any, Any]:
+    """(the plan's ExplicitMask, the host array the kernels read), or (None, None) without a mask; cupy
+    masks are copied to the host for the shape and value checks."""
+    if mask is None:
+        return None, None
+    from ..plan.masks import explicit_mask
+
+    if type(mask).__module__.split(".")[0] == "cupy":
+        mask = mask.get()
+    return explicit_mask(mask, lead, n_q, n_k)
+
+
+def _to_device(cp: Any, x: Any, shape: tuple[int, ...]) -> Any:
+    return cp.ascontiguousarray(cp.asarray(x)).reshape(shape)
+
+
+def _copied_bytes(arrays: list[Any]) -> int:
+    """Bytes of the device copies the call makes of numpy or non-contiguous inputs."""
+    return sum(x.nbytes for x in arrays if _module_of(x) == "numpy" or not x.flags.c_contiguous)
+
+
+def _group_sum(cp: Any, x: Any, group: int, dtype: str) -> Any:
+    """Sum rows (heads) r*group ... r*group + group - 1 of x (heads, N, d): dK, dV of expanded K, V."""
+    x = x.reshape(-1, group, *x.shape[1:])
+    if dtype == "bfloat16":  # uint16 bits
+        return launch.to_device((x.astype(cp.uint32) << 16).view(cp.float32).sum(axis=1), "bfloat16")
+    return x.sum(axis=1, dtype=cp.float32).astype(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# the public calls
+
+def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
+              causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
+              return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
+              dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
+    """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
+
+    Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
+    for q, k and v; or, grouped-query attention, q (..., H_q, N_q, d) and k, v (..., H_kv, N_k, d)
+    with H_kv dividing H_q, where query head h uses K/V head h // (H_q / H_kv). d is a multiple of 8
+    from 16 to 256. N_q, N_k >= 1, any value (no alignment needed).
+
+    dtypes: float32 or float16, the same for all (bfloat16: :mod:`iokernels.torch`). numpy inputs are
+    copied to the GPU and the results come back as numpy; cupy in gives cupy out. Inputs need not be
+    contiguous (such inputs are copied first). The kernels run on cupy's current stream
+    (``with cupy.cuda.Stream(): ...``) and the call does not synchronize it for cupy inputs.
+
+    algorithm: "flash" (default), "two_pass" or "standard". schedule: for flash, "fast" (tensor
+    cores: float16 with d of 64 or 128; the default there), "q_outer" (the FlashAttention-2 order on
+    CUDA cores, the default elsewhere) or "kv_outer" (the paper's Algorithm 1); for two_pass,
+    "store" (default) or "recompute". Flash needs O(N) device memory beyond inputs and outputs;
+    standard and two_pass "store" keep N_q x N_k scores per head (:func:`memory_needed`). A call
+    that would need more device memory than is free raises :class:`DeviceMemoryError`
+    ("needs X GB, device has Y GB free") before anything is launched.
+
+    Grouped-query attention runs natively on the tensor-core flash forward (each K/V head read by its
+    query heads); elsewhere K and V are expanded to q's heads (each head repeated H_q / H_kv times)
+    and the ordinary plan runs, so its time and bytes are those of the expanded problem.
+
+    causal: False (default), True, "bottom_right" or "top_left". True means **bottom-right**
+    alignment (as FlashAttention-2 and torch's ``causal_lower_right``): query i sees key j iff
+    j <= i + N_k - N_q, so the last query sees every key (decoding with a KV cache). "top_left" is
+    torch's ``is_causal=True``: j <= i. With bottom-right and N_q > N_k the first N_q - N_k queries
+    see no key: their output rows are 0 and their lse −inf. Flash and two_pass skip the blocks that
+    are entirely masked; standard attention computes them.
+
+    block_mask: an :class:`iokernels.plan.masks.BlockMask` (block-sparse attention, the paper's Algorithm
+    5; e.g. ``iokernels.plan.masks.pattern("local", 0.25, n_q=N_q, n_k=N_k)``), the same for every batch
+    and head: key j is visible to query i iff its block is nonzero (and causal allows it). Flash
+    (q_outer, kv_outer) and two_pass skip the zero blocks; the tensor-core path and standard
+    attention do not take it (flash runs "q_outer" when no schedule is given). Rows that see no key
+    give 0 and lse −inf.
+
+    mask: an explicit mask, a numpy or cupy array broadcastable to (..., N_q, N_k): boolean (False
+    hides the key) or floating point (added to scale * q kᵀ; −inf hides the key; NaN and +inf are
+    refused). Flash "q_outer" (forward) and "kv_outer" (backward) read it, one element per computed
+    score and batch-head (counted and modelled); a mask with no leading dims (or all 1) is stored
+    once and shared. It combines with causal and block_mask. Rows that see no key give 0 and lse −inf.
+
+    dropout: dropout on the attention probabilities, ``softmax(...) ∘ Z`` with Z 0 where an element
+    is dropped and 1/(1 − p) where kept (the paper's P^dropped): a probability p in [0, 1) (0, the
+    default: none), drawn from the library's Philox stream (its seed, random per process unless
+    :func:`iokernels.plan.dropout.manual_seed` set it, and the next offset), or an
+    :class:`iokernels.plan.dropout.Dropout` (p, seed, offset) used as given. The mask is a pure function of
+    (seed, offset, batch·head, row, column), never stored: the backward regenerates it from the
+    Dropout the forward used, which ``return_dropout=True`` returns; every algorithm draws the same
+    mask for one Dropout. lse is that of the undropped probabilities.
+
+    scale: the softmax scale, default 1/sqrt(d). sram: M, the shared memory per thread block the
+    plan may use (bytes, or a size such as "96KB"; default 96 KB, for "fast" the device's limit;
+    never above the device's limit). return_lse: also return the row logsumexp (..., N_q), float32.
+
+    graph: capture the call's kernel launches into a CUDA graph the first time these plans meet
+    inputs at these device addresses, and replay it when they meet them again (a loop over the same
+    or recycled buffers): one launch instead of one per kernel stage, for the multi-kernel plans
+    (standard, two_pass, kv_outer) at small N. The outputs are copied out of the graph's buffers.
+    Up to ``MAX_GRAPHS`` graphs (and their workspace) are kept; :func:`clear_graphs` drops them. Not
+    inside :func:`iokernels.count_io`, and not for concurrent calls on several streams.
+
+    Returns O (..., N_q, d) in the input dtype; with return_lse (O, lse); with return_dropout also the
+    Dropout used (None without dropout) last: (O, dropout) or (O, lse, dropout).
+
+    Bad input raises TypeError or ValueError before anything reaches the GPU.
+
+    Example (GPU):
+
+    >>> import cupy as cp, iokernels
+    >>> rng = cp.random.default_rng(0)
+    >>> q = rng.standard_normal((2, 8, 1000, 64), dtype=cp.float32).astype(cp.float16)
+    >>> k, v = (rng.standard_normal((2, 2, 1000, 64), dtype=cp.float32).astype(cp.float16) for _ in range(2))
+    >>> o, lse = iokernels.attention(q, k, v, causal=True, return_lse=True)   # 8 query heads, 2 K/V heads
+    >>> o.shape, o.dtype, lse.shape
+    ((2, 8, 1000, 64), dtype('float16'), (2, 8, 1000))
+    >>> import numpy as np
+    >>> want, _ = iokernels.simulate.reference.forward(*(np.repeat(cp.asnumpy(x).astype(np.float64), r, axis=1)
+    ...                                         for x, r in ((q, 1), (k, 4), (v, 4))), causal=True)
+    >>> bool(np.abs(cp.asnumpy(o) - want).max() < 1e-2)
+    True
+    """
+    return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
+                      return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
+                      return_dropout=return_dropout)
+
+
+def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
+               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
+               return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
+               mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
+    causal = normalize_causal(causal)
+    scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
+    group = _kv_group(q, k, v)
+    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
+                                           bfloat16)
+    spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
+    drop = _forward_dropout(dropout)
+    plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
+                                block_mask=block_mask, mask=spec, dropout=drop)
+    cp = require_cupy()
+    _require_memory([plan], _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v])
+                    + (0 if mask_array is None else mask_array.nbytes), lead)
+    rows_kv = plan.bh_kv // group if expand else plan.bh_kv
+    inputs = {"Q": _to_device(cp, q, (plan.bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
+              "V": _to_device(cp, v, (rows_kv, n_k, d))}
+    if expand:
+        inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
+    if mask_array is not None:
+        inputs["mask"] = cp.asarray(mask_array)
+    scale = reference.default_scale(d) if scale is None else scale
+    out = execute([plan], inputs, scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",))
+    o = out["O"].reshape((*lead, n_q, d))
+    result = [cp.asnumpy(o) if mod == "numpy" else o]
+    if return_lse:
+        lse = (out["lse"] if "lse" in out else out["m"] + cp.log(out["l"])).reshape((*lead, n_q))
+        result.append(cp.asnumpy(lse) if mod == "numpy" else lse)
+    if return_dropout:
+        result.append(drop)
+    return result[0] if len(result) == 1 else tuple(result)
+
+
+def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
+                       causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
+                       deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
+                       dropout: Dropout | None = None) -> tuple[Any, Any, Any]:
+    """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
+
+    Shapes as :func:`attention` (grouped-query attention included): q, o and do (..., N_q, d); k and
+    v (..., N_k, d) or (..., H_kv, N_k, d); lse (..., N_q) float32, from
+    ``attention(..., return_lse=True)`` with the same causal and scale. dtypes, numpy/cupy, streams,
+    sram, graph and the memory check as :func:`attention`.
+
+    algorithm: "flash" (default; the FlashAttention-2 backward: a D = rowsum(dO∘O) pre-pass, a
+    K/V-outer pass that recomputes P from lse and adds dQ in float32 with atomics, and dQ rounded) or
+    "standard" (the paper's Algorithm 3, through HBM; it first reruns the standard forward to get
+    P). Flash uses the tensor-core backward (schedule "fast") for float16 with d of 64 or 128, else
+    the research kernel ("kv_outer"). deterministic=True (the tensor-core path only, not causal): dQ
+    from a query-outer kernel instead of float32 atomics, so gradients are bitwise identical run to
+    run (about 25% slower).
+
+    causal: as :func:`attention` (True is the bottom-right alignment), the same as the forward that
+    produced o and lse; queries that see no key get dq = 0 and add nothing to dk, dv. Causal runs
+    the tensor-core backward's wgmma kernel on sm_90; elsewhere (its mma.sync kernel has no mask)
+    causal gradients come from "kv_outer". block_mask: as :func:`attention`, the same as the
+    forward's; block-sparse gradients come from "kv_outer" (not deterministic=True). mask: as
+    :func:`attention`, the same as the forward's (gradients from "kv_outer", not deterministic=True).
+    dropout: the :class:`iokernels.plan.dropout.Dropout` the forward used (``attention(...,
+    return_dropout=True)``), or None; the backward regenerates its mask (not deterministic=True).
+
+    Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
+    elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
+    of the expanded gradients over each group of query heads (float32 sums of the per-head
+    gradients, rounded once), with the time and bytes of the expanded problem.
+
+    Returns dq (..., N_q, d) and dk, dv shaped like k and v, in the input dtype, numpy or cupy like
+    the inputs.
+
+    Example (GPU):
+
+    >>> import cupy as cp, iokernels
+    >>> rng = cp.random.default_rng(0)
+    >>> q, k, v, do = (rng.standard_normal((4, 500, 64), dtype=cp.float32) for _ in range(4))
+    >>> o, lse = iokernels.attention(q, k, v, return_lse=True)
+    >>> dq, dk, dv = iokernels.attention_backward(q, k, v, o, do, lse)
+    >>> import numpy as np
+    >>> want = iokernels.simulate.reference.backward(*(cp.asnumpy(x).astype(np.float64) for x in (q, k, v, do)))
+    >>> [bool(np.abs(cp.asnumpy(g) - w).max() < 1e-4 * np.abs(w).max()) for g, w in zip((dq, dk, dv), want)]
+    [True, True, True]
+    """
+    return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
+                               deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
+                               dropout=dropout)
+
+
+def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
+                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
+                        deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
+                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None
+                        ) -> tuple[Any, Any, Any]:
+    causal = normalize_causal(causal)
+    scale = _check_options(scale, deterministic=deterministic, graph=graph)
+    group = _kv_group(q, k, v)
+    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
+                                           {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"}, group, bfloat16)
+    _module_of(lse)
+    lse_shape = (*lead, n_q)
+    if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
+        raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
+    if deterministic and causal:
+        raise ValueError("deterministic=True has no causal kernel: its kernels (mma.sync) take no mask")
+    if deterministic and (block_mask is not None or mask is not None):
+        raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or explicit "
+                         "mask")
+    spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
+    drop = _backward_dropout(dropout)
+    if deterministic and drop is not None:
+        raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
+    if deterministic and not (algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS):
+        raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
+                         f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
+    plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
+                                deterministic, block_mask, spec, drop)
+    chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
+    cp = require_cupy()
+    _require_memory(chain, _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse])
+                    + (0 if mask_array is None else mask_array.nbytes), lead)
+    bh, rows_kv = plan.bh, plan.bh_kv // group if expand else plan.bh_kv
+    inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
+              "V": _to_device(cp, v, (rows_kv, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}
+    if expand:
+        inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
+    if mask_array is not None:
+        inputs["mask"] = cp.asarray(mask_array)
+    if algorithm != "standard":
+        inputs["O"] = _to_device(cp, o, (bh, n_q, d))
+        inputs["lse"] = _to_device(cp, lse, (bh, n_q))
+    scale = reference.default_scale(d) if scale is None else scale
+    out = execute(chain, inputs, scale, graph, ("dQ", "dK", "dV"))
+    dk, dv = out["dK"], out["dV"]
+    if expand:
+        dk, dv = (_group_sum(cp, x, group, dtype) for x in (dk, dv))
+    kv_shape = (*k.shape[:-2], n_k, d)
+    grads = (out["dQ"].reshape((*lead, n_q, d)), dk.reshape(kv_shape), dv.reshape(kv_shape))
+    return tuple(cp.asnumpy(g) for g in grads) if mod == "numpy" else grads

@@ -1,0 +1,497 @@
+"""The IO model: sympy expressions of HBM bytes per algorithm, schedule, pass, stage and tensor.
+
+``io_exprs`` gives exact bytes as functions of the problem and the plan's tiles (ceilings kept,
+ragged N, N_q != N_k, the batch*heads factor ``BH``); :func:`exact` evaluates them for a
+:class:`~iokernels.plan.Plan` and must equal the kernels' and the simulator's counters byte for
+byte. :func:`theta_expr` drops the ceilings and puts the paper's ideal tiles (B = M/4d, in
+elements) in place of the plan's, giving the Θ forms with the constant each schedule implies:
+Θ(Nd + N²) for standard attention, Θ(N²d²/M) for FlashAttention.
+
+Counting rules (``DESIGN.md``): every load counts, re-reads included; only in-range elements count;
+atomics count as a read and a write. FLOPs are matrix-product FLOPs (2 per multiply-add), the
+FlashAttention-2 convention; the softmax's elementwise work is not counted.
+
+Causal plans (``causal=`` of the functions below, ``plan.causal``): the tiled schedules skip every
+(query block, key block) pair whose elements are all masked, so their block-loop re-reads become
+sums over the visible pairs. These are the symbols ``R_K``, ``R_Q``, ``A_S``, ``N_qv``, ``N_kv``
+(:func:`iokernels.plan.causal_sums`), whose values :func:`exact` takes from the plan; without a
+mask they are N_k·T_r, N_q·T_c, N_q·N_k, N_q and N_k. Standard attention computes all of S, so
+its bytes do not change. The Θ forms put the visible area A (continuous: ``m(N_q − m/2)`` top-left,
+``m(N_k − m/2)`` bottom-right, m = min(N_q, N_k); N²/2 when N_q = N_k = N) for the sums: R_K → A/B_r,
+R_Q → A/B_c, A_S → A. FLOPs are halved for causal plans (the FlashAttention-2 convention for
+TFLOP/s), whatever the schedule actually computes.
+
+Block-sparse plans (``block_sparse=``, ``plan.block_mask``; the paper's Algorithm 5): the same sums over
+the block pairs the mask keeps (:func:`iokernels.plan.pair_sums`), plus ``N_bm`` bytes of the block mask
+(one per pair a loop visits, per batch·head). FLOPs are those of the kept blocks (A_S elements of S);
+the Θ form is Proposition 4's Θ(Nd + N²d²M⁻¹s), with s·A in place of the sums.
+
+Explicit masks (``mask=``, ``plan.mask``; :class:`iokernels.plan.masks.ExplicitMask`): the stages that read
+one read its elements of every pair they compute, once per batch·head whether the mask is shared or not:
+BH·A_S·e_m bytes (A_S = N_q·N_k without causal or block mask; e_m = 1 boolean, 4 additive).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import cache
+
+import sympy as sp
+
+from ..plan import (
+    BLOCK_SPARSE_STAGES,
+    BYTE_TENSORS,
+    FLOAT32_TENSORS,
+    MASK_STAGES,
+    SCHEDULES,
+    Plan,
+    normalize_causal,
+    pair_sums,
+)
+from ..plan.tensors import DIMS, TENSORS
+from ..plan.units import ACC_ITEMSIZE
+from .specs import GpuSpec
+
+
+def _pos(name: str) -> sp.Symbol:
+    return sp.Symbol(name, positive=True, integer=True)
+
+
+N_q, N_k, d, BH, e = _pos("N_q"), _pos("N_k"), _pos("d"), _pos("BH"), _pos("e")
+BH_kv = _pos("BH_kv")  # rows of K and V (batch * kv_heads): BH, or fewer with grouped-query attention
+B_r, B_c, BM, BN = _pos("B_r"), _pos("B_c"), _pos("BM"), _pos("BN")
+M = sp.Symbol("M", positive=True)  # SRAM size in elements, as in the paper
+N = _pos("N")  # N_q = N_k = N, for the Θ forms
+
+T_r = sp.ceiling(N_q / B_r)
+T_c = sp.ceiling(N_k / B_c)
+
+# causal plans: sums over the visible (query block, key block) pairs (iokernels.plan.causal_sums)
+R_K = _pos("R_K")  # key rows the query-block loops load: Σ cols_j (N_k·T_r without a mask)
+R_Q = _pos("R_Q")  # query rows the key-block loops load: Σ rows_i (N_q·T_c)
+A_S = _pos("A_S")  # elements of the visible S blocks: Σ rows_i·cols_j (N_q·N_k)
+N_qv = _pos("N_qv")  # rows of query blocks with a visible pair (N_q)
+N_kv = _pos("N_kv")  # rows of key blocks with a visible pair (N_k)
+CAUSAL_SYMBOLS = {R_K: "R_K", R_Q: "R_Q", A_S: "A_S", N_qv: "N_qv", N_kv: "N_kv"}
+# block-sparse plans (iokernels.plan.pair_sums): the same sums over the pairs the block mask keeps, and
+N_bm = _pos("N_bm")  # block-mask entries read per (batch, head): the pairs the loops visit (T_r·T_c)
+s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited pairs the block mask keeps
+e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
+
+
+class _Loops:
+    """What a schedule's block loops move: the unmasked products, or the causal sums."""
+
+    def __init__(self, causal: bool) -> None:
+        if causal:
+            self.k_by_q, self.q_by_k, self.s, self.q_any, self.k_any = R_K, R_Q, A_S, N_qv, N_kv
+        else:
+            self.k_by_q, self.q_by_k, self.s, self.q_any, self.k_any = N_k * T_r, N_q * T_c, N_q * N_k, N_q, N_k
+
+IoTable = dict[str, dict[str, tuple[sp.Expr, sp.Expr]]]  # stage -> tensor -> (read, write) bytes
+
+
+def _size(tensor: str) -> sp.Expr:
+    if tensor == "mask":
+        return e_m
+    if tensor in BYTE_TENSORS:
+        return sp.Integer(1)
+    return sp.Integer(ACC_ITEMSIZE) if tensor in FLOAT32_TENSORS else e
+
+
+class _Stage:
+    def __init__(self) -> None:
+        self.io: dict[str, list[sp.Expr]] = defaultdict(lambda: [sp.Integer(0), sp.Integer(0)])
+
+    def read(self, tensor: str, elements: sp.Expr, rows: sp.Expr = BH) -> _Stage:
+        """``elements`` of ``tensor`` per row of the batch (``rows``: BH, or BH_kv for K/V heads)."""
+        self.io[tensor][0] += rows * elements * _size(tensor)
+        return self
+
+    def write(self, tensor: str, elements: sp.Expr, rows: sp.Expr = BH) -> _Stage:
+        self.io[tensor][1] += rows * elements * _size(tensor)
+        return self
+
+    def gemm(self, a: str, b: str, c: str, m: sp.Expr, n: sp.Expr, k: sp.Expr) -> _Stage:
+        # C (m x n) = A (m x k) B (k x n) with BM x BN output tiles: each block reads its
+        # A row panel and its B column panel once, whatever the k-slice size.
+        return self.read(a, m * k * sp.ceiling(n / BN)).read(b, k * n * sp.ceiling(m / BM)).write(c, m * n)
+
+
+# causal: S computed in full (−inf where masked). An explicit mask (io_exprs): the qk stage reads every element,
+# BH·N_q·N_k·e_m. Dropout moves nothing: pv (and the backward's dv, rowdot, ds) regenerate Z.
+def _standard_fwd(c: _Loops) -> dict[str, _Stage]:
+    return {
+        "qk": _Stage().gemm("Q", "K", "S", N_q, N_k, d),
+        "rowmax": _Stage().read("S", N_q * N_k).write("m", N_q),
+        "rowsum": _Stage().read("S", N_q * N_k).read("m", N_q).write("l", N_q),
+        "normalize": _Stage().read("S", N_q * N_k).read("m", N_q).read("l", N_q).write("P", N_q * N_k),
+        "pv": _Stage().gemm("P", "V", "O", N_q, d, N_k),
+    }
+
+
+def _standard_bwd(c: _Loops) -> dict[str, _Stage]:  # causal: P is 0 where masked, same products
+    return {
+        "dv": _Stage().gemm("P", "dO", "dV", N_k, d, N_q),
+        "dp": _Stage().gemm("dO", "V", "dP", N_q, N_k, d),
+        "rowdot": _Stage().read("P", N_q * N_k).read("dP", N_q * N_k).write("D", N_q),
+        "ds": _Stage().read("P", N_q * N_k).read("dP", N_q * N_k).read("D", N_q).write("dS", N_q * N_k),
+        "dq": _Stage().gemm("dS", "K", "dQ", N_q, d, N_k),
+        "dk": _Stage().gemm("dS", "Q", "dK", N_k, d, N_q),
+    }
+
+
+def _two_pass(schedule: str, c: _Loops) -> dict[str, _Stage]:
+    # causal: a query block with no visible key loads nothing (and writes m = −inf, l = 0, O = 0)
+    stats = _Stage().read("Q", c.q_any * d).read("K", d * c.k_by_q).write("m", N_q).write("l", N_q)
+    output = _Stage().read("m", c.q_any).read("l", c.q_any).read("V", d * c.k_by_q).write("O", N_q * d)
+    if schedule == "store":
+        stats.write("S", c.s)
+        output.read("S", c.s)
+    else:
+        output.read("Q", c.q_any * d).read("K", d * c.k_by_q)
+    return {"stats": stats, "output": output}
+
+
+def _flash_kv_outer_fwd(c: _Loops) -> dict[str, _Stage]:
+    main = _Stage().read("K", c.k_any * d).read("V", c.k_any * d).read("Q", d * c.q_by_k)
+    for tensor, width in (("l", 1), ("m", 1), ("Oacc", d)):  # O's round trips, in float32
+        main.read(tensor, width * c.q_by_k).write(tensor, width * c.q_by_k)
+    return {"init": _Stage().write("m", N_q).write("l", N_q).write("Oacc", N_q * d),
+            "main": main,
+            "finalize": _Stage().write("O", N_q * d).read("Oacc", N_q * d)}
+
+
+def _flash_q_outer_fwd(c: _Loops) -> dict[str, _Stage]:
+    main = (_Stage().read("Q", c.q_any * d).read("K", d * c.k_by_q).read("V", d * c.k_by_q)
+            .write("O", N_q * d).write("lse", N_q))
+    return {"main": main}
+
+
+def _flash_bwd(c: _Loops, kv: sp.Expr = BH) -> dict[str, _Stage]:
+    # causal: a key block no query sees loads nothing and writes dK_j = dV_j = 0. ``kv``: the rows of
+    # K, V, dK, dV; BH_kv for the tensor-core backward, whose block owns a K/V head's key block and
+    # loops over the query heads that share it (grouped-query attention), so that K_j, V_j are read
+    # and dK_j, dV_j written once per K/V head
+    main = (_Stage().read("K", c.k_any * d, kv).read("V", c.k_any * d, kv)
+            .read("Q", d * c.q_by_k).read("dO", d * c.q_by_k)
+            .read("lse", c.q_by_k).read("D", c.q_by_k)
+            .read("dQacc", d * c.q_by_k).write("dQacc", d * c.q_by_k)  # atomic adds
+            .write("dK", N_k * d, kv).write("dV", N_k * d, kv))
+    return {
+        "prep": _Stage().read("dO", N_q * d).read("O", N_q * d).write("D", N_q).write("dQacc", N_q * d),
+        "main": main,
+        "dq": _Stage().read("dQacc", N_q * d).write("dQ", N_q * d),
+    }
+
+
+def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
+    # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
+    # and writes dQ once; the K/V-outer stage is the main stage without dQacc
+    dq = (_Stage().read("Q", N_q * d).read("dO", N_q * d).read("O", N_q * d).read("lse", N_q).write("D", N_q)
+          .read("K", N_k * d * T_r).read("V", N_k * d * T_r).write("dQ", N_q * d))
+    dkdv = (_Stage().read("K", N_k * d).read("V", N_k * d)
+            .read("Q", N_q * d * T_c).read("dO", N_q * d * T_c)
+            .read("lse", N_q * T_c).read("D", N_q * T_c)
+            .write("dK", N_k * d).write("dV", N_k * d))
+    return {"dq": dq, "dkdv": dkdv}
+
+
+_BUILDERS = {
+    ("standard", "default", "fwd"): _standard_fwd,
+    ("standard", "default", "bwd"): _standard_bwd,
+    ("two_pass", "store", "fwd"): lambda c: _two_pass("store", c),
+    ("two_pass", "recompute", "fwd"): lambda c: _two_pass("recompute", c),
+    ("flash", "kv_outer", "fwd"): _flash_kv_outer_fwd,
+    ("flash", "q_outer", "fwd"): _flash_q_outer_fwd,
+    ("flash", "fast", "fwd"): _flash_q_outer_fwd,  # the q_outer loop order on tensor cores, own tiles
+    ("flash", "kv_outer", "bwd"): _flash_bwd,
+    # the research backward's stages, tensor-core main stage, own tiles; K/V rows per K/V head
+    ("flash", "fast", "bwd"): lambda c: _flash_bwd(c, BH_kv),
+    # variants (Plan.variant): keyed (algorithm, schedule, direction, variant)
+    ("flash", "fast", "bwd", "deterministic"): _flash_fast_bwd_deterministic,
+}
+assert {k for k in _BUILDERS if len(k) == 3} == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
+
+
+def _k(algorithm: str, schedule: str, direction: str, variant: str = "") -> tuple[str, ...]:
+    return (algorithm, schedule, direction, variant) if variant else (algorithm, schedule, direction)
+
+
+_MATMULS = {  # matrix products of shape N_q x N_k x d per pass
+    ("standard", "default", "fwd"): 2, ("standard", "default", "bwd"): 4,
+    ("two_pass", "store", "fwd"): 2, ("two_pass", "recompute", "fwd"): 3,
+    ("flash", "kv_outer", "fwd"): 2, ("flash", "q_outer", "fwd"): 2, ("flash", "fast", "fwd"): 2,
+    ("flash", "kv_outer", "bwd"): 5, ("flash", "fast", "bwd"): 5,
+    ("flash", "fast", "bwd", "deterministic"): 7,  # S and dP recomputed by the dq stage
+}
+_ORDER = {
+    ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
+    ("two_pass", "store", "fwd"): "Θ(Nd + N² + N²d²/M)", ("two_pass", "recompute", "fwd"): "Θ(N²d²/M)",
+    ("flash", "kv_outer", "fwd"): "Θ(N²d²/M)", ("flash", "q_outer", "fwd"): "Θ(N²d²/M)",
+    ("flash", "fast", "fwd"): "Θ(N²d²/M)",
+    ("flash", "kv_outer", "bwd"): "Θ(N²d²/M)",
+    ("flash", "fast", "bwd"): "Θ(N²d²/M)", ("flash", "fast", "bwd", "deterministic"): "Θ(N²d²/M)",
+}
+_EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
+    ("standard", "default", "fwd"): ("S", "P", "m", "l"),
+    ("standard", "default", "bwd"): ("dP", "dS", "D"),
+    ("two_pass", "store", "fwd"): ("S", "m", "l"),
+    ("two_pass", "recompute", "fwd"): ("m", "l"),
+    ("flash", "kv_outer", "fwd"): ("m", "l", "Oacc"),
+    ("flash", "q_outer", "fwd"): ("lse",),
+    ("flash", "fast", "fwd"): ("lse",),
+    ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
+    ("flash", "fast", "bwd"): ("D", "dQacc"),
+    ("flash", "fast", "bwd", "deterministic"): ("D",),
+}
+_EXTENT = {"q": N_q, "k": N_k, "d": d}
+
+
+def _elements(tensor: str) -> sp.Expr:
+    return sp.Mul(*(_EXTENT[x] for x in DIMS[tensor]))
+
+
+def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+             causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> IoTable:
+    """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
+    causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values. ``block_sparse``:
+    the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
+    N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S)."""
+    loops = _Loops(bool(normalize_causal(causal)) or block_sparse)
+    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
+    if block_sparse:
+        for name in BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
+            stages[name].read("block_mask", N_bm)
+    if mask:
+        # standard attention's qk product reads the mask element of every S element it stores, causal or not
+        area = N_q * N_k if algorithm == "standard" else loops.s
+        for name in MASK_STAGES[(algorithm, schedule, direction)]:
+            stages[name].read("mask", area)
+    return {name: {t: (rw[0], rw[1]) for t, rw in sorted(st.io.items(), key=lambda kv: TENSORS.index(kv[0]))}
+            for name, st in stages.items()}
+
+
+def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+                causal: bool | str = False, block_sparse: bool = False, mask: bool = False
+                ) -> tuple[sp.Expr, sp.Expr]:
+    read = write = sp.Integer(0)
+    for tensors in io_exprs(algorithm, schedule, direction, variant, causal=causal,
+                            block_sparse=block_sparse, mask=mask).values():
+        for r, w in tensors.values():
+            read, write = read + r, write + w
+    return read, write
+
+
+def ideal_tiles(algorithm: str, schedule: str, direction: str) -> dict:
+    big, small = M / (4 * d), sp.Min(M / (4 * d), d)
+    if algorithm == "standard":
+        return {}
+    if (algorithm, schedule) in {("flash", "kv_outer")} or (algorithm, schedule, direction) == ("flash", "fast", "bwd"):
+        return {B_c: big, B_r: small}  # the K/V block is the resident one
+    return {B_r: big, B_c: small}
+
+
+def visible_area_expr(causal: bool | str) -> sp.Expr:
+    """The visible part of the N_q x N_k score matrix, continuous (the Θ forms' causal area):
+    m(N_q − m/2) top-left, m(N_k − m/2) bottom-right, m = min(N_q, N_k); N_q·N_k without a mask."""
+    causal = normalize_causal(causal)
+    if not causal:
+        return N_q * N_k
+    m = sp.Min(N_q, N_k)
+    return m * ((N_q if causal == "top_left" else N_k) - m / 2)
+
+
+@cache  # simplify is slow, and sweeps ask for the same few forms at every point
+def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+               causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> sp.Expr:
+    """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
+
+    For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
+    Causal: the visible area A (:func:`visible_area_expr`) in place of the causal sums. Block-sparse
+    (Proposition 4, Θ(Nd + N²d²M⁻¹s)): s·A in place of the sums, s the fraction of visited block
+    pairs the mask keeps (a plan's value: :func:`plan_values`), and A/(B_r·B_c) mask bytes.
+    """
+    read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse,
+                              mask=mask)
+    expr = read + write
+    if normalize_causal(causal) or block_sparse:
+        area = visible_area_expr(causal)
+        kept = s_density * area if block_sparse else area
+        expr = expr.subs({R_K: kept / B_r, R_Q: kept / B_c, A_S: kept, N_qv: N_q, N_kv: N_k,
+                          N_bm: area / (B_r * B_c)})
+    # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
+    expr = expr.replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
+    return sp.simplify(expr.subs(ideal_tiles(algorithm, schedule, direction)))
+
+
+def theta_leading(plan: Plan) -> tuple[int, float]:
+    """The Θ form's leading term in N: (degree, coefficient) with N_q = N_k = N and every other
+    symbol (d, M, e, BH, and standard's BM, BN) at the plan's values. Flash: (2, 8·BH·d²·e/M) for
+    the FlashAttention-2 order; standard: (2, its N² bytes, which grow with d only through the
+    matrix products' panel re-reads)."""
+    values = {k: v for k, v in plan_values(plan).items() if k not in (N_q, N_k)}
+    expr = theta_expr(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan),
+                      mask=plan.mask is not None).subs({N_q: N, N_k: N}).subs(values)
+    poly = sp.Poly(sp.expand(expr), N)
+    return poly.degree(), float(poly.LC())
+
+
+def square_tiling_expr() -> sp.Expr:
+    """Saha & Ye's square-tiling bound for M < d²: Θ(N²d/√M) element accesses, here in bytes
+    (times e and BH, constant 1: it is an order, not a count). Flash's Θ(N²d²/M) exceeds it by
+    d/√M, so the two meet at M = d² elements."""
+    return BH * e * N_q * N_k * d / sp.sqrt(M)
+
+
+def io_lower_bound_expr() -> sp.Expr:
+    """Saha & Ye's IO complexity of exact attention with standard matrix products, in bytes with
+    constant 1: Θ(min(N²d²/M, N²d/√M)), i.e. flash's order for M ≥ d², square tiling's below."""
+    return BH * e * N_q * N_k * sp.Min(d**2 / M, d / sp.sqrt(M))
+
+
+def bound_bytes(expr: sp.Expr, plan: Plan) -> float:
+    """A Θ-form expression (such as :func:`square_tiling_expr`) at the plan's N, d, M, e and BH."""
+    return float(expr.subs(plan_values(plan)))
+
+
+def order(algorithm: str, schedule: str, direction: str, variant: str = "") -> str:
+    return _ORDER[_k(algorithm, schedule, direction, variant)]
+
+
+def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
+               causal: bool | str = False, block_sparse: bool = False) -> sp.Expr:
+    """Matrix-product FLOPs; halved for causal attention (the FlashAttention-2 convention);
+    block-sparse: those of the computed blocks, A_S elements of S."""
+    if block_sparse:
+        return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_S * d
+    flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
+    return flops / 2 if normalize_causal(causal) else flops
+
+
+def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
+    """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N))."""
+    return sum((BH * _elements(t) * _size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
+               sp.Integer(0))
+
+
+def plan_values(plan: Plan) -> dict:
+    values = {N_q: plan.N_q, N_k: plan.N_k, d: plan.d, BH: plan.bh, BH_kv: plan.bh_kv, e: plan.itemsize,
+              M: sp.Rational(plan.sram_bytes, plan.itemsize)}
+    if plan.mask is not None:
+        values[e_m] = plan.mask.itemsize
+    tile = plan.tile
+    for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
+        if key in tile:
+            values[sym] = tile[key]
+    if (plan.causal or _sparse(plan)) and "Br" in tile:
+        sums = pair_sums(plan)
+        values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
+        values[N_bm] = sums["N_bm"]
+        if _sparse(plan):  # kept pairs over visited ones, weighted by area: s of the Θ form
+            values[s_density] = sp.Rational(sums["A_S"], pair_sums(replace(plan, block_mask=None))["A_S"])
+    return values
+
+
+def _key(plan: Plan) -> tuple[str, ...]:
+    return _k(plan.algorithm, plan.schedule, plan.direction, plan.variant)
+
+
+def _sparse(plan: Plan) -> bool:
+    return plan.block_mask is not None
+
+
+def _int(expr: sp.Expr, values: dict) -> int:
+    value = sp.sympify(expr).subs(values)
+    if not value.is_Integer:
+        raise AssertionError(f"exact byte count did not evaluate to an integer: {value}")
+    return int(value)
+
+
+def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
+    """Exact bytes (read, written) per stage and tensor for this plan; a tensor a stage does not move
+    at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
+    values = plan_values(plan)
+    table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None)
+    out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
+           for stage, tensors in table.items()}
+    return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
+
+
+def per_tensor(stages: dict[str, dict[str, tuple[int, int]]]) -> dict[str, tuple[int, int]]:
+    """Bytes (read, written) per tensor, summed over the stages (measured or predicted alike)."""
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for tensors in stages.values():
+        for t, (r, w) in tensors.items():
+            out[t][0] += r
+            out[t][1] += w
+    return {t: (rw[0], rw[1]) for t, rw in sorted(out.items(), key=lambda kv: TENSORS.index(kv[0]))}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Everything the model says about one plan."""
+
+    plan: Plan
+    stages: dict[str, dict[str, tuple[int, int]]]
+    theta_bytes: float
+    flops: int
+    footprint_bytes: int
+
+    @property
+    def per_tensor(self) -> dict[str, tuple[int, int]]:
+        return per_tensor(self.stages)
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(r for r, _ in self.per_tensor.values())
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(w for _, w in self.per_tensor.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of HBM traffic."""
+        return self.flops / self.total_bytes
+
+    def roofline_seconds(self, spec: GpuSpec) -> float:
+        return max(self.flops / spec.peak_flops(self.plan.dtype), self.total_bytes / spec.hbm_bytes_per_s)
+
+
+def predict(plan: Plan) -> Prediction:
+    values = plan_values(plan)
+    key = _key(plan)
+    return Prediction(
+        plan=plan,
+        stages=exact(plan),
+        theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan),
+                                     mask=plan.mask is not None).subs(values)),
+        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan)), values),
+        footprint_bytes=_int(footprint_expr(*key), values),
+    )
+
+
+def formulas(algorithm: str, schedule: str, direction: str, *, latex: bool = False,
+             per_tensor: bool = False, variant: str = "", causal: bool | str = False,
+             block_sparse: bool = False) -> list[tuple[str, str]]:
+    """(label, formula) pairs: total read, write and Θ bytes, and optionally each tensor's."""
+    show = sp.latex if latex else (lambda x: sp.pretty(x, use_unicode=True))
+    key = (algorithm, schedule, direction, variant)
+    masks = {"causal": causal, "block_sparse": block_sparse}
+    read, write = total_exprs(*key, **masks)
+    out = [("read", show(sp.simplify(read))), ("write", show(sp.simplify(write))),
+           (f"theta {order(*key)}", show(theta_expr(*key, **masks)))]
+    if per_tensor:
+        for stage, tensors in io_exprs(*key, **masks).items():
+            for t, (r, w) in tensors.items():
+                if r != 0:
+                    out.append((f"{stage} {t} read", show(r)))
+                if w != 0:
+                    out.append((f"{stage} {t} write", show(w)))
+    return out

@@ -1,0 +1,300 @@
+"""Plan and Stage: the tiles, grid, threads and shared memory of one algorithm, schedule and direction.
+
+Kernels, the CPU simulator and the model all read a :class:`Plan`; no tile size is written down
+anywhere else. ``M`` (``sram_bytes``) is in bytes. Every stage's shared-memory layout is listed
+buffer by buffer, and the plan guarantees its total never exceeds ``M`` (nor the GPU's per-block
+limit when one is given).
+
+Where each family's tiles are decided: :mod:`.research` (standard, two_pass, flash kv_outer/q_outer and
+the flash backward), :mod:`.fast` (the tensor-core forward), :mod:`.fast_bwd` (its backward);
+:mod:`.variants` adds causal, dropout, explicit and block masks to a plan; :mod:`.make` picks among them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .causal import CAUSAL_ALIGNMENTS, causal_offset
+from .dropout import Dropout
+from .masks import BlockMask, ExplicitMask
+from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
+
+SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("standard", "fwd"): ("default",),
+    ("standard", "bwd"): ("default",),
+    ("two_pass", "fwd"): ("store", "recompute"),
+    ("flash", "fwd"): ("kv_outer", "q_outer", "fast"),
+    ("flash", "bwd"): ("kv_outer", "fast"),
+}
+ALGORITHMS = ("standard", "two_pass", "flash")
+DEFAULT_SCHEDULE = {"standard": "default", "two_pass": "store", "flash": "q_outer"}
+D_MIN, D_MAX, D_MULTIPLE = 16, 256, 8
+THREADS = 256
+ROWWISE_THREADS = 256
+ROW_ELEMENTS_PER_BLOCK = 32768  # row-wise kernels take several rows per block, up to this many elements
+MAX_ROWS_PER_BLOCK = 64
+SMEM_ALIGN = 16
+
+
+# Tensors stored in float32 whatever the input dtype; one byte per element; all others use the input dtype.
+FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc"})
+BYTE_TENSORS = frozenset({"block_mask"})
+
+
+
+
+def _align(n: int) -> int:
+    return -(-n // SMEM_ALIGN) * SMEM_ALIGN
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One kernel launch of a plan."""
+
+    name: str
+    kernel: str
+    grid: tuple[int, int, int]
+    threads: int
+    smem: tuple[tuple[str, int, int], ...]  # (buffer, offset, bytes)
+    params: tuple[tuple[str, int], ...] = ()  # further compile-time constants of this kernel
+
+    @property
+    def smem_bytes(self) -> int:
+        return max((off + size for _, off, size in self.smem), default=0)
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kernel": self.kernel,
+            "grid": list(self.grid),
+            "threads": self.threads,
+            "smem_bytes": self.smem_bytes,
+            "smem_layout": {name: [off, size] for name, off, size in self.smem},
+            **dict(self.params),
+        }
+
+
+def layout(buffers: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
+    out, offset = [], 0
+    for name, size in buffers:
+        out.append((name, offset, size))
+        offset = _align(offset + size)
+    return tuple(out)
+
+
+def layout_bytes(buffers: list[tuple[str, int]]) -> int:
+    return max((off + size for _, off, size in layout(buffers)), default=0)
+
+
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Tiles, grid and shared memory of one algorithm, schedule and direction."""
+
+    algorithm: str
+    schedule: str
+    direction: str  # "fwd" | "bwd"
+    N_q: int
+    N_k: int
+    d: int
+    dtype: str
+    sram_bytes: int
+    batch: int
+    heads: int
+    tiles: tuple[tuple[str, int], ...]
+    stages: tuple[Stage, ...]
+    # a variant of the schedule with stages of its own ("" for none; flash/fast/bwd: "deterministic");
+    # the model and the simulator pick its stages by it
+    variant: str = ""
+    # grouped-query attention: K and V have kv_heads heads, each shared by heads / kv_heads query
+    # heads (0: as many as heads). Only flash/fast takes kv_heads < heads (its backward: the wgmma kernel).
+    kv_heads: int = 0
+    # causal mask alignment: "" (none), "bottom_right" or "top_left" (module docstring)
+    causal: str = ""
+    # block-sparse attention (iokernels.plan.masks): the tiles divide its blocks; None: every block computed
+    block_mask: BlockMask | None = None
+    # an explicit element mask read from HBM (tensor "mask"; iokernels.plan.masks.ExplicitMask); None: none
+    mask: ExplicitMask | None = None
+    # dropout on P (iokernels.plan.dropout.Dropout: p, seed, offset); None: none. Moves no HBM bytes.
+    dropout: Dropout | None = None
+
+    def __post_init__(self) -> None:
+        if self.causal not in ("", *CAUSAL_ALIGNMENTS):
+            allowed = " or ".join(map(repr, CAUSAL_ALIGNMENTS))
+            raise ValueError(f"Plan.causal must be '' or {allowed}, got {self.causal!r}")
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if not isinstance(self.kv_heads, int) or self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads must divide heads={self.heads}, got {self.kv_heads!r}")
+
+    @property
+    def tile(self) -> dict[str, int]:
+        return dict(self.tiles)
+
+    @property
+    def causal_offset(self) -> int:
+        """Key j is visible to query i iff j <= i + causal_offset (causal plans only)."""
+        return causal_offset(self.N_q, self.N_k, self.causal)
+
+    @property
+    def bh(self) -> int:
+        return self.batch * self.heads
+
+    @property
+    def bh_kv(self) -> int:
+        """Rows of K and V (and dK, dV): batch * kv_heads."""
+        return self.batch * self.kv_heads
+
+    @property
+    def smem_bytes(self) -> int:
+        return max(s.smem_bytes for s in self.stages)
+
+    @property
+    def itemsize(self) -> int:
+        return itemsize(self.dtype)
+
+    @property
+    def sram_elements(self) -> int:
+        return self.sram_bytes // self.itemsize
+
+    def tensor_itemsize(self, tensor: str) -> int:
+        if tensor in BYTE_TENSORS:
+            return 1
+        if tensor == "mask":
+            return self.mask.itemsize if self.mask is not None else 1
+        return ACC_ITEMSIZE if tensor in FLOAT32_TENSORS else self.itemsize
+
+    def block_grid(self) -> np.ndarray:
+        """The block mask on this plan's tile grid, (T_r, T_c) of uint8: what the kernels read."""
+        tile = self.tile
+        return self.block_mask.refine(tile["Br"], tile["Bc"]).astype(np.uint8)
+
+    def element_mask(self) -> np.ndarray | None:
+        """Boolean (N_q, N_k) of the block mask (the causal mask not included); None without one."""
+        return None if self.block_mask is None else self.block_mask.element_mask()
+
+    def stage(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def label(self) -> str:
+        label = f"{self.algorithm}/{self.schedule}/{self.direction}"
+        return f"{label}+{self.variant}" if self.variant else label
+
+    def describe_tiles(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.tiles)
+
+    def as_dict(self) -> dict:
+        return {
+            "algorithm": self.algorithm,
+            "schedule": self.schedule,
+            "pass": self.direction,
+            **({"variant": self.variant} if self.variant else {}),
+            **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
+            **({"causal": self.causal} if self.causal else {}),
+            **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
+            **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
+            **({"dropout": self.dropout.as_dict()} if self.dropout is not None else {}),
+            "tiles": dict(self.tiles),
+            "smem_bytes": self.smem_bytes,
+            "stages": [s.as_dict() for s in self.stages],
+        }
+
+
+
+
+def rowwise_buffers() -> list[tuple[str, int]]:
+    # 16 bytes per warp and per counted tensor (a row kernel moves at most 4): block reductions, and
+    # room for the counting build to flush all its counters behind a single barrier
+    return [("partials", ROWWISE_THREADS // 32 * 16 * 4)]
+
+
+def rowwise_stage(name: str, kernel: str, n_rows: int, row_length: int, bh: int) -> Stage:
+    """A row-wise kernel: each block walks ROWS_PER_BLOCK rows (more when rows are short, so that
+    a block's work outweighs its start and its counter flush)."""
+    rows = max(1, min(MAX_ROWS_PER_BLOCK, ROW_ELEMENTS_PER_BLOCK // row_length))
+    return Stage(name, kernel, (cdiv(n_rows, rows), 1, bh), ROWWISE_THREADS, layout(rowwise_buffers()),
+                 (("ROWS_PER_BLOCK", rows),))
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+INT32_MAX = 2**31 - 1
+GRID_Z_MAX = 65535  # CUDA's gridDim.z limit
+
+
+def check_problem(N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1) -> str:
+    for name, value in (("N_q", N_q), ("N_k", N_k), ("batch", batch), ("heads", heads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not isinstance(d, int) or not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
+        raise ValueError(
+            f"unsupported head dimension d={d!r}: expected a multiple of {D_MULTIPLE} "
+            f"from {D_MIN} to {D_MAX}"
+        )
+    for name, value in (("N_q", N_q), ("N_k", N_k)):  # the kernels take lengths as int32
+        if value > INT32_MAX:
+            raise ValueError(f"{name}={value} exceeds the kernels' 32-bit lengths (at most {INT32_MAX})")
+    if batch * heads > GRID_Z_MAX:  # every kernel's grid has one z-slice per (batch, head)
+        raise ValueError(f"batch * heads = {batch * heads} exceeds CUDA's grid limit of {GRID_Z_MAX} "
+                         "(gridDim.z: one slice per batch-head); split the call")
+    return check_dtype(dtype)
+
+
+def check_schedule(algorithm: str, schedule: str | None, direction: str) -> str:
+    if direction not in ("fwd", "bwd"):
+        raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+    allowed = SCHEDULES.get((algorithm, direction))
+    if allowed is None:
+        raise ValueError(f"algorithm {algorithm!r} has no {direction} pass")
+    if schedule is None:
+        schedule = DEFAULT_SCHEDULE[algorithm] if DEFAULT_SCHEDULE[algorithm] in allowed else allowed[0]
+    if schedule not in allowed:
+        raise ValueError(
+            f"unknown schedule {schedule!r} for {algorithm} {direction}: expected one of {', '.join(allowed)}"
+        )
+    return schedule
+
+
+
+
+class Unsupported(ValueError):
+    """This schedule does not take this problem (the tensor-core ``fast`` schedule: float16 and
+    bfloat16, d of 64 or 128)."""
+
+
+class SramTooSmall(ValueError):
+    """No tiling of this plan fits in M; ``min_bytes`` is the smallest M that works."""
+
+    def __init__(self, label: str, sram_bytes: int, min_bytes: int, detail: str):
+        self.min_bytes = min_bytes
+        super().__init__(
+            f"--sram {sram_bytes} bytes is too small for {label} ({detail}); "
+            f"the smallest M that works is {min_bytes} bytes"
+        )
+
+
+
+
+class TilesDoNotFit(ValueError):
+    """Forced tiles (``block_r``/``block_c``) whose buffers do not fit in M."""
+
+
+def check_block(name: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")

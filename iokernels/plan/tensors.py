@@ -1,0 +1,35 @@
+"""Names of the tensors whose HBM traffic is counted, shared by kernels, simulator and model.
+
+The order fixes the counter index of each tensor in the kernels' counter arrays
+(``counters[2 * index]`` = bytes read, ``counters[2 * index + 1]`` = bytes written); the CUDA
+sources get these indices as ``IOK_T_<name>`` defines, never written down a second time.
+"""
+
+from __future__ import annotations
+
+TENSORS: tuple[str, ...] = (
+    "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
+    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask",
+)
+TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
+NUM_TENSORS = len(TENSORS)
+
+# The extents of each tensor after the leading batch*heads index: q = N_q, k = N_k, d = head dim
+# (one extent: a float per row).
+DIMS: dict[str, tuple[str, ...]] = {
+    "Q": ("q", "d"), "K": ("k", "d"), "V": ("k", "d"), "O": ("q", "d"), "dO": ("q", "d"),
+    "S": ("q", "k"), "P": ("q", "k"), "dP": ("q", "k"), "dS": ("q", "k"),
+    "m": ("q",), "l": ("q",), "lse": ("q",), "D": ("q",),
+    "dQ": ("q", "d"), "dK": ("k", "d"), "dV": ("k", "d"), "dQacc": ("q", "d"), "Oacc": ("q", "d"),
+}
+# Tensors whose shape is not (batch*heads, ...) of N_q, N_k and d: the block mask of block-sparse plans,
+# (T_r, T_c) bytes on the plan's tile grid (iokernels.plan.masks), shared by every batch and head.
+# The explicit mask of masked plans (iokernels.plan.masks.ExplicitMask): (1 or batch*heads, N_q, N_k), uint8 or float32.
+MASK_TENSORS: tuple[str, ...] = ("block_mask", "mask")
+assert set(DIMS) | set(MASK_TENSORS) == set(TENSORS)
+
+# Bytes moved: stage -> tensor -> (read, written).
+Counts = dict[str, dict[str, tuple[int, int]]]
+
+# What each pass returns.
+OUTPUTS: dict[str, tuple[str, ...]] = {"fwd": ("O",), "bwd": ("dQ", "dK", "dV")}

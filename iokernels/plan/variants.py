@@ -1,0 +1,195 @@
+"""Variants of a plan: causal, dropout, explicit masks and block masks, each a transform of a :class:`Plan`
+that sets its field and adds the compile-time defines to the stages whose kernels apply it.
+
+Block-sparse attention (``make_plan(..., block_mask=)``, :mod:`iokernels.plan.masks`): the tiles are the
+largest up to the usual ones that divide the mask's blocks; the stages that skip zero blocks carry
+``BLOCK_SPARSE``; :func:`pair_sums` gives what they move.
+
+Explicit masks (``make_plan(..., mask=ExplicitMask(...))``, :mod:`iokernels.plan.masks`): a boolean or
+additive element mask read from HBM as the tensor ``mask`` (shared by every batch·head or one per
+batch·head). Tiles do not change; every computed (query block, key block) pair reads its mask elements
+(the stages of :func:`supports_explicit_mask` carry ``MASK`` = 1 bool, 2 additive and
+``MASK_BH_STRIDE`` = 0 shared, 1 per batch·head). Rows that see no key give O = 0, lse = −inf.
+
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .causal import CAUSAL_CODES, normalize_causal
+from .core import Plan, Unsupported
+from .dropout import Dropout
+from .masks import BlockMask, ExplicitMask
+
+# the stages whose kernels apply dropout to P (DROPOUT define; .dropout): every stage that uses
+# the dropped P (Z ∘ P) or the dropped dP (Z ∘ dO Vᵀ)
+DROPOUT_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # standard: pv reads P and applies Z (O = (Z ∘ P) V); the backward's dv applies it to P, rowdot and ds to
+    # the stored raw dP = dO Vᵀ (D = rowsum(P ∘ Z ∘ dP), dS = P ∘ (Z ∘ dP − D)); P itself stays undropped
+    ("standard", "default", "fwd"): ("pv",),
+    ("standard", "default", "bwd"): ("dv", "rowdot", "ds"),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "kv_outer", "fwd"): ("main",),
+    ("two_pass", "store", "fwd"): ("output",),
+    ("two_pass", "recompute", "fwd"): ("output",),
+    ("flash", "kv_outer", "bwd"): ("main",),
+    # flash/fast: the wgmma kernels only (flash_wgmma.cu, flash_wgmma_bwd.cu); with_dropout refuses the mma.sync
+    # ones (flash_tc.cu, flash_tc_bwd.cu and the deterministic variant)
+    ("flash", "fast", "fwd"): ("main",),
+    ("flash", "fast", "bwd"): ("main",),
+}
+
+
+def supports_dropout(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, dropout=...)`` has kernels."""
+    return (algorithm, schedule, direction) in DROPOUT_STAGES
+
+
+def check_dropout(key: tuple[str, str, str], dropout: object) -> None:
+    if not isinstance(dropout, Dropout):
+        raise TypeError(f"dropout must be an iokernels.plan.dropout.Dropout, got {type(dropout).__name__}")
+    if key not in DROPOUT_STAGES:
+        have = ", ".join("/".join(k) for k in DROPOUT_STAGES) or "none yet"
+        raise Unsupported(f"dropout is not implemented by {'/'.join(key)} (plans with dropout: {have})")
+
+
+def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
+    """``plan`` with dropout on P: its ``dropout`` field set and the ``DROPOUT`` define added to the stages
+    that apply it. A dropout of p = 0 is kept (the kernels then keep every element)."""
+    if dropout is None:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    check_dropout(key, dropout)
+    if plan.variant:
+        raise Unsupported(f"dropout is not implemented by {plan.label}")
+    if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_wgmma_bwd"):
+        raise Unsupported(f"dropout in flash/fast is implemented by the wgmma kernels (sm_90); the mma.sync kernel "
+                          f"{plan.stage('main').kernel} has none")
+    stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in DROPOUT_STAGES[key] else s
+                   for s in plan.stages)
+    return replace(plan, dropout=dropout, stages=stages)
+
+
+# the stages whose kernels read an explicit mask (MASK, MASK_BH_STRIDE defines)
+MASK_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    # standard: the qk epilogue reads the mask element of every S element it stores (rowsum and normalize
+    # give rows with no visible key P = 0 in every build); the backward reads none (P is 0 where masked)
+    ("standard", "default", "fwd"): ("qk",),
+    ("standard", "default", "bwd"): (),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "kv_outer", "bwd"): ("main",),
+}
+
+
+def supports_explicit_mask(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, mask=...)`` has kernels."""
+    return (algorithm, schedule, direction) in MASK_STAGES
+
+
+def check_explicit_mask(key: tuple[str, str, str], mask: object) -> None:
+    if not isinstance(mask, ExplicitMask):
+        raise TypeError(f"mask must be an iokernels.plan.masks.ExplicitMask, got {type(mask).__name__}")
+    if key not in MASK_STAGES:
+        raise Unsupported(f"explicit masks are not implemented by {'/'.join(key)}: use flash/q_outer "
+                          "(forward) or flash/kv_outer (backward)")
+
+
+def with_mask(plan: Plan, mask: ExplicitMask | None) -> Plan:
+    """``plan`` with an explicit mask: its ``mask`` field set and the ``MASK`` (1 bool, 2 additive) and
+    ``MASK_BH_STRIDE`` (0 shared, 1 per batch·head) defines added to the stages that read it."""
+    if mask is None:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    check_explicit_mask(key, mask)
+    if plan.variant:
+        raise Unsupported(f"explicit masks are not implemented by {plan.label}")
+    stages = tuple(replace(s, params=(*s.params, ("MASK", mask.code), ("MASK_BH_STRIDE", mask.bh_stride)))
+                   if s.name in MASK_STAGES[key] else s for s in plan.stages)
+    return replace(plan, mask=mask, stages=stages)
+
+
+# the stages whose kernels skip the zero blocks of a block mask (BLOCK_SPARSE define)
+BLOCK_SPARSE_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("two_pass", "store", "fwd"): ("stats", "output"),
+    ("two_pass", "recompute", "fwd"): ("stats", "output"),
+    ("flash", "kv_outer", "fwd"): ("main",),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "kv_outer", "bwd"): ("main",),
+}
+
+
+def supports_block_sparse(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, block_mask=...)`` has kernels."""
+    return (algorithm, schedule, direction) in BLOCK_SPARSE_STAGES
+
+
+def check_block_mask(key: tuple[str, str, str], block_mask: object, n_q: int, n_k: int) -> None:
+    if not isinstance(block_mask, BlockMask):
+        raise TypeError(f"block_mask must be an iokernels.plan.masks.BlockMask, got {type(block_mask).__name__}")
+    if key not in BLOCK_SPARSE_STAGES:
+        why = {"standard": "standard attention computes all of S (it has no blocks to skip)",
+               "fast": "the tensor-core kernels have no block-sparse variant yet; use flash/q_outer "
+                       "(forward) or flash/kv_outer (backward)"}
+        raise Unsupported(f"block-sparse attention is not implemented by {'/'.join(key)}: "
+                          f"{why.get(key[0], why.get(key[1], 'no kernel'))}")
+    if (block_mask.n_q, block_mask.n_k) != (n_q, n_k):
+        raise ValueError(f"block mask made for N_q={block_mask.n_q}, N_k={block_mask.n_k} given to a problem "
+                         f"with N_q={n_q}, N_k={n_k}")
+
+
+
+
+def with_block_mask(plan: Plan, block_mask: BlockMask | None) -> Plan:
+    """``plan`` with a block mask: its ``block_mask`` field set and the ``BLOCK_SPARSE`` define added
+    to the stages whose kernels skip zero blocks. The plan's tiles must divide the mask's blocks."""
+    if block_mask is None:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    check_block_mask(key, block_mask, plan.N_q, plan.N_k)
+    if plan.variant:
+        raise Unsupported(f"block-sparse attention is not implemented by {plan.label}")
+    block_mask.refine(plan.tile["Br"], plan.tile["Bc"])  # ValueError unless the tiles divide its blocks
+    sparse = BLOCK_SPARSE_STAGES[key]
+    stages = tuple(replace(s, params=(*s.params, ("BLOCK_SPARSE", 1))) if s.name in sparse else s
+                   for s in plan.stages)
+    return replace(plan, block_mask=block_mask, stages=stages)
+
+
+# the stages whose kernels take the causal mask (CAUSAL define); the others are the unmasked ones
+CAUSAL_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("standard", "default", "fwd"): ("qk", "rowsum", "normalize"),  # S = -inf where masked; rows with none
+    ("standard", "default", "bwd"): (),  # P is 0 where masked: the backward's products need no mask
+    ("two_pass", "store", "fwd"): ("stats", "output"),
+    ("two_pass", "recompute", "fwd"): ("stats", "output"),
+    ("flash", "kv_outer", "fwd"): ("main",),
+    ("flash", "q_outer", "fwd"): ("main",),
+    ("flash", "fast", "fwd"): ("main",),  # flash_wgmma.cu and the mma.sync flash_tc.cu
+    ("flash", "kv_outer", "bwd"): ("main",),
+    ("flash", "fast", "bwd"): ("main",),  # the wgmma backward (flash_wgmma_bwd.cu) only
+}
+
+
+def supports_causal(algorithm: str, schedule: str, direction: str) -> bool:
+    """Whether ``make_plan(algorithm, schedule, direction=direction, causal=True)`` has kernels."""
+    return (algorithm, schedule, direction) in CAUSAL_STAGES
+
+
+def with_causal(plan: Plan, causal: bool | str) -> Plan:
+    """``plan`` with the causal mask: its ``causal`` field set and the ``CAUSAL`` define (1 top-left,
+    2 bottom-right) added to the parameters of the stages whose kernels apply the mask."""
+    causal = normalize_causal(causal)
+    if not causal:
+        return plan
+    key = (plan.algorithm, plan.schedule, plan.direction)
+    if key not in CAUSAL_STAGES or plan.variant:
+        raise Unsupported(f"causal attention is not implemented by {plan.label} yet")
+    masked = CAUSAL_STAGES[key]
+    if key == ("flash", "fast", "bwd") and plan.stage("main").kernel != "flash_wgmma_bwd":
+        raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
+                          "kernels (flash_tc_bwd.cu, and deterministic=True) have no causal mask")
+    stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s
+                   for s in plan.stages)
+    return replace(plan, causal=causal, stages=stages)
+
+

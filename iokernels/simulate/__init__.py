@@ -1,0 +1,35 @@
+"""simulate: the schedules executed tile by tile in numpy, counting bytes by the kernels' rules, and the
+float64 reference (:mod:`.reference`). Imports only plan/.
+"""
+
+from . import reference
+from .simulator import (
+    ALL,
+    KV_TENSORS,
+    Hbm,
+    SimResult,
+    kv_rows,
+    make_inputs,
+    max_relative_error,
+    random_mask,
+    reference_dropout,
+    reference_mask,
+    reference_outputs,
+    simulate,
+)
+
+__all__ = [
+    "ALL",
+    "KV_TENSORS",
+    "Hbm",
+    "SimResult",
+    "kv_rows",
+    "make_inputs",
+    "max_relative_error",
+    "random_mask",
+    "reference",
+    "reference_dropout",
+    "reference_mask",
+    "reference_outputs",
+    "simulate"
+]

@@ -1,0 +1,563 @@
+"""CPU simulator: each plan executed tile by tile in numpy, in the order the kernels run it.
+
+It is the executable specification of every schedule. Arithmetic is float64 (so outputs match the
+reference to ~1e-13), while bytes are counted at the plan's storage dtypes, by DESIGN.md's rules:
+every :meth:`Hbm.load`/:meth:`Hbm.store` counts the elements it actually moves, re-reads included;
+ragged edge tiles count only their in-range elements; an atomic add counts a read and a write.
+Thread blocks that run side by side on the GPU are independent, so the simulator may process
+rows of independent blocks together (row-wise stages) and always vectorizes over batch*heads.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..plan import Plan, visible_key_blocks
+from ..plan.tensors import DIMS, OUTPUTS, TENSORS
+from ..plan.units import round_to
+from . import reference
+
+ALL = slice(None)
+
+
+# tensors with one row per K/V head (batch * kv_heads rows; batch * heads without grouped-query attention)
+KV_TENSORS = ("K", "V", "dK", "dV")
+
+
+class Hbm:
+    """Global memory of one simulated run: named float64 arrays and per-stage byte counters."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.arrays: dict[str, np.ndarray] = {}
+        self.counts: dict[str, dict[str, list[int]]] = {}
+        self._stage: dict[str, list[int]] | None = None
+
+    def put(self, name: str, array: np.ndarray) -> None:
+        """Place an input in HBM (the upload is not a kernel access, so it is not counted)."""
+        self.arrays[name] = np.array(array, dtype=np.float64)
+
+    def alloc(self, name: str, shape: tuple[int, ...]) -> None:
+        """Allocate an output poisoned with NaN, so an element no stage writes shows up."""
+        self.arrays[name] = np.full(shape, np.nan)
+
+    def begin(self, stage: str) -> None:
+        self._stage = self.counts.setdefault(stage, defaultdict(lambda: [0, 0]))
+
+    def _count(self, name: str, elements: int, read: int, write: int) -> None:
+        size = elements * self.plan.tensor_itemsize(name)
+        self._stage[name][0] += read * size
+        self._stage[name][1] += write * size
+
+    def load(self, name: str, index: tuple) -> np.ndarray:
+        tile = np.array(self.arrays[name][index])
+        self._count(name, tile.size, 1, 0)
+        return tile
+
+    def store(self, name: str, index: tuple, value: np.ndarray) -> None:
+        target = self.arrays[name][index]
+        target[...] = value
+        self._count(name, target.size, 0, 1)
+
+    def atomic_add(self, name: str, index: tuple, value: np.ndarray) -> None:
+        target = self.arrays[name][index]
+        target += value
+        self._count(name, target.size, 1, 1)
+
+
+def _blocks(n: int, b: int) -> list[slice]:
+    return [slice(i, min(i + b, n)) for i in range(0, n, b)]
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2)
+
+
+# ---------------------------------------------------------------------------------------------
+# the causal mask (iokernels.plan): key j visible to query i iff j <= i + plan.causal_offset
+
+def _visible(plan: Plan, rs: slice, cs: slice) -> np.ndarray | None:
+    """Boolean (rows, cols) of the block: True where visible; None without a mask."""
+    if not plan.causal:
+        return None
+    return np.arange(cs.start, cs.stop)[None, :] <= np.arange(rs.start, rs.stop)[:, None] + plan.causal_offset
+
+
+def _masked(s: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
+    return s if visible is None else np.where(visible, s, -np.inf)
+
+
+def _pair_visible(plan: Plan, rs: slice, cs: slice) -> bool:
+    """Whether any element of the (query block, key block) pair is visible (its last row sees most)."""
+    return not plan.causal or cs.start <= rs.stop - 1 + plan.causal_offset
+
+
+def _key_block_used(plan: Plan, cs: slice) -> bool:
+    """Whether any query sees a key of this block (the last query sees the most)."""
+    return _pair_visible(plan, slice(0, plan.N_q), cs)
+
+
+def _kept(hbm: Hbm, rs: slice, cs: slice) -> bool:
+    """Block-sparse plans (iokernels.plan.masks): the kernel reads the pair's block-mask byte, for every
+    batch·head, and skips the pair when it is 0. True without a block mask (nothing read)."""
+    p = hbm.plan
+    if p.block_mask is None:
+        return True
+    t = p.tile
+    return bool(hbm.load("block_mask", (ALL, rs.start // t["Br"], cs.start // t["Bc"])).all())
+
+
+def _explicit(hbm: Hbm, rs: slice, cs: slice, x: np.ndarray) -> np.ndarray:
+    """Explicit masks (iokernels.plan.masks.ExplicitMask): x (scores of the pair, any offset already taken)
+    with the pair's mask elements applied: read once per batch·head (a shared mask too), boolean 0 → −inf,
+    additive: x + mask (−inf hides, whatever x is). x unchanged and nothing read without a mask."""
+    if hbm.plan.mask is None:
+        return x
+    m = hbm.load("mask", (ALL, rs, cs))
+    if hbm.plan.mask.kind == "bool":
+        return np.where(m != 0, x, -np.inf)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isneginf(m), -np.inf, x + m)
+
+
+def _finite(m: np.ndarray) -> np.ndarray:
+    """m with −inf (a row that has seen no visible key yet) as 0, so exp(s − m) is 0, never NaN."""
+    return np.where(np.isneginf(m), 0.0, m)
+
+
+def _rescale(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
+    """e^{m_old − m_new}, 0 where m_old is −inf (nothing to rescale)."""
+    return np.where(np.isneginf(m_old), 0.0, np.exp(_finite(m_old) - _finite(m_new)))
+
+
+def _divide(x: np.ndarray, l: np.ndarray) -> np.ndarray:
+    """x / l per row, 0 on rows with l = 0 (no visible key); NaN stays NaN, as in the kernels."""
+    return np.where(l[..., None] == 0, 0.0, x / np.where(l == 0, 1.0, l)[..., None])
+
+
+def _dropout_tile(plan: Plan, rs: slice, cs: slice) -> np.ndarray | float:
+    """Z of the (query block, key block) pair for every batch·head, (BH, rows, cols) (iokernels.plan.dropout: the
+    tiled kernels regenerate it from the seed, nothing read); 1.0 without dropout."""
+    if plan.dropout is None:
+        return 1.0
+    return plan.dropout.multiplier(ALL, rs, cs, (plan.bh, plan.N_q, plan.N_k))
+
+
+# ---------------------------------------------------------------------------------------------
+# standard attention (paper Algorithms 0 and 3)
+
+def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float = 1.0,
+          a_t: bool = False, b_t: bool = False, causal: bool = False, mask: bool = False,
+          a_dropout: np.ndarray | None = None) -> None:
+    """C = alpha * A B, A (m x k), B (k x n); ``a_t``/``b_t``: the operand is stored transposed;
+    ``causal``: C = −inf where the plan's mask hides (row, column) (S = τQKᵀ); ``mask``: the plan's explicit
+    mask applied to each stored tile of C, its elements read there (once per batch·head); ``a_dropout``: Z of
+    A as stored (the dropped P: (BH, N_q, N_k)), multiplying each k-slice of A once loaded (never stored)."""
+    tile = hbm.plan.tile
+    for ms in _blocks(m, tile["BM"]):
+        for ns in _blocks(n, tile["BN"]):
+            acc = 0.0
+            for ks in _blocks(k, tile["BK"]):
+                rows, cols = (ks, ms) if a_t else (ms, ks)  # the A slice as stored
+                at = hbm.load(a, (ALL, rows, cols))
+                if a_dropout is not None:
+                    at = at * a_dropout[:, rows, cols]
+                at = _t(at) if a_t else at
+                bt = _t(hbm.load(b, (ALL, ns, ks))) if b_t else hbm.load(b, (ALL, ks, ns))
+                acc = acc + at @ bt
+            out = _masked(alpha * acc, _visible(hbm.plan, ms, ns) if causal else None)
+            hbm.store(c, (ALL, ms, ns), _explicit(hbm, ms, ns, out) if mask else out)
+
+
+def _standard_fwd(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    mat, vec = (ALL, ALL, ALL), (ALL, ALL)
+    # causal, explicit mask: S = −inf where masked, so P = 0 there (rows with no visible key: l = 0, P = 0);
+    # the explicit mask is read by the qk product's epilogue, every element of S once per batch·head
+    hbm.begin("qk")
+    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal), mask=p.mask is not None)
+    hbm.begin("rowmax")
+    hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
+    hbm.begin("rowsum")
+    m = _finite(hbm.load("m", vec))[..., None]
+    hbm.store("l", vec, np.exp(hbm.load("S", mat) - m).sum(axis=-1))
+    hbm.begin("normalize")
+    m, l = _finite(hbm.load("m", vec))[..., None], hbm.load("l", vec)
+    hbm.store("P", mat, _divide(np.exp(hbm.load("S", mat) - m), l))
+    hbm.begin("pv")  # dropout: O = (Z ∘ P) V, P stays the undropped softmax
+    _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k, a_dropout=reference_dropout(p))
+
+
+def _standard_bwd(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    mat, vec = (ALL, ALL, ALL), (ALL, ALL)
+    # dropout: dV = (Z ∘ P)ᵀ dO; dP is stored raw (dO Vᵀ), rowdot and ds apply Z to it:
+    # D = rowsum(P ∘ Z ∘ dP), dS = P ∘ (Z ∘ dP − D)
+    z = reference_dropout(p)
+    zp = 1.0 if z is None else z
+    hbm.begin("dv")
+    _gemm(hbm, "P", "dO", "dV", p.N_k, p.d, p.N_q, a_t=True, a_dropout=z)
+    hbm.begin("dp")
+    _gemm(hbm, "dO", "V", "dP", p.N_q, p.N_k, p.d, b_t=True)
+    hbm.begin("rowdot")
+    hbm.store("D", vec, (hbm.load("P", mat) * (zp * hbm.load("dP", mat))).sum(axis=-1))
+    hbm.begin("ds")
+    prob, dp, dd = hbm.load("P", mat), zp * hbm.load("dP", mat), hbm.load("D", vec)
+    hbm.store("dS", mat, prob * (dp - dd[..., None]))
+    hbm.begin("dq")
+    _gemm(hbm, "dS", "K", "dQ", p.N_q, p.d, p.N_k, scale)
+    hbm.begin("dk")
+    _gemm(hbm, "dS", "Q", "dK", p.N_k, p.d, p.N_q, scale, a_t=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# online softmax, two passes (Milakov & Gimelshein)
+
+def _two_pass(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    store = p.schedule == "store"
+    t = p.tile
+    cols = _blocks(p.N_k, t["Bc"])
+    # causal: key blocks past a query block's last visible key are skipped; block-sparse: the pairs the
+    # block mask zeroes. Q_i (pass 2: m_i, l_i) is loaded at the block's first computed pair; a block
+    # with none loads nothing (m = −inf, l = 0, O = 0)
+    visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
+    hbm.begin("stats")
+    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+        q = None
+        m = np.full((p.bh, rs.stop - rs.start), -np.inf)
+        l = np.zeros(m.shape)
+        for cs in cols[:nv]:
+            if not _kept(hbm, rs, cs):
+                continue
+            if q is None:
+                q = hbm.load("Q", (ALL, rs, ALL))  # resident for the rest of the sweep over K
+            s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
+            if store:
+                hbm.store("S", (ALL, rs, cs), s)
+            m_new = np.maximum(m, s.max(axis=-1))
+            l = l * _rescale(m, m_new) + np.exp(s - _finite(m_new)[..., None]).sum(axis=-1)
+            m = m_new
+        hbm.store("m", (ALL, rs), m)
+        hbm.store("l", (ALL, rs), l)
+    hbm.begin("output")
+    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+        m = l = q = None
+        acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
+        for cs in cols[:nv]:
+            if not _kept(hbm, rs, cs):
+                continue
+            if m is None:
+                m, l = _finite(hbm.load("m", (ALL, rs)))[..., None], hbm.load("l", (ALL, rs))
+                q = None if store else hbm.load("Q", (ALL, rs, ALL))
+            if store:
+                s = hbm.load("S", (ALL, rs, cs))
+            else:
+                s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
+            # dropout: O = (Z ∘ P) V, the statistics m, l of pass 1 are those of the undropped P
+            acc = acc + (_dropout_tile(p, rs, cs) * np.exp(s - m)) @ hbm.load("V", (ALL, cs, ALL))
+        hbm.store("O", (ALL, rs, ALL), 0.0 if l is None else _divide(acc, l))
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttention forward: Algorithm 1 (kv_outer) and the FlashAttention-2 order (q_outer)
+
+def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    t = p.tile
+    hbm.begin("init")
+    hbm.store("m", (ALL, ALL), -np.inf)
+    hbm.store("l", (ALL, ALL), 0.0)
+    hbm.store("Oacc", (ALL, ALL, ALL), 0.0)
+    hbm.begin("main")
+    for cs in _blocks(p.N_k, t["Bc"]):
+        if not _key_block_used(p, cs):
+            break  # causal: no query sees this key block, nor the later ones
+        k = v = None
+        for rs in _blocks(p.N_q, t["Br"]):
+            if not _pair_visible(p, rs, cs) or not _kept(hbm, rs, cs):
+                continue  # causal: every element of the pair is masked; block-sparse: a zero block
+            if k is None:  # K_j, V_j at the key block's first computed pair
+                k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+            q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("Oacc", (ALL, rs, ALL))
+            l, m = hbm.load("l", (ALL, rs)), hbm.load("m", (ALL, rs))
+            s = _masked(scale * (q @ _t(k)), _visible(p, rs, cs))
+            m_tile = s.max(axis=-1)
+            empty = np.isneginf(m_tile)  # rows that see no key of this block keep m, l, O
+            p_tile = np.exp(s - _finite(m_tile)[..., None])
+            l_tile = p_tile.sum(axis=-1)
+            m_new = np.maximum(m, m_tile)
+            a = np.where(empty, 1.0, _rescale(m, m_new))
+            b = np.where(empty, 0.0, np.exp(_finite(m_tile) - _finite(m_new)))
+            l_new = a * l + b * l_tile
+            l_div = np.where(empty, 1.0, l_new)
+            alpha = np.where(empty, 1.0, l * a / l_div)
+            # dropout: l sums the undropped P̃, O accumulates (Z ∘ P̃) V_j
+            o = alpha[..., None] * o + (b / l_div)[..., None] * ((_dropout_tile(p, rs, cs) * p_tile) @ v)
+            hbm.store("Oacc", (ALL, rs, ALL), o)
+            hbm.store("l", (ALL, rs), l_new)
+            hbm.store("m", (ALL, rs), m_new)
+    hbm.begin("finalize")
+    hbm.store("O", (ALL, ALL, ALL), hbm.load("Oacc", (ALL, ALL, ALL)))
+
+
+def kv_rows(plan: Plan) -> slice | np.ndarray:
+    """The K/V row of each query row (batch * heads): all of them, or with grouped-query attention
+    query head z's K/V head z // (heads / kv_heads)."""
+    if plan.kv_heads == plan.heads:
+        return ALL
+    return np.arange(plan.bh) // (plan.heads // plan.kv_heads)
+
+
+def _flash_q_outer(hbm: Hbm, scale: float) -> None:
+    p = hbm.plan
+    t = p.tile
+    kv = kv_rows(p)  # a K/V tile is read once per query head that uses it
+    cols = _blocks(p.N_k, t["Bc"])
+    visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
+    hbm.begin("main")
+    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+        # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
+        q = None
+        acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
+        m = np.full(acc.shape[:-1], -np.inf)
+        l = np.zeros(m.shape)
+        for cs in cols[:nv]:
+            if not _kept(hbm, rs, cs):
+                continue
+            if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
+                q = hbm.load("Q", (ALL, rs, ALL))
+            s = _masked(scale * (q @ _t(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
+            s = _explicit(hbm, rs, cs, s)
+            m_new = np.maximum(m, s.max(axis=-1))
+            prob = np.exp(s - _finite(m_new)[..., None])
+            alpha = _rescale(m, m_new)
+            l = alpha * l + prob.sum(axis=-1)
+            # dropout: l sums the undropped P, O accumulates (Z ∘ P) V_j
+            acc = alpha[..., None] * acc + (_dropout_tile(p, rs, cs) * prob) @ hbm.load("V", (kv, cs, ALL))
+            m = m_new
+        hbm.store("O", (ALL, rs, ALL), _divide(acc, l))
+        with np.errstate(divide="ignore"):
+            hbm.store("lse", (ALL, rs), np.where(l > 0, _finite(m) + np.log(l), -np.inf))
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttention backward (Algorithm 4 in the FlashAttention-2 arrangement)
+
+def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> None:
+    """The K/V-outer backward stage: dK_j, dV_j on chip, written once; Q_i, dO_i, lse_i, D_i read once
+    per K/V block; with ``dq_atomics`` also dS_i K_j added into dQacc (read + write). Grouped-query
+    attention (flash/fast): a K/V head's block loops over the query heads that share it, so K_j, V_j
+    are read and dK_j, dV_j written once per K/V head, summed over its query heads."""
+    p = hbm.plan
+    t = p.tile
+    group = p.heads // p.kv_heads
+
+    def grouped(x: np.ndarray) -> np.ndarray:  # query rows (BH, ...) -> (BH_kv, group, ...)
+        return x.reshape(p.bh_kv, group, *x.shape[1:])
+
+    hbm.begin(stage)
+    for cs in _blocks(p.N_k, t["Bc"]):
+        if not _key_block_used(p, cs):  # causal: no query sees these keys: dK_j = dV_j = 0, nothing loaded
+            hbm.store("dK", (ALL, cs, ALL), 0.0)
+            hbm.store("dV", (ALL, cs, ALL), 0.0)
+            continue
+        k = v = None
+        dk = np.zeros((p.bh_kv, 1, cs.stop - cs.start, p.d))
+        dv = np.zeros(dk.shape)
+        for rs in _blocks(p.N_q, t["Br"]):
+            if not _pair_visible(p, rs, cs) or not _kept(hbm, rs, cs):
+                continue  # causal: every element of the pair is masked; block-sparse: a zero block
+            if k is None:  # K_j, V_j at the key block's first computed pair
+                k, v = hbm.load("K", (ALL, cs, ALL))[:, None], hbm.load("V", (ALL, cs, ALL))[:, None]
+            q, do = grouped(hbm.load("Q", (ALL, rs, ALL))), grouped(hbm.load("dO", (ALL, rs, ALL)))
+            lse, dd = grouped(hbm.load("lse", (ALL, rs))), grouped(hbm.load("D", (ALL, rs)))
+            # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
+            with np.errstate(invalid="ignore"):  # a row with lse = −inf is masked everywhere
+                x = _explicit(hbm, rs, cs, (scale * (q @ _t(k))).reshape(p.bh, *q.shape[2:-1], -1))
+                x = grouped(x)
+                prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
+            # dropout (Z of the query heads): dV += (Z ∘ P)ᵀ dO, dS = P ∘ (Z ∘ dO Vᵀ − D)
+            z = _dropout_tile(p, rs, cs)
+            z = grouped(z) if p.dropout is not None else z
+            dv += (_t(z * prob) @ do).sum(axis=1, keepdims=True)
+            ds = prob * (z * (do @ _t(v)) - dd[..., None])
+            if dq_atomics:
+                hbm.atomic_add("dQacc", (ALL, rs, ALL), (scale * (ds @ k)).reshape(p.bh, -1, p.d))
+            dk += scale * (_t(ds) @ q).sum(axis=1, keepdims=True)
+        hbm.store("dK", (ALL, cs, ALL), dk[:, 0])
+        hbm.store("dV", (ALL, cs, ALL), dv[:, 0])
+
+
+def _flash_bwd(hbm: Hbm, scale: float) -> None:
+    rows = (ALL, ALL, ALL)
+    hbm.begin("prep")
+    hbm.store("D", (ALL, ALL), (hbm.load("dO", rows) * hbm.load("O", rows)).sum(axis=-1))
+    hbm.store("dQacc", rows, 0.0)
+    _kv_outer_grads(hbm, scale, "main", dq_atomics=True)
+    hbm.begin("dq")
+    hbm.store("dQ", rows, hbm.load("dQacc", rows))
+
+
+def _flash_bwd_deterministic(hbm: Hbm, scale: float) -> None:
+    """flash/fast/bwd+deterministic: a query-outer dQ stage (D_i computed there and written), then the
+    K/V-outer dK, dV stage; no atomics."""
+    p = hbm.plan
+    t = p.tile
+    hbm.begin("dq")
+    for rs in _blocks(p.N_q, t["Br"]):
+        q, do, o = (hbm.load(name, (ALL, rs, ALL)) for name in ("Q", "dO", "O"))
+        lse = hbm.load("lse", (ALL, rs))
+        dd = (do * o).sum(axis=-1)
+        hbm.store("D", (ALL, rs), dd)
+        dq = np.zeros(q.shape)
+        for cs in _blocks(p.N_k, t["Bc"]):  # the kernel's own key steps move the same bytes
+            k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
+            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
+            dq += scale * ((prob * (do @ _t(v) - dd[..., None])) @ k)
+        hbm.store("dQ", (ALL, rs, ALL), dq)
+    _kv_outer_grads(hbm, scale, "dkdv", dq_atomics=False)
+
+
+_RUNNERS: dict[tuple[str, ...], Callable[[Hbm, float], None]] = {
+    ("standard", "default", "fwd"): _standard_fwd,
+    ("standard", "default", "bwd"): _standard_bwd,
+    ("two_pass", "store", "fwd"): _two_pass,
+    ("two_pass", "recompute", "fwd"): _two_pass,
+    ("flash", "kv_outer", "fwd"): _flash_kv_outer,
+    ("flash", "q_outer", "fwd"): _flash_q_outer,
+    ("flash", "fast", "fwd"): _flash_q_outer,
+    ("flash", "kv_outer", "bwd"): _flash_bwd,
+    ("flash", "fast", "bwd"): _flash_bwd,  # the research backward's schedule with the kernel's tiles
+    ("flash", "fast", "bwd", "deterministic"): _flash_bwd_deterministic,  # Plan.variant
+}
+
+
+
+@dataclass(frozen=True)
+class SimResult:
+    plan: Plan
+    outputs: dict[str, np.ndarray]  # shape (batch*heads, N, d)
+    counts: dict[str, dict[str, tuple[int, int]]]  # stage -> tensor -> (read, written) bytes
+
+
+def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnitude: float = 1.0,
+                rounded: bool = False) -> dict[str, np.ndarray]:
+    """Random float64 inputs of shape (batch*heads, N, d); for a backward plan also O, lse, P and dO
+    (O, lse and P from the reference on the same Q, K, V).
+
+    ``magnitude`` multiplies Q and K (logits scale with its square). ``rounded``: every value stored
+    in the plan's dtype is rounded to it, so that a GPU run gets exactly these values (lse stays
+    float32-exact float64, as the kernels read it).
+    """
+    rng = np.random.default_rng(seed)
+    bh = plan.bh
+
+    def stored(x: np.ndarray) -> np.ndarray:
+        return round_to(x, plan.dtype) if rounded else x
+
+    q = stored(magnitude * rng.standard_normal((bh, plan.N_q, plan.d)))
+    k = stored(magnitude * rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))  # grouped-query: fewer heads
+    v = stored(rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))
+    inputs = {"Q": q, "K": k, "V": v}
+    if plan.mask is not None:  # an explicit mask (iokernels.plan.masks.ExplicitMask): data, like Q, K, V
+        inputs["mask"] = random_mask(plan, rng)
+    if plan.direction == "bwd":
+        scale = reference.default_scale(plan.d) if scale is None else scale
+        kv = kv_rows(plan)
+        mask = reference_mask(plan, inputs)
+        # dropout: O is the forward's dropped output (D = rowsum(dO ∘ O)); lse and P stay undropped
+        o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask,
+                                   dropout=reference_dropout(plan))
+        inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
+                      P=stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask)
+                               if plan.causal or mask is not None
+                               else np.exp(scale * (q @ _t(k[kv])) - lse[..., None])))
+    return inputs
+
+
+def random_mask(plan: Plan, rng: np.random.Generator, *, empty_rows: bool = True) -> np.ndarray:
+    """A random explicit mask for ``plan.mask``: (1 or BH, N_q, N_k) of its dtype. Boolean: about 70%
+    visible; additive: N(0, 1) values with about 30% −inf. ``empty_rows``: every 7th query row sees no key."""
+    spec = plan.mask
+    shape = spec.shape(plan.bh, plan.N_q, plan.N_k)
+    visible = rng.random(shape) < 0.7
+    if empty_rows:
+        visible[:, 3::7, :] = False
+    if spec.kind == "bool":
+        return visible.astype(spec.dtype)
+    return np.where(visible, rng.standard_normal(shape), -np.inf).astype(spec.dtype)
+
+
+def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The mask :mod:`iokernels.simulate.reference` takes for ``plan``: its block mask's elements and/or its explicit
+    mask (boolean, or additive with −inf where the block mask hides); None without either."""
+    block = plan.element_mask()
+    if plan.mask is None:
+        return block
+    m = inputs["mask"]
+    if plan.mask.kind == "bool":
+        m = m != 0
+        return m if block is None else m & block
+    m = m.astype(np.float64)
+    return m if block is None else np.where(block, m, -np.inf)
+
+
+def reference_dropout(plan: Plan) -> np.ndarray | None:
+    """The dropout multipliers Z that :mod:`.reference` takes for ``plan`` ((BH, N_q, N_k)); None without."""
+    return None if plan.dropout is None else plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
+
+
+def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None) -> SimResult:
+    """Run ``plan`` on ``inputs`` (from :func:`make_inputs`), counting every HBM access."""
+    scale = reference.default_scale(plan.d) if scale is None else scale
+    hbm = Hbm(plan)
+    for name, array in inputs.items():
+        hbm.put(name, array)
+    if plan.mask is not None:  # read by every batch·head, shared or not: a row per batch·head to count
+        hbm.put("mask", np.broadcast_to(inputs["mask"], (plan.bh, plan.N_q, plan.N_k)))
+    if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read
+        hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (plan.bh, *plan.block_grid().shape)))
+    extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
+    for name, dims in DIMS.items():
+        if name not in hbm.arrays:
+            hbm.alloc(name, (plan.bh_kv if name in KV_TENSORS else plan.bh, *(extent[x] for x in dims)))
+    key = (plan.algorithm, plan.schedule, plan.direction) + ((plan.variant,) if plan.variant else ())
+    _RUNNERS[key](hbm, scale)
+    counts = {stage: {t: (rw[0], rw[1]) for t, rw in sorted(c.items(), key=lambda kv: TENSORS.index(kv[0]))}
+              for stage, c in hbm.counts.items()}
+    return SimResult(plan, {n: hbm.arrays[n] for n in OUTPUTS[plan.direction]}, counts)
+
+
+def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
+                      ) -> dict[str, np.ndarray]:
+    """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
+    if plan.direction == "fwd":
+        kv = kv_rows(plan)
+        return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,
+                                       mask=reference_mask(plan, inputs), dropout=reference_dropout(plan))[0]}
+    kv, group = kv_rows(plan), plan.heads // plan.kv_heads
+    dq, dk, dv = reference.backward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], inputs["dO"], scale,
+                                    causal=plan.causal, mask=reference_mask(plan, inputs),
+                                    dropout=reference_dropout(plan))
+    # grouped-query attention: a K/V head's gradient sums those of the query heads that share it
+    dk, dv = (x.reshape(plan.bh_kv, group, *x.shape[1:]).sum(axis=1) for x in (dk, dv))
+    return {"dQ": dq, "dK": dk, "dV": dv}
+
+
+def max_relative_error(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> float:
+    """max over outputs of max|got - want| / max(max|want|, 1e-3); NaN or inf anywhere gives inf.
+
+    The floor keeps outputs that are exactly zero meaningful (one key: dQ = dK = 0).
+    """
+    worst = 0.0
+    for name, w in want.items():
+        g = got[name]
+        if not np.all(np.isfinite(g)):
+            return float("inf")
+        worst = max(worst, float(np.max(np.abs(g - w)) / max(float(np.max(np.abs(w))), 1e-3)))
+    return worst

@@ -1,0 +1,53 @@
+"""What the compile-variant families share (causal, block-sparse, explicit masks, dropout, standard's masks).
+
+Each family file builds plans with its variant and keeps the kernel stages that carry its define
+(:func:`plan_variants`); ``test_compile.py`` merges every family with the package's own variants and compiles
+each distinct (source, defines, architecture) once, in both builds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+import pytest
+
+from iokernels.kernels.sources import SOURCE_ARCHS, CompileVariant
+from iokernels.kernels.stages import plan_kernels
+
+try:
+    from cuda.bindings import nvrtc  # noqa: F401
+
+    HAVE_NVRTC = True
+except ImportError:
+    HAVE_NVRTC = False
+
+ARCHS = ("sm_80", "sm_90")
+U64_ATOMIC = re.compile(r"\b(?:atom|red)(?:\.\w+)*\.global\.add\.u64\b")
+def ONE_ARCH(source: str) -> tuple[str, ...]:
+    """The one architecture a variant family compiles for: sm_90 (the GPU we run), or the source's own."""
+    return SOURCE_ARCHS.get(source, ("sm_90",))[:1]
+
+
+needs_nvrtc = pytest.mark.skipif(not HAVE_NVRTC,
+                                 reason="cuda.bindings not installed (pip install -e '.[test]' installs NVRTC)")
+
+
+def plan_variants(plans: Iterable, define: str) -> dict[str, list[CompileVariant]]:
+    """source -> the compile variants of the plans' stages that carry ``define`` (one per distinct set
+    of defines, with every name expression the plans use)."""
+    modules: dict[tuple[str, tuple], set[str]] = {}
+    for plan in plans:
+        for stage, ref in plan_kernels(plan):
+            if define in dict(stage.params):
+                modules.setdefault((ref.source, ref.defines), set()).add(ref.name_expression)
+    out: dict[str, list[CompileVariant]] = {}
+    for (source, defines), names in modules.items():
+        out.setdefault(source, []).append(CompileVariant(dict(defines), tuple(sorted(names))))
+    return out
+
+
+def case_count(variants: dict[str, list[CompileVariant]], archs: Callable[[str], tuple[str, ...]] | None = None) -> int:
+    """How many (variant, architecture) compiles a family asks for (each in two builds)."""
+    archs = archs or (lambda source: SOURCE_ARCHS.get(source, ARCHS))
+    return sum(len(vs) * len(archs(source)) for source, vs in variants.items())

@@ -1,0 +1,113 @@
+"""NVRTC compile of every kernel variant the package uses, on the CPU: one check per distinct (source, defines,
+architecture), both builds.
+
+The variants are the union of the package's own (``iokernels.kernels.sources.COMPILE_VARIANTS``, every source,
+for each of its architectures: sm_80 and sm_90, or the one an arch-specific source is for) and of each variant
+family (causal, block-sparse, explicit masks, dropout, standard attention's masks, the tensor-core dropout
+kernels: for one architecture, sm_90 or the source's own), merged by (source, defines, architecture) with every
+template instance any of them names, so that nothing is compiled twice. Each case asserts, for the counting and
+the plain build: a cubin, no warnings, a ptxas report for every instance, no spills and zero stack; and the
+64-bit counter flush in the counting build only.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable
+
+import pytest
+
+from iokernels.kernels.sources import SOURCE_ARCHS, CompileVariant, build_source, compile_variants, list_sources
+
+from ..plan.test_dropout_fast import dropout_variants as fast_dropout_variants
+from .nvrtc_variants import ARCHS, HAVE_NVRTC, ONE_ARCH, U64_ATOMIC, needs_nvrtc
+from .test_causal_compile import causal_variants
+from .test_dropout_compile import dropout_variants
+from .test_mask_compile import mask_variants
+from .test_sparse_compile import sparse_variants
+from .test_standard_masks_compile import standard_variants
+
+if HAVE_NVRTC:
+    from iokernels.kernels.nvrtc import compile_to_cubin
+
+Family = Callable[[], dict[str, list[CompileVariant]]]
+
+
+def _archs(source: str) -> tuple[str, ...]:
+    return SOURCE_ARCHS.get(source, ARCHS)
+
+
+# (family, the architectures each of its sources compiles for; None: all of the source's, _archs)
+FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]] | None], ...] = (
+    (lambda: {source: compile_variants(source) for source in list_sources()}, None),
+    (causal_variants, ONE_ARCH),
+    (dropout_variants, ONE_ARCH),
+    (mask_variants, ONE_ARCH),
+    (sparse_variants, ONE_ARCH),
+    (standard_variants, ONE_ARCH),
+    (fast_dropout_variants, ONE_ARCH),
+)
+
+
+@functools.cache
+def merged() -> dict[tuple[str, tuple, str], tuple[str, ...]]:
+    """(source, sorted defines, arch) -> every template instance compiled with them."""
+    names: dict[tuple[str, tuple, str], set[str]] = {}
+    for family, archs in FAMILIES:
+        for source, variants in family().items():
+            for v in variants:
+                for arch in (archs or _archs)(source):
+                    names.setdefault((source, tuple(sorted(v.defines.items())), arch), set()).update(
+                        v.name_expressions)
+    return {key: tuple(sorted(n)) for key, n in sorted(names.items(), key=repr)}
+
+
+def _case_id(source: str, defines: tuple, arch: str) -> str:
+    digest = hashlib.sha1(repr(defines).encode()).hexdigest()[:8]
+    return f"{source}-{arch}-{digest}"
+
+
+CASES = [pytest.param(*key, id=_case_id(*key)) for key in merged()]
+
+
+def test_every_family_and_source_is_in_the_cases():
+    keys = set(merged())
+    for family, archs in FAMILIES:
+        for source, variants in family().items():
+            for v in variants:
+                for arch in (archs or _archs)(source):
+                    assert (source, tuple(sorted(v.defines.items())), arch) in keys
+    assert {key[0] for key in keys} == set(list_sources())
+
+
+def test_merging_only_removes_duplicates():
+    """Every (defines, instance) pair of every family is compiled; the merged count is no larger than the sum."""
+    total = sum(len(vs) * len((archs or _archs)(source))
+                for family, archs in FAMILIES for source, vs in family().items())
+    assert len(merged()) <= total
+    for family, archs in FAMILIES:
+        for source, variants in family().items():
+            for v in variants:
+                for arch in (archs or _archs)(source):
+                    assert set(v.name_expressions) <= set(merged()[(source, tuple(sorted(v.defines.items())), arch)])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize(("source", "defines", "arch"), CASES)
+def test_compiles_in_both_builds_without_spills(source: str, defines: tuple, arch: str) -> None:
+    instances = merged()[(source, defines, arch)]
+    results = {counting: compile_to_cubin(build_source(source, dict(defines), counting), arch=arch, name=source,
+                                          name_expressions=instances)
+               for counting in (True, False)}
+    for counting, result in results.items():
+        build = "counting" if counting else "plain"
+        assert result.cubin, build
+        assert "warning" not in result.log.lower(), f"{build}: {result.log}"
+        for expr in instances:
+            assert result.resources_of(expr).registers, f"{build} {expr}: no ptxas report\n{result.log}"
+        for fn, res in result.resources.items():
+            assert (res.stack_frame, res.spill_stores, res.spill_loads) == (0, 0, 0), f"{build} {fn}: {res}"
+    assert results[True].cubin != results[False].cubin
+    assert U64_ATOMIC.search(results[True].ptx), "counting build never flushes its counters"
+    assert not U64_ATOMIC.search(results[False].ptx), "plain build contains a 64-bit atomic add"

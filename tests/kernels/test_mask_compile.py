@@ -1,0 +1,42 @@
+"""NVRTC compile of every explicit-mask kernel variant (counting and plain builds, sm_80 and sm_90), on the CPU.
+
+The plans of ``iokernels.kernels.REPRESENTATIVE_PROBLEMS`` with an explicit mask (boolean and additive,
+shared and per batch·head), without and with the causal mask and a block mask: the stages that read the
+mask carry the ``MASK`` and ``MASK_BH_STRIDE`` defines (and take the mask as an argument), so they are
+modules of their own. No spills, zero stack, no warnings.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from iokernels.kernels.sources import REPRESENTATIVE_PROBLEMS, CompileVariant
+from iokernels.plan import make_plan, supports_explicit_mask
+from iokernels.plan.masks import ExplicitMask, pattern
+
+from .nvrtc_variants import plan_variants
+
+N = 1000
+KEYS = [("flash", "q_outer", "fwd"), ("flash", "kv_outer", "bwd")]
+
+
+@functools.cache
+def mask_variants() -> dict[str, list[CompileVariant]]:
+    """source -> its explicit-mask compile variants (the stages that take the MASK define)."""
+    block = pattern("random", 0.5, n_q=N, n_k=N, block_q=128)
+    plans = [make_plan(algorithm, schedule, N_q=N, direction=direction, causal=causal, block_mask=block_mask,
+                       mask=ExplicitMask(kind, shared), **problem)
+             for kind in ("bool", "additive") for shared in (True, False)
+             for causal, block_mask in (("", None), ("bottom_right", None), ("", block))
+             for problem in REPRESENTATIVE_PROBLEMS for algorithm, schedule, direction in KEYS]
+    return plan_variants(plans, "MASK")
+
+
+def test_every_mask_kernel_family_has_variants():
+    assert all(supports_explicit_mask(*key) for key in KEYS)
+    assert set(mask_variants()) == {"flash_fwd.cu", "flash_bwd.cu"}
+    for variants in mask_variants().values():
+        assert {(v.defines["MASK"], v.defines["MASK_BH_STRIDE"]) for v in variants} == {(1, 0), (1, 1), (2, 0), (2, 1)}
+        assert any("CAUSAL" in v.defines for v in variants) and any("BLOCK_SPARSE" in v.defines for v in variants)
+
+

@@ -1,0 +1,108 @@
+"""iokernels.plan.fast on the CPU: the tensor-core plans are the q_outer schedule with their kernels' own
+tiles, so the simulator's counts equal the exact model and its outputs the float64 reference."""
+
+import numpy as np
+import pytest
+
+from iokernels import model
+from iokernels.plan.fast import FAST_KERNELS, make_fast_plan, make_fast_plan_within
+from iokernels.simulate import make_inputs, reference, simulate
+
+
+@pytest.mark.parametrize("kernel", FAST_KERNELS)
+@pytest.mark.parametrize("n_q, n_k, d, dtype", [(1, 1, 64, "float16"), (113, 300, 128, "bfloat16"),
+                                                (200, 65, 64, "bfloat16")])
+def test_simulator_counts_equal_model(n_q, n_k, d, dtype, kernel):
+    plan = make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, heads=2, kernel=kernel)
+    br = plan.tile["Br"]
+    assert plan.stages[0].grid == (-(-n_q // br), 1, 2) and plan.stages[0].threads == 2 * br
+    host = make_inputs(plan, seed=1, rounded=True)
+    run = simulate(plan, host)
+    assert run.counts == model.exact(plan)
+    want = reference.forward(host["Q"], host["K"], host["V"])[0]
+    assert np.max(np.abs(run.outputs["O"] - want)) < 1e-10
+
+
+@pytest.mark.parametrize("kernel, d, br, bc", [("wgmma", 128, 128, 128), ("wgmma", 64, 128, 64),
+                                               ("mma", 128, 64, 64)])
+def test_effective_m_is_the_kernels_shared_memory(kernel, d, br, bc):
+    plan = make_fast_plan(N_q=4096, d=d, dtype="float16", kernel=kernel)
+    assert (plan.tile["Br"], plan.tile["Bc"]) == (br, bc)
+    # Q: Br x d, K and V: two stages of Bc x d, 2-byte elements
+    assert plan.sram_bytes == plan.smem_bytes == (br + 4 * bc) * d * 2
+    assert plan.stages[0].kernel == {"wgmma": "flash_wgmma_fwd", "mma": "flash_tc_fwd"}[kernel]
+
+
+@pytest.mark.parametrize("kwargs, message", [({"d": 64, "dtype": "float32"}, "float16 or bfloat16"),
+                                             ({"d": 96, "dtype": "float16"}, "d in"),
+                                             ({"d": 64, "dtype": "int8"}, "dtype"),
+                                             ({"d": 64, "dtype": "float16", "kernel": "wmma"}, "kernel"),
+                                             ({"d": 64, "dtype": "float16", "kernel": "wgmma", "block_c": 96},
+                                              "wgmma tiles"),
+                                             ({"d": 64, "dtype": "float16", "kernel": "mma", "block_r": 24},
+                                              "multiple of 16")])
+def test_unsupported_problems_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_fast_plan(N_q=128, **kwargs)
+
+
+def test_within_picks_the_largest_tiling_that_fits():
+    tiles = [(p.stages[0].kernel, p.tile["Br"], p.tile["Bc"]) for p in
+             (make_fast_plan_within(m, N_q=512, d=128, dtype="float16", kernel="wgmma")
+              for m in (160 * 1024, 159 * 1024, 80 * 1024))]
+    assert tiles == [("flash_wgmma_fwd", 128, 128), ("flash_wgmma_fwd", 128, 64), ("flash_tc_fwd", 64, 64)]
+
+
+def test_fast_is_a_schedule_of_flash():
+    from iokernels.plan import SramTooSmall, Unsupported, all_plans, make_plan
+
+    plan = make_plan("flash", "fast", N_q=300, d=64, dtype="bfloat16", sram=96 * 1024)
+    # M given is a bound; the plan records the M its tiles use (its effective M)
+    assert plan.label == "flash/fast/fwd" and plan.sram_bytes == plan.smem_bytes <= 96 * 1024
+    assert "flash/fast/fwd" in [p.label for p in all_plans(N_q=300, d=128, dtype="float16", sram=192 * 1024)]
+    assert "flash/fast/fwd" not in [p.label for p in all_plans(N_q=300, d=128, sram=192 * 1024)]
+    with pytest.raises(SramTooSmall, match="smallest M that works is 40960 bytes"):
+        make_plan("flash", "fast", N_q=300, d=64, dtype="float16", sram=40959)
+    with pytest.raises(Unsupported):
+        make_plan("flash", "fast", N_q=300, d=64, sram=96 * 1024)
+    with pytest.raises(ValueError, match="fixed"):
+        make_plan("flash", "fast", N_q=300, d=64, dtype="float16", sram=96 * 1024, block_r=32)
+
+
+def test_generated_wgmma_header_is_current():
+    import runpy
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    render = runpy.run_path(str(root / "scripts" / "gen_wgmma.py"))["render"]
+    assert (root / "iokernels" / "kernels" / "wgmma.cuh").read_text() == render(), \
+        "run python scripts/gen_wgmma.py"
+
+
+@pytest.mark.parametrize("kernel", FAST_KERNELS)
+def test_grouped_query_attention_in_the_simulator(kernel):
+    from iokernels.simulate import reference_outputs
+
+    plan = make_fast_plan(N_q=200, N_k=130, d=64, dtype="float16", batch=2, heads=6, kv_heads=2, kernel=kernel)
+    assert plan.bh_kv == 4 and plan.as_dict()["kv_heads"] == 2
+    host = make_inputs(plan, seed=3)
+    assert host["K"].shape == host["V"].shape == (4, 130, 64)
+    run = simulate(plan, host)
+    # each query head reads its K/V head's tiles: the bytes of ordinary attention with 6 heads
+    assert run.counts == model.exact(plan) == model.exact(make_fast_plan(N_q=200, N_k=130, d=64, dtype="float16",
+                                                                           batch=2, heads=6, kernel=kernel))
+    want = reference_outputs(plan, host)["O"]
+    assert np.max(np.abs(run.outputs["O"] - want)) < 1e-10
+    # query head 5 of batch 1 uses K/V head 2 of batch 1 (group of 3)
+    k, v = host["K"][3], host["V"][3]
+    assert np.allclose(want[11], reference.forward(host["Q"][11], k, v)[0])
+
+
+def test_grouped_query_attention_is_refused_elsewhere():
+    from iokernels.plan import Unsupported, make_plan
+
+    with pytest.raises(ValueError, match="kv_heads must divide"):
+        make_fast_plan(N_q=64, d=64, dtype="float16", heads=6, kv_heads=4)
+    with pytest.raises(Unsupported, match="flash/fast only"):
+        make_plan("flash", "q_outer", N_q=64, d=64, sram=96 * 1024, heads=4, kv_heads=2)
+    assert make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=96 * 1024, heads=4, kv_heads=1).kv_heads == 1
