@@ -1,9 +1,20 @@
 """model: what the kernels' bytes should be, as sympy expressions (imports only plan/).
 
 :mod:`.hbm` holds the exact per-stage HBM bytes of every plan (equal to the counters), the paper's Θ forms,
-FLOPs and footprints; :mod:`.specs` the GPU specs (``gpus.json``, data not code).
+FLOPs and footprints; :mod:`.dram` the two-level (L2-aware) model of the bytes that reach DRAM
+(``dram_*``, kept apart from the counted ones); :mod:`.specs` the GPU specs (``gpus.json``, data not code).
 """
 
+from .dram import (
+    DRAM_SYMBOLS,
+    compare_profile,
+    dram,
+    dram_blocks_per_sm,
+    dram_exprs,
+    dram_l2_bytes,
+    dram_totals,
+    dram_values,
+)
 from .hbm import (
     A_S,
     BH,
@@ -56,6 +67,7 @@ __all__ = [
     "BM",
     "BN",
     "CAUSAL_SYMBOLS",
+    "DRAM_SYMBOLS",
     "R_K",
     "R_Q",
     "BH_kv",
@@ -74,8 +86,15 @@ __all__ = [
     "T_c",
     "T_r",
     "bound_bytes",
+    "compare_profile",
     "current_device_spec",
     "d",
+    "dram",
+    "dram_blocks_per_sm",
+    "dram_exprs",
+    "dram_l2_bytes",
+    "dram_totals",
+    "dram_values",
     "e",
     "e_m",
     "exact",
