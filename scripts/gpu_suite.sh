@@ -24,7 +24,7 @@
 #             exponent fits and plots (scripts/sweeps_post.py writes NAME.txt and NAME.png)       -> sweeps/
 #   profile   iokernels profile under Nsight Compute (ncu on PATH), --cache-control all and none, for
 #             PROFILE_NS (default "1024 4096 16384"; forward and backward) and PROFILE_FWD_NS
-#             (default 65536; forward only; set it empty for none)                               -> profile/
+#             (default 65536; forward only; set it empty for none); PROFILE_D: the head dim (64) -> profile/
 #
 # Rough H200 times: tests 5-6 min (6 groups), slow 20 s, sanitize 6 min, io 1-2 min, kbench 1 min,
 # bench main 4 min + long 4 min + causal 1 min + dropout 2 min, sweeps 3 min, profile 3-4 min. Pick
@@ -277,15 +277,17 @@ fi
 
 if has profile; then
     part_dir profile
-    # One ncu session per (N, cache control), clocks left alone (float16, d 64, M 192 KB, batch = heads = 1).
+    # One ncu session per (N, cache control), clocks left alone (float16, d PROFILE_D (default 64; other
+    # values name their files profile-dD-N...), M 192 KB, batch = heads = 1).
     # Memory: at N = 65536 standard attention's S, P (forward) and P, dP, dS (backward) are 8 GiB each
     # in float16, plus ncu's copy of what a replayed kernel may write: hence forward only there.
-    P=(--d 64 --dtype float16 --sram 192KB --batch 1 --heads 1)
+    P=(--d "${PROFILE_D:-64}" --dtype float16 --sram 192KB --batch 1 --heads 1)
+    tag=""; [ "${PROFILE_D:-64}" = 64 ] || tag="d${PROFILE_D}-"
     profile_n() {  # profile_n N ALGORITHM-ARGS...
         local n=$1 cc name
         shift
         for cc in all none; do  # cc inner: the second run finds the kernels compiled (cupy's disk cache)
-            name=profile-N$n-cc-$cc
+            name=profile-${tag}N$n-cc-$cc
             if run 300 "$DIR/$name.json" "${IOK[@]}" profile "${P[@]}" "$@" --N "$n" --cache-control $cc --json; then
                 "$PY" -m iokernels.analysis.profile --render "$DIR/$name.json" > "$DIR/$name.txt" 2>> "$DIR/err.txt"
             else
@@ -301,11 +303,12 @@ if has profile; then
         profile_n "$n" --algorithms standard,flash/q_outer
     done
     shopt -s nullglob
-    docs=("$DIR"/profile-N*-cc-*.json)
+    docs=("$DIR"/profile-${tag}N*-cc-*.json)
     if [ ${#docs[@]} -gt 0 ]; then
-        echo "python3 -m iokernels.analysis.profile --summary profile-N*-cc-*.json > summary.txt" >> "$DIR/commands.txt"
-        "$PY" -m iokernels.analysis.profile --summary "${docs[@]}" > "$DIR/summary.txt" 2>> "$DIR/err.txt"
-        cat "$DIR/summary.txt"
+        echo "python3 -m iokernels.analysis.profile --summary profile-${tag}N*-cc-*.json > ${tag}summary.txt" \
+            >> "$DIR/commands.txt"
+        "$PY" -m iokernels.analysis.profile --summary "${docs[@]}" > "$DIR/${tag}summary.txt" 2>> "$DIR/err.txt"
+        cat "$DIR/${tag}summary.txt"
     fi
     shopt -u nullglob
     elapsed profile
