@@ -1,11 +1,11 @@
 """model: what the kernels' bytes should be, as sympy expressions (imports only plan/).
 
 :mod:`.hbm` holds the exact per-stage HBM bytes of every plan (equal to the counters), the paper's Θ forms,
-FLOPs and footprints; :mod:`.dram` the two-level (L2-aware) model of the bytes that reach DRAM
+FLOPs and footprints; :mod:`.l2` the two-level (L2-aware) model of the bytes that reach DRAM
 (``dram_*``, kept apart from the counted ones); :mod:`.specs` the GPU specs (``gpus.json``, data not code).
 """
 
-from .dram import (
+from .l2 import (
     DRAM_SYMBOLS,
     compare_profile,
     dram,

@@ -1,7 +1,7 @@
-"""The two-level DRAM model (iokernels.model.dram) against hand-computed cases on toy GPUs.
+"""The two-level DRAM model (iokernels.model.l2) against hand-computed cases on toy GPUs.
 
 Expected bytes are worked out by hand from the formulas in docs/DRAM-MODEL.md; tiles, grids and
-counted bytes come from the plan and the exact model (the layers below this one), never from dram.py.
+counted bytes come from the plan and the exact model (the layers below this one), never from l2.py.
 """
 
 import json
@@ -13,7 +13,7 @@ import pytest
 import sympy as sp
 
 from iokernels.model import BH, N_k, N_q, d, e, exact, get_spec
-from iokernels.model.dram import (
+from iokernels.model.l2 import (
     DRAM_SYMBOLS,
     compare_profile,
     dram,
