@@ -5,16 +5,6 @@ FLOPs and footprints; :mod:`.l2` the two-level (L2-aware) model of the bytes tha
 (``dram_*``, kept apart from the counted ones); :mod:`.specs` the GPU specs (``gpus.json``, data not code).
 """
 
-from .l2 import (
-    DRAM_SYMBOLS,
-    compare_profile,
-    dram,
-    dram_blocks_per_sm,
-    dram_exprs,
-    dram_l2_bytes,
-    dram_totals,
-    dram_values,
-)
 from .hbm import (
     A_S,
     BH,
@@ -58,6 +48,16 @@ from .hbm import (
     theta_leading,
     total_exprs,
     visible_area_expr,
+)
+from .l2 import (
+    DRAM_SYMBOLS,
+    compare_profile,
+    dram,
+    dram_blocks_per_sm,
+    dram_exprs,
+    dram_l2_bytes,
+    dram_totals,
+    dram_values,
 )
 from .specs import GpuSpec, current_device_spec, get_spec, list_specs, resolve_spec
 

@@ -13,6 +13,7 @@ import pytest
 import sympy as sp
 
 from iokernels.model import BH, N_k, N_q, d, e, exact, get_spec
+from iokernels.model.hbm import BM, BN, B_c, B_r, BH_kv, M
 from iokernels.model.l2 import (
     DRAM_SYMBOLS,
     compare_profile,
@@ -22,7 +23,6 @@ from iokernels.model.l2 import (
     dram_l2_bytes,
     dram_totals,
 )
-from iokernels.model.hbm import BM, BN, B_c, B_r, BH_kv, M
 from iokernels.model.specs import GpuSpec
 from iokernels.plan import make_plan
 
