@@ -44,14 +44,7 @@ from .hbm import BH, BN, BH_kv, N_k, N_q, d, e, io_exprs, plan_values
 from .specs import GpuSpec, list_specs
 
 DRAM_SECTOR = 32  # bytes: the L2's sector, the unit it fetches from and writes back to DRAM
-DRAM_BLOCK_SMEM_RESERVED = 1024  # bytes of shared memory the driver reserves per block (sm_80 and later)
-DRAM_MAX_BLOCKS_PER_SM = 32  # resident-block limit of compute capability 8.0–9.0
-# Threads per SM: 2048 on 7.0, 8.0 and 9.0; 1536 on 8.6 and 8.9. Not in gpus.json (see docs/DRAM-MODEL.md).
-DRAM_MAX_THREADS_PER_SM = {"8.6": 1536, "8.9": 1536}
-DRAM_DEFAULT_THREADS_PER_SM = 2048
-# L2 partitions: from Ampere on, the L2 is split in two, and each half caches the data its own SMs touch
-# (A100 and H100 whitepapers), so a working set read by every SM has half the L2. Not in gpus.json.
-DRAM_L2_PARTITIONS_SINCE_SM80 = 2
+# The per-SM limits, the shared memory reserved per block and the L2's partitions are the spec's (gpus.json).
 
 _Pos = {"positive": True, "integer": True}
 dram_L2 = sp.Symbol("L_2", **_Pos)  # effective L2 bytes (dram_l2_bytes)
@@ -127,16 +120,14 @@ def dram_l2_bytes(spec: GpuSpec) -> int:
     """The L2 one working set read by every SM can use: the spec's L2 over its partitions."""
     if spec.l2_bytes is None:
         raise ValueError(f"{spec.name}: its L2 size is unknown (l2_mb in gpus.json); the DRAM model needs it")
-    major = int(spec.compute_capability.split(".")[0]) if spec.compute_capability else 8
-    return spec.l2_bytes // (DRAM_L2_PARTITIONS_SINCE_SM80 if major >= 8 else 1)
+    return spec.l2_bytes // spec.l2_partitions
 
 
 def dram_blocks_per_sm(stage: Stage, spec: GpuSpec) -> int:
-    """Resident blocks per SM: shared memory (plus the 1 KB reserved per block), threads and the block limit
-    (registers are not modelled)."""
-    threads = DRAM_MAX_THREADS_PER_SM.get(spec.compute_capability, DRAM_DEFAULT_THREADS_PER_SM)
-    by_smem = spec.smem_per_sm_bytes // (stage.smem_bytes + DRAM_BLOCK_SMEM_RESERVED)
-    return max(1, min(by_smem, threads // stage.threads, DRAM_MAX_BLOCKS_PER_SM))
+    """Resident blocks per SM: shared memory (plus what the driver reserves per block), threads and the block
+    limit, all from the spec (registers are not modelled)."""
+    by_smem = spec.smem_per_sm_bytes // (stage.smem_bytes + spec.smem_reserved_per_block_bytes)
+    return max(1, min(by_smem, spec.max_threads_per_sm // stage.threads, spec.max_blocks_per_sm))
 
 
 def dram_values(plan: Plan, spec: GpuSpec) -> dict[str, dict]:

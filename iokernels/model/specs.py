@@ -26,6 +26,12 @@ class GpuSpec:
     hbm_bytes_per_s: float
     tensor_flops: float  # dense float16/bfloat16 tensor-core peak
     fp32_flops: float
+    # occupancy and L2 figures (the two-level DRAM model, model/l2.py): per-SM limits of the compute capability,
+    # shared memory the driver reserves per block, and the L2's partitions (each caches its own SMs' accesses)
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    smem_reserved_per_block_bytes: int = 1024
+    l2_partitions: int = 1
     unverified: tuple[str, ...] = ()
     source: str = ""
     aliases: tuple[str, ...] = field(default=(), compare=False)
@@ -47,6 +53,10 @@ class GpuSpec:
             "hbm_bytes_per_s": self.hbm_bytes_per_s,
             "tensor_flops": self.tensor_flops,
             "fp32_flops": self.fp32_flops,
+            "max_threads_per_sm": self.max_threads_per_sm,
+            "max_blocks_per_sm": self.max_blocks_per_sm,
+            "smem_reserved_per_block_bytes": self.smem_reserved_per_block_bytes,
+            "l2_partitions": self.l2_partitions,
             "unverified": list(self.unverified),
             "source": self.source,
             "from_device": self.from_device,
@@ -66,6 +76,10 @@ def _from_record(rec: dict) -> GpuSpec:
         hbm_bytes_per_s=rec["hbm_gb_per_s"] * 1e9,
         tensor_flops=rec["tensor_tflops"] * 1e12,
         fp32_flops=rec["fp32_tflops"] * 1e12,
+        max_threads_per_sm=rec["max_threads_per_sm"],
+        max_blocks_per_sm=rec["max_blocks_per_sm"],
+        smem_reserved_per_block_bytes=int(rec["smem_reserved_per_block_kb"] * KB),
+        l2_partitions=rec["l2_partitions"],
         unverified=tuple(rec["unverified"]),
         source=rec["source"],
         aliases=tuple(rec["aliases"]),
@@ -133,6 +147,9 @@ def current_device_spec() -> GpuSpec | None:
         smem_per_block_bytes=attrs["MaxSharedMemoryPerBlockOptin"],
         smem_per_sm_bytes=attrs["MaxSharedMemoryPerMultiprocessor"],
         l2_bytes=attrs["L2CacheSize"],
+        max_threads_per_sm=attrs.get("MaxThreadsPerMultiProcessor", base.max_threads_per_sm),
+        max_blocks_per_sm=attrs.get("MaxBlocksPerMultiprocessor", base.max_blocks_per_sm),
+        smem_reserved_per_block_bytes=attrs.get("ReservedSharedMemoryPerBlock", base.smem_reserved_per_block_bytes),
         from_device=True,
     )
 

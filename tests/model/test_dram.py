@@ -34,7 +34,8 @@ def toy(l2_bytes: int, sms: int, smem_per_sm: int = 228 * KB) -> GpuSpec:
     """A compute-capability 9.0 GPU: two L2 partitions, 2048 threads and 32 blocks per SM."""
     return GpuSpec(key="toy", name="toy", compute_capability="9.0", sms=sms, smem_per_sm_bytes=smem_per_sm,
                    smem_per_block_bytes=smem_per_sm, l1_smem_per_sm_bytes=smem_per_sm, l2_bytes=l2_bytes,
-                   hbm_bytes_per_s=1.0, tensor_flops=2.0, fp32_flops=1.0)
+                   hbm_bytes_per_s=1.0, tensor_flops=2.0, fp32_flops=1.0, max_threads_per_sm=2048,
+                   max_blocks_per_sm=32, smem_reserved_per_block_bytes=1024, l2_partitions=2)
 
 
 def one_block_per_sm(stage, l2_bytes: int, sms: int) -> GpuSpec:
@@ -49,15 +50,21 @@ BIG = 2 * 1024 * KB  # L_2 = 1 MiB: everything below fits
 # the GPU side: effective L2 and resident blocks
 
 
-def test_l2_is_halved_from_sm80_and_blocks_per_sm_follow_smem_and_threads():
+def test_l2_is_split_by_its_partitions_and_blocks_per_sm_follow_smem_threads_and_the_limit():
     assert dram_l2_bytes(toy(BIG, 1)) == 1024 * KB
-    assert dram_l2_bytes(replace(toy(BIG, 1), compute_capability="7.0")) == BIG
+    assert dram_l2_bytes(replace(toy(BIG, 1), l2_partitions=1)) == BIG
+    assert dram_l2_bytes(get_spec("v100")) == 6 * 1024 * KB  # one partition
     assert dram_l2_bytes(get_spec("h200")) == 30 * 1024 * KB  # 60 MiB in gpus.json, two partitions
     plan = make_plan("standard", N_q=256, d=16, sram=64 * KB)
     qk = plan.stage("qk")
     assert dram_blocks_per_sm(qk, one_block_per_sm(qk, BIG, 1)) == 1
     assert dram_blocks_per_sm(qk, toy(BIG, 1, smem_per_sm=3 * (qk.smem_bytes + 1024) + 5)) == 3
     assert dram_blocks_per_sm(qk, toy(BIG, 1, smem_per_sm=10**9)) == 2048 // qk.threads  # threads bound
+    small = replace(toy(BIG, 1, smem_per_sm=10**9), max_threads_per_sm=1536)
+    assert dram_blocks_per_sm(qk, small) == 1536 // qk.threads  # 8.6 / 8.9
+    few = replace(toy(BIG, 1, smem_per_sm=10**9), max_threads_per_sm=10**6, max_blocks_per_sm=5)
+    assert dram_blocks_per_sm(qk, few) == 5  # the block limit
+    assert get_spec("rtx3090").max_blocks_per_sm == 16 and get_spec("l4").max_threads_per_sm == 1536
 
 
 def test_unknown_l2_or_sms_is_refused():
