@@ -22,20 +22,23 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def import_target(name: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in module ``name`` reads from."""
+    if not node.level:
+        return node.module or ""
+    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(name: str) -> list[tuple[str, tuple[str, ...], int]]:
     """(imported module, names taken from it, line) for every import in module ``name``, at any depth."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out += [(a.name, (), node.lineno) for a in node.names if a.name.startswith("iokernels")]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = import_target(name, node)
             if not target.startswith("iokernels"):
                 continue
             names = tuple(a.name for a in node.names)
@@ -112,12 +115,10 @@ def test_no_underscore_attributes_of_other_modules() -> None:
     wrong = []
     for name, path in MODULES.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         bound = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-                target = ".".join(base + ([node.module] if node.module else []))
+                target = import_target(name, node)
                 for a in node.names:
                     if f"{target}.{a.name}" in MODULES:
                         bound[a.asname or a.name] = f"{target}.{a.name}"

@@ -24,6 +24,11 @@ except ImportError:
 
 ARCHS = ("sm_80", "sm_90")
 U64_ATOMIC = re.compile(r"\b(?:atom|red)(?:\.\w+)*\.global\.add\.u64\b")
+def ALL_ARCHS(source: str) -> tuple[str, ...]:
+    """Every architecture a source compiles for: sm_80 and sm_90, or the one an arch-specific source is for."""
+    return SOURCE_ARCHS.get(source, ARCHS)
+
+
 def ONE_ARCH(source: str) -> tuple[str, ...]:
     """The one architecture a variant family compiles for: sm_90 (the GPU we run), or the source's own."""
     return SOURCE_ARCHS.get(source, ("sm_90",))[:1]
@@ -49,5 +54,4 @@ def plan_variants(plans: Iterable, define: str) -> dict[str, list[CompileVariant
 
 def case_count(variants: dict[str, list[CompileVariant]], archs: Callable[[str], tuple[str, ...]] | None = None) -> int:
     """How many (variant, architecture) compiles a family asks for (each in two builds)."""
-    archs = archs or (lambda source: SOURCE_ARCHS.get(source, ARCHS))
-    return sum(len(vs) * len(archs(source)) for source, vs in variants.items())
+    return sum(len(vs) * len((archs or ALL_ARCHS)(source)) for source, vs in variants.items())

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from iokernels.kernels.sources import SOURCE_ARCHS, CompileVariant, build_source, compile_variants, list_sources
+from iokernels.kernels.sources import CompileVariant, build_source, compile_variants, list_sources
 
 from ..plan.test_dropout_fast import dropout_variants as fast_dropout_variants
-from .nvrtc_variants import ARCHS, HAVE_NVRTC, ONE_ARCH, U64_ATOMIC, needs_nvrtc
+from .nvrtc_variants import ALL_ARCHS, HAVE_NVRTC, ONE_ARCH, U64_ATOMIC, needs_nvrtc
 from .test_causal_compile import causal_variants
 from .test_dropout_compile import dropout_variants
 from .test_mask_compile import mask_variants
@@ -32,15 +32,9 @@ if HAVE_NVRTC:
     from iokernels.kernels.nvrtc import compile_to_cubin
 
 Family = Callable[[], dict[str, list[CompileVariant]]]
-
-
-def _archs(source: str) -> tuple[str, ...]:
-    return SOURCE_ARCHS.get(source, ARCHS)
-
-
-# (family, the architectures each of its sources compiles for; None: all of the source's, _archs)
-FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]] | None], ...] = (
-    (lambda: {source: compile_variants(source) for source in list_sources()}, None),
+# (family, the architectures each of its sources compiles for)
+FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]]], ...] = (
+    (lambda: {source: compile_variants(source) for source in list_sources()}, ALL_ARCHS),
     (causal_variants, ONE_ARCH),
     (dropout_variants, ONE_ARCH),
     (mask_variants, ONE_ARCH),
@@ -50,16 +44,21 @@ FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]] | None], ...] = (
 )
 
 
+def family_cases() -> Iterator[tuple[tuple[str, tuple, str], tuple[str, ...]]]:
+    """((source, sorted defines, arch), template instances) of every family, duplicates included."""
+    for family, archs in FAMILIES:
+        for source, variants in family().items():
+            for v in variants:
+                for arch in archs(source):
+                    yield (source, tuple(sorted(v.defines.items())), arch), v.name_expressions
+
+
 @functools.cache
 def merged() -> dict[tuple[str, tuple, str], tuple[str, ...]]:
     """(source, sorted defines, arch) -> every template instance compiled with them."""
     names: dict[tuple[str, tuple, str], set[str]] = {}
-    for family, archs in FAMILIES:
-        for source, variants in family().items():
-            for v in variants:
-                for arch in (archs or _archs)(source):
-                    names.setdefault((source, tuple(sorted(v.defines.items())), arch), set()).update(
-                        v.name_expressions)
+    for key, instances in family_cases():
+        names.setdefault(key, set()).update(instances)
     return {key: tuple(sorted(n)) for key, n in sorted(names.items(), key=repr)}
 
 
@@ -71,26 +70,14 @@ def _case_id(source: str, defines: tuple, arch: str) -> str:
 CASES = [pytest.param(*key, id=_case_id(*key)) for key in merged()]
 
 
-def test_every_family_and_source_is_in_the_cases():
-    keys = set(merged())
-    for family, archs in FAMILIES:
-        for source, variants in family().items():
-            for v in variants:
-                for arch in (archs or _archs)(source):
-                    assert (source, tuple(sorted(v.defines.items())), arch) in keys
-    assert {key[0] for key in keys} == set(list_sources())
-
-
 def test_merging_only_removes_duplicates():
-    """Every (defines, instance) pair of every family is compiled; the merged count is no larger than the sum."""
-    total = sum(len(vs) * len((archs or _archs)(source))
-                for family, archs in FAMILIES for source, vs in family().items())
-    assert len(merged()) <= total
-    for family, archs in FAMILIES:
-        for source, variants in family().items():
-            for v in variants:
-                for arch in (archs or _archs)(source):
-                    assert set(v.name_expressions) <= set(merged()[(source, tuple(sorted(v.defines.items())), arch)])
+    """Every source and every (defines, arch, instance) of every family is compiled; the merged count is no
+    larger than the families' sum."""
+    cases = list(family_cases())
+    assert len(merged()) <= len(cases)
+    for key, instances in cases:
+        assert key in merged() and set(instances) <= set(merged()[key])
+    assert {key[0] for key in merged()} == set(list_sources())
 
 
 @needs_nvrtc
