@@ -3,7 +3,7 @@ it may import every layer below it). One module per command group (:mod:`.resear
 :mod:`.library`); :mod:`.options` holds what they share.
 """
 
-from . import bench, library, research  # noqa: F401  (each adds its commands to the group)
+from . import bench, library, paper, research  # noqa: F401  (each adds its commands to the group)
 from .app import cli, main
 
 __all__ = ["cli", "main"]
