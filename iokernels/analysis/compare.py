@@ -5,18 +5,31 @@ the float64 reference), then the plain build is timed: the whole plan and each s
 back-to-back launches timed with CUDA events (warm-up, median), so host launch latency is not counted
 as kernel time (:func:`iokernels.kernels.launch.graph_seconds`). Without a GPU, or with ``--simulate``, the
 plans run through the CPU simulator, and the report says so in its header.
+
+The simulator runs one batch-head of each plan (:func:`one_batch_head`: the same plan with batch = heads = 1)
+and multiplies its counts by batch*heads (:func:`scaled_counts`). That is exact because every batch-head runs
+the same schedule on the same tiles and moves the same bytes: the causal mask, the block mask (one for all
+batch-heads) and the explicit mask (read once per batch-head, shared or not) are the same for each, and
+dropout moves no bytes. Grouped-query attention (kv_heads < heads) breaks it: K and V rows are per K/V
+head, so those plans are simulated in full. ``max_rel_err`` is then that of the one batch-head simulated.
+
+``compare``'s defaults (:func:`filling_problem`): heads = 16, as the paper's GPT-2 runs, and the smallest
+batch whose smallest grid among the plans' stages has at least one thread block per SM, within a memory bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import platform
+from collections.abc import Callable
 
 import numpy as np
 
 from ..model.specs import GpuSpec
 from ..plan import Plan
-from ..plan.tensors import OUTPUTS
+from ..plan.tensors import OUTPUTS, Counts
+from ..plan.units import format_bytes
 from ..simulate import make_inputs, max_relative_error, reference_outputs, simulate
 from .report import Measured, build
 
@@ -30,8 +43,29 @@ def simulator_memory_bytes(plan: Plan) -> int:
     return 8 * (6 * big + 12 * small)
 
 
+def one_batch_head(plan: Plan) -> Plan | None:
+    """``plan`` for batch = heads = 1 (grids' batch*heads extent 1), when every batch-head of ``plan`` moves
+    the same bytes, so that its counts times batch*heads are ``plan``'s exactly; None where they do not
+    (grouped-query attention: K and V are read per K/V head) or there is one batch-head already."""
+    if plan.bh == 1 or plan.kv_heads != plan.heads:
+        return None
+    stages = tuple(dataclasses.replace(s, grid=(s.grid[0], s.grid[1], 1)) if s.grid[2] == plan.bh else s
+                   for s in plan.stages)
+    return dataclasses.replace(plan, batch=1, heads=1, kv_heads=1, stages=stages)
+
+
+def scaled_counts(counts: Counts, factor: int) -> Counts:
+    """Every (read, written) count times ``factor``."""
+    return {stage: {t: (r * factor, w * factor) for t, (r, w) in tensors.items()} for stage, tensors in counts.items()}
+
+
+def simulated_plan(plan: Plan) -> Plan:
+    """The plan the simulator runs for ``plan``: one batch-head where that scales exactly, else ``plan``."""
+    return one_batch_head(plan) or plan
+
+
 def check_simulator_size(plans: list[Plan]) -> None:
-    need = max(simulator_memory_bytes(p) for p in plans)
+    need = max(simulator_memory_bytes(simulated_plan(p)) for p in plans)
     if need > SIM_MEMORY_LIMIT:
         raise ValueError(
             f"the simulator would need about {need / 1024**3:.1f} GiB of float64 arrays for this size "
@@ -39,11 +73,15 @@ def check_simulator_size(plans: list[Plan]) -> None:
         )
 
 
-def run_simulated(plan: Plan, seed: int = 0) -> Measured:
-    inputs = make_inputs(plan, seed)
-    result = simulate(plan, inputs)
-    err = max_relative_error(result.outputs, reference_outputs(plan, inputs))
-    return Measured(counts=result.counts, max_rel_err=err)
+def run_simulated(plan: Plan, seed: int = 0, *, scale: bool = True) -> Measured:
+    """Simulate ``plan``: with ``scale``, one batch-head where that is exact (:func:`one_batch_head`), its
+    counts times batch*heads; otherwise every batch-head."""
+    run = simulated_plan(plan) if scale else plan
+    inputs = make_inputs(run, seed)
+    result = simulate(run, inputs)
+    err = max_relative_error(result.outputs, reference_outputs(run, inputs))
+    counts = result.counts if run is plan else scaled_counts(result.counts, plan.bh // run.bh)
+    return Measured(counts=counts, max_rel_err=err)
 
 
 def run_gpu(plan: Plan, seed: int = 0, repeats: int = 10, reference_check: bool = True) -> Measured:
@@ -83,10 +121,11 @@ def environment() -> dict:
 
 
 def compare(plans: list[Plan], spec: GpuSpec, *, on_gpu: bool, reason: str = "", seed: int = 0,
-            repeats: int = 10, reference_check: bool = True) -> dict:
+            repeats: int = 10, reference_check: bool = True, problem_note: str | None = None) -> dict:
     """The report document for ``plans``: measured bytes (GPU counters, or the simulator's) beside
-    the model's, with timings on the GPU. ``reference_check=False`` skips the float64 reference on
-    the host for GPU runs (``max_rel_err`` stays None), which dominates large sweeps' host time."""
+    the model's, with timings on the GPU. ``reference_check=False`` skips the float64 reference on the host
+    for GPU runs (``max_rel_err`` stays None), which dominates large sweeps' host time. ``problem_note``:
+    how batch x heads were chosen (the header's)."""
     if on_gpu:
         from ..kernels.launch import underfill_note
 
@@ -99,7 +138,60 @@ def compare(plans: list[Plan], spec: GpuSpec, *, on_gpu: bool, reason: str = "",
     else:
         check_simulator_size(plans)
         measured = {p.label: run_simulated(p, seed) for p in plans}
+        scaled = [p.label for p in plans if one_batch_head(p) is not None]
+        how = ("" if not scaled else "; simulated one batch-head, bytes scaled by BH = batch*heads"
+               + ("" if len(scaled) == len(plans) else f" ({', '.join(scaled)}; the others in full)"))
         doc = build(plans, spec, "simulator", measured,
-                    f"CPU simulator ({reason}): bytes counted tile by tile in numpy, no timings")
+                    f"CPU simulator ({reason}): bytes counted tile by tile in numpy, no timings{how}")
+        doc["header"]["simulated_one_batch_head"] = scaled
     doc["header"]["environment"] = environment()
+    doc["header"]["problem_note"] = problem_note
     return doc
+
+
+FILL_HEADS = 16  # the paper's GPT-2 runs: batch 64 x heads 16
+MEMORY_FRACTION = 0.5  # of the device memory the largest plan's tensors may take
+
+
+def _smallest_grid(plans: list[Plan]) -> tuple[int, str]:
+    return min((s.blocks, f"{p.label} {s.name}") for p in plans for s in p.stages)
+
+
+def filling_problem(make: Callable[[int, int], list[Plan]], sms: int | None, memory_bytes: int | None = None,
+                    kv_heads: int | None = None) -> tuple[list[Plan], str]:
+    """``compare``'s default batch x heads: heads = 16 (a multiple of ``kv_heads``), and the smallest batch
+    whose smallest stage grid among the plans ``make(batch, heads)`` has at least ``sms`` thread blocks; smaller
+    where the largest plan's device tensors (:func:`iokernels.kernels.launch.plan_device_bytes`: standard's
+    N x N matrices) would exceed :data:`MEMORY_FRACTION` of ``memory_bytes`` (None: not checked). Returns the
+    plans and a sentence saying how batch x heads were chosen."""
+    from ..kernels.launch import plan_device_bytes
+
+    heads = FILL_HEADS if kv_heads is None or FILL_HEADS % kv_heads == 0 else kv_heads
+    per_batch, _ = _smallest_grid(make(1, heads))
+    batch = max(1, -(-(sms or 0) // per_batch))
+    plans = make(batch, heads)
+    while sms and _smallest_grid(plans)[0] < sms:  # grids grow with batch; this only guards that
+        batch += 1
+        plans = make(batch, heads)
+    blocks, where = _smallest_grid(plans)
+    note = (f"heads {heads} as the paper's GPT-2 runs; batch {batch}, the smallest whose smallest grid "
+            f"({where}: {blocks} blocks) fills the {sms} SMs" if sms else
+            f"heads {heads} as the paper's GPT-2 runs; batch 1 (the SM count is unknown)")
+
+    def need(ps: list[Plan]) -> int:
+        return max(plan_device_bytes(p) for p in ps)
+
+    if memory_bytes is None:
+        return plans, note + f"; largest plan's tensors {format_bytes(need(plans))} (device memory not checked)"
+    limit = int(MEMORY_FRACTION * memory_bytes)
+    if need(plans) <= limit:
+        return plans, note + f"; largest plan's tensors {format_bytes(need(plans))} <= {MEMORY_FRACTION:g} of " \
+                             f"device memory"
+    wanted = batch
+    while batch > 1 and need(plans) > limit:
+        batch = max(1, min(batch - 1, batch * limit // need(plans)))
+        plans = make(batch, heads)
+    blocks, where = _smallest_grid(plans)
+    return plans, (f"heads {heads}; batch {batch} (not {wanted}, which fills the {sms} SMs): the largest plan's "
+                   f"tensors, {format_bytes(need(plans))}, must stay within {MEMORY_FRACTION:g} of device memory "
+                   f"({format_bytes(memory_bytes)}); smallest grid {where}: {blocks} blocks")

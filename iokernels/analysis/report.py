@@ -159,6 +159,8 @@ def header_text(doc: dict) -> str:
         f"= {h['sram_elements']:,} elements of {h['dtype']} (the paper's M is in elements)",
         "plans:",
     ]
+    if h.get("problem_note"):
+        lines.insert(2, f"batch x heads = {h['batch']} x {h['heads']}: {h['problem_note']}")
     env = h.get("environment") or {}
     if env.get("gpu"):
         lines.insert(1, f"device: {env['gpu']}  cupy {env.get('cupy')}  CUDA runtime {env.get('cuda_runtime')}  "
@@ -178,15 +180,18 @@ def render(doc: dict, *, detail: bool = False, measured: bool = True) -> str:
         headers += ["measured B", "predicted B", "meas/pred", "theta B", "time ms", "GB/s", "max rel err"]
     else:
         headers += ["read B", "write B", "predicted B", "theta B", "order"]
+    roof = doc["header"].get("roofline") is not None and measured
+    if roof:
+        headers += ["roofline ms", "bound", "time/roofline"]
     body = []
     stage_rows = doc["stages"]
     for row in (r for r in doc["rows"] if r["tensor"] == "total"):
         key = (row["algorithm"], row["schedule"], row["pass"])
-        body.append(_cells(row, "*", measured))
+        body.append(_cells(row, "*", measured) + (_roof_cells(row) if roof else []))
         for srow in (s for s in stage_rows if (s["algorithm"], s["schedule"], s["pass"]) == key):
             if srow["tensor"] == "total" or detail:
-                body.append(_cells(srow, srow["stage"], measured))
-    right = set(range(5, len(headers)))
+                body.append(_cells(srow, srow["stage"], measured) + (_roof_cells(srow) if roof else []))
+    right = set(range(5, len(headers))) - ({len(headers) - 2} if roof else set())
     out = [header_text(doc), *(f"warning: {w}" for w in doc["header"].get("warnings") or []), "",
            text_table(headers, body, right)]
     ratios = doc["header"].get("ratios") or []
@@ -197,6 +202,8 @@ def render(doc: dict, *, detail: bool = False, measured: bool = True) -> str:
             m = "-" if r["measured"] is None else f"{r['measured']:.2f}x"
             t = "" if r.get("time") is None else f", time {r['time']:.2f}x"
             out.append(f"  {r['numerator']} / {r['denominator']}: predicted {r['predicted']:.2f}x, measured {m}{t}")
+    if roof:
+        out += ["", *roofline_lines(doc["header"]["roofline"])]
     mem = [r for r in doc["rows"] if r["tensor"] == "total" and r.get("peak_memory_bytes") is not None]
     if mem:
         out.append("")
@@ -205,6 +212,27 @@ def render(doc: dict, *, detail: bool = False, measured: bool = True) -> str:
             out.append(f"  {r['algorithm']}/{r['schedule']}/{r['pass']}: {format_bytes(r['peak_memory_bytes'])} "
                        f"/ {format_bytes(r['footprint_bytes'])}")
     return "\n".join(out)
+
+
+def roofline_lines(summary: dict) -> list[str]:
+    """The text under ``compare``'s table: per plan other than standard, its ratios and reason."""
+    c = summary["ceilings"]
+    out = [f"time against bytes (standard over each; roofline: sum over stages of max(FLOPs/peak, bytes/bandwidth),"
+           f" {c['note']}):"]
+    for k in summary["checks"]:
+        time = "-" if k["time"] is None else f"{k['time']:.2f}x"
+        verdict = ("ranks as bytes" if k["ranks_as_bytes"] else "does NOT rank as bytes") + (
+            "" if k["time"] is not None else " (roofline)")
+        out.append(f"  {k['denominator']}: bytes {k['bytes']:.2f}x, roofline {k['roofline']:.2f}x, time {time}: "
+                   f"{verdict}" + (f"; {k['reason']}" if k["reason"] else ""))
+    return out
+
+
+def _roof_cells(row: dict) -> list[str]:
+    if row.get("bound") is None:  # a per-tensor row
+        return ["", "", ""]
+    ratio = row.get("seconds_over_roofline")
+    return [f"{row['roofline_stage_seconds'] * 1e3:.3f}", row["bound"], "-" if ratio is None else f"{ratio:.2f}"]
 
 
 def _cells(row: dict, stage: str, measured: bool) -> list[str]:

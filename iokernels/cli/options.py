@@ -63,7 +63,17 @@ def user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def problem_options(fn: Callable) -> Callable:
+FILL_HELP = ("default: chosen to fill the GPU (heads 16, the smallest batch whose smallest grid has a block per "
+             "SM; see the report's header); give --batch or --heads to set them")
+
+
+def problem_options(fn: Callable, *, fill: bool = False) -> Callable:
+    """The problem's options; ``fill``: --batch and --heads default to None (``compare`` picks values that fill
+    the GPU when neither is given), else to 1."""
+    batch_heads = ([click.option("--batch", type=int, default=None, help=f"batch size ({FILL_HELP})"),
+                    click.option("--heads", type=int, default=None, help=f"heads ({FILL_HELP})")] if fill else
+                   [click.option("--batch", type=int, default=1, show_default=True),
+                    click.option("--heads", type=int, default=1, show_default=True)])
     options = [
         click.option("--N", "n", type=int, default=None, help="sequence length (sets N_q and N_k)"),
         click.option("--Nq", "n_q", type=int, default=None, help="query length (default: --N)"),
@@ -71,8 +81,7 @@ def problem_options(fn: Callable) -> Callable:
         click.option("--d", "d", type=int, default=64, show_default=True, help="head dimension"),
         click.option("--sram", default="192KB", show_default=True, help=f"M, shared memory per block: {SIZE_HELP}"),
         click.option("--dtype", default="float32", show_default=True, help="float32, float16 or bfloat16"),
-        click.option("--batch", type=int, default=1, show_default=True),
-        click.option("--heads", type=int, default=1, show_default=True),
+        *batch_heads,
         click.option("--gpu", default=None,
                      help=f"GPU spec by name (see `iokernels specs`); default: the current device, else {DEFAULT_GPU}"),
         click.option("--backward", is_flag=True, help="also the backward passes"),
@@ -88,6 +97,11 @@ def problem_options(fn: Callable) -> Callable:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def filling_problem_options(fn: Callable) -> Callable:
+    """:func:`problem_options` with --batch and --heads left None when not given (``compare``)."""
+    return problem_options(fn, fill=True)
 
 
 def causal_spec(causal: bool, causal_align: str | None) -> str:

@@ -1,4 +1,4 @@
-"""The research commands: ``model``, ``specs``, ``compare``, ``profile`` and ``sweep``."""
+"""The research commands: ``model``, ``specs``, ``compare``, ``roofline``, ``profile`` and ``sweep``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from .options import (
     block_sparse_options,
     causal_spec,
     emit,
+    filling_problem_options,
     mask_dropout_options,
     mask_dropout_spec,
     plans_from_options,
@@ -94,7 +95,7 @@ def specs_cmd(as_json: bool) -> None:
 
 
 @cli.command("compare")
-@problem_options
+@filling_problem_options
 @block_sparse_options
 @mask_dropout_options
 @KV_HEADS_OPTION
@@ -106,23 +107,98 @@ def specs_cmd(as_json: bool) -> None:
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
                 block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, kv_heads,
                 detail, simulate, seed, repeats) -> None:
-    """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor."""
+    """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor, and each
+    plan's roofline. Without --batch and --heads: heads 16 and a batch that fills the GPU (see the header)."""
+    from ..analysis import roofline
     from ..analysis.compare import compare
 
     device = None if simulate else current_device_spec()
     if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
         raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
                          "simulate another GPU's tiling")
-    plans, spec = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
-                         sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
-                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed))
+
+    def make(b: int, h: int) -> list:
+        return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
+                                  sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
+                                  **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed))[0]
+
+    plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
+    spec = resolve_spec(gpu)
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
     reason = "--simulate" if simulate else "no CUDA device found"
     where = "on the GPU" if device is not None else "on the CPU simulator"
-    click.echo(f"iokernels: running {len(plans)} plans {where} ...", err=True)
-    doc = compare(plans, spec, on_gpu=device is not None, reason=reason, seed=seed, repeats=repeats)
+    click.echo(f"iokernels: running {len(plans)} plans {where} (batch {plans[0].batch} x heads {plans[0].heads}) ...",
+               err=True)
+    doc = compare(plans, spec, on_gpu=device is not None, reason=reason, seed=seed, repeats=repeats,
+                  problem_note=note)
+    roofline.annotate(doc, plans, spec)
     emit(doc, as_json, render(doc, detail=detail, measured=True))
+
+
+def _problem_plans(make, gpu, device, batch, heads, kv_heads) -> tuple[list, str]:
+    """The plans for --batch and --heads as given, or (neither given) for the batch x heads that fill the GPU
+    (:func:`iokernels.analysis.compare.filling_problem`; device memory bounds them on a GPU); and how."""
+    from ..analysis.compare import filling_problem
+
+    if batch is not None or heads is not None:
+        return make(1 if batch is None else batch, 1 if heads is None else heads), "as given (--batch, --heads)"
+    memory = None
+    if device is not None:
+        from ..kernels.launch import free_device_bytes
+
+        memory = free_device_bytes()[0]
+    return filling_problem(make, resolve_spec(gpu).sms, memory, kv_heads)
+
+
+@cli.command("roofline")
+@filling_problem_options
+@click.option("--dram", is_flag=True, help="GPU: also each stage's DRAM bytes from Nsight Compute (needs ncu)")
+@click.option("--model-only", "model_only", is_flag=True, help="the predicted columns only, even on a GPU")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="write a log-log roofline (FLOP/byte against TFLOP/s) to this file (PNG; needs matplotlib)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
+@click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per stage (GPU)")
+@user_errors
+def roofline_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, dram,
+                 model_only, plot_path, seed, repeats) -> None:
+    """Per plan and stage: FLOPs, HBM bytes, intensity and roofline time; on a GPU the measured copy bandwidth
+    and matmul peak, and each stage's achieved TFLOP/s and TB/s (with --dram, DRAM bytes from ncu)."""
+    from ..analysis import roofline
+
+    if plot_path is not None:
+        from ..analysis.plotting import require_matplotlib
+
+        require_matplotlib()
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    device = None if model_only else current_device_spec()
+    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
+        raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --model-only to "
+                         "predict another GPU's roofline")
+    if dram and device is None:
+        raise RuntimeError("--dram needs a CUDA GPU and Nsight Compute (ncu): " +
+                           ("--model-only was given" if model_only else "no CUDA device found"))
+
+    def make(b: int, h: int) -> list:
+        return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align)[0]
+
+    plans, note = _problem_plans(make, gpu, device, batch, heads, None)
+    spec = resolve_spec(gpu)
+    ceilings = measured = None
+    if device is not None:
+        click.echo(f"iokernels: measuring the ceilings and {len(plans)} plans on the GPU ...", err=True)
+        ceilings = roofline.measure_ceilings(plans[0].dtype)
+        measured = roofline.measure(plans, seed=seed, repeats=repeats, dram=dram)
+        where = (f"GPU: stages timed alone (CUDA-graph replays, median of {repeats})"
+                 + ("; DRAM bytes from ncu (cache control all)" if dram else ""))
+    else:
+        where = ("--model-only" if model_only else "no CUDA device found") + ": predicted columns only, spec ceilings"
+    doc = roofline.build(plans, spec, measured_ceilings=ceilings, measured=measured,
+                         note=where, problem_note=note)
+    if plot_path is not None:
+        roofline.plot(doc, plot_path)
+    emit(doc, as_json, roofline.render(doc))
 
 
 @cli.command("profile")
