@@ -77,3 +77,34 @@ def test_size_check_uses_the_simulated_batch_head():
                     heads=16, kv_heads=8)
     with pytest.raises(ValueError, match="GiB of float64"):
         check_simulator_size([big])
+
+
+def test_gpu_inputs_repeat_one_batch_head(monkeypatch):
+    """With numpy standing in for cupy: every batch-head gets batch-head 0's inputs, a shared mask stays one."""
+    import numpy as np
+
+    from iokernels.analysis import compare
+    from iokernels.kernels import launch, runtime
+    from iokernels.simulate import make_inputs
+
+    made = []
+
+    def fake_device_inputs(plan, seed=0):
+        made.append(plan)
+        host = make_inputs(plan, seed, rounded=True)
+        return {k: v.copy() for k, v in host.items()}, host
+
+    monkeypatch.setattr(launch, "make_device_inputs", fake_device_inputs)
+    monkeypatch.setattr(runtime, "require_cupy", lambda: np)
+    for shared in (True, False):
+        plan = make_plan("standard", N_q=40, N_k=24, d=16, sram=16 * 1024, batch=2, heads=3, direction="bwd",
+                         mask=ExplicitMask("bool", shared=shared))
+        inputs, host, checked = compare.gpu_inputs(plan, seed=1)
+        assert made[-1] is checked and checked.bh == 1 and host["Q"].shape == (1, 40, 16)
+        for name in ("Q", "K", "V", "O", "dO", "lse", "P"):
+            assert inputs[name].shape[0] == 6 and all((inputs[name][i] == host[name][0]).all() for i in range(6))
+        assert inputs["mask"].shape[0] == (1 if shared else 6)
+    gqa = make_plan("flash", "fast", N_q=64, N_k=64, d=64, dtype="float16", sram=227 * 1024, batch=2, heads=4,
+                    kv_heads=2)
+    _, _, checked = compare.gpu_inputs(gqa)
+    assert checked is gqa
