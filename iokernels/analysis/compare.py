@@ -14,7 +14,8 @@ dropout moves no bytes. Grouped-query attention (kv_heads < heads) breaks it: K 
 head, so those plans are simulated in full. ``max_rel_err`` is then that of the one batch-head simulated.
 
 ``compare``'s defaults (:func:`filling_problem`): heads = 16, as the paper's GPT-2 runs, and the smallest
-batch whose smallest grid among the plans' stages has at least one thread block per SM, within a memory bound.
+batch whose smallest grid among the plans' stages has at least one thread block per SM, in waves at least 90 %
+full, within a memory bound.
 """
 
 from __future__ import annotations
@@ -174,6 +175,17 @@ FILL_HEADS = 16  # the paper's GPT-2 runs: batch 64 x heads 16
 MEMORY_FRACTION = 0.5  # of the device memory the largest plan's tensors may take
 
 
+WAVE_FILL = 0.9  # the smallest grid's waves (one block per SM) must be this full on average
+MAX_FILL_BATCH = 256
+
+
+def fills_waves(blocks: int, sms: int) -> bool:
+    """True when ``blocks`` thread blocks, one per SM, give every SM work and fill their waves to
+    :data:`WAVE_FILL` on average (144 blocks on 132 SMs take two waves, 55 % full: the last wave's 12 blocks
+    would double the time of a kernel whose blocks all last as long)."""
+    return blocks >= sms and blocks / (-(-blocks // sms) * sms) >= WAVE_FILL
+
+
 def _smallest_grid(plans: list[Plan]) -> tuple[int, str]:
     return min((s.blocks, f"{p.label} {s.name}") for p in plans for s in p.stages)
 
@@ -191,12 +203,12 @@ def filling_problem(make: Callable[[int, int], list[Plan]], sms: int | None, mem
     per_batch, _ = _smallest_grid(make(1, heads))
     batch = max(1, -(-(sms or 0) // per_batch))
     plans = make(batch, heads)
-    while sms and _smallest_grid(plans)[0] < sms:  # grids grow with batch; this only guards that
+    while sms and not fills_waves(_smallest_grid(plans)[0], sms) and batch < MAX_FILL_BATCH:
         batch += 1
         plans = make(batch, heads)
     blocks, where = _smallest_grid(plans)
     note = (f"heads {heads} as the paper's GPT-2 runs; batch {batch}, the smallest whose smallest grid "
-            f"({where}: {blocks} blocks) fills the {sms} SMs" if sms else
+            f"({where}: {blocks} blocks) fills the {sms} SMs in waves at least {WAVE_FILL:.0%} full" if sms else
             f"heads {heads} as the paper's GPT-2 runs; batch 1 (the SM count is unknown)")
 
     def need(ps: list[Plan]) -> int:

@@ -64,7 +64,7 @@ def user_errors(fn: Callable) -> Callable:
 
 
 FILL_HELP = ("default: chosen to fill the GPU (heads 16, the smallest batch whose smallest grid has a block per "
-             "SM; see the report's header); give --batch or --heads to set them")
+             "SM in waves at least 90% full; see the report's header); give --batch or --heads to set them")
 
 
 def problem_options(fn: Callable, *, fill: bool = False) -> Callable:

@@ -1,9 +1,9 @@
-// Tensor-core helpers shared by flash_tc.cu (forward) and flash_tc_bwd.cu (backward): mma.sync
-// m16n8k16 with float32 accumulators for __half and __nv_bfloat16, ldmatrix (plain and .trans),
-// float pairs packed into registers, and tiles of HEAD_D-element rows in shared memory whose 16-byte
-// chunks are XOR-swizzled by (row % 8), filled by counted cp.async (rows past the end zero-filled).
+// Tensor-core helpers of flash_tc.cu (forward) and flash_tc_bwd.cu (backward): ldmatrix (plain and
+// .trans) and tiles of HEAD_D-element rows in shared memory whose 16-byte chunks are XOR-swizzled by
+// (row % 8), filled by counted cp.async (rows past the end zero-filled). The mma.sync m16n8k16
+// wrapper (tc_mma) and tc_pack live in tiles.cuh, which the research kernels share.
 //
-// Needs HEAD_D (a multiple of 16) and THREADS defined before inclusion, and common.cuh.
+// Needs HEAD_D (a multiple of 16) and THREADS defined before inclusion, common.cuh and tiles.cuh.
 #pragma once
 
 constexpr int TC_CHUNKS = HEAD_D / 8;  // 16-byte chunks per row of 8 halves
@@ -47,33 +47,4 @@ __device__ __forceinline__ void tc_ldmatrix_x4_trans(unsigned (&r)[4], const voi
     const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-template <typename T>
-__device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
-
-template <>
-__device__ __forceinline__ void tc_mma<__half>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void tc_mma<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                                      unsigned b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats -> one register of two T (low half = first).
-template <typename T>
-__device__ __forceinline__ unsigned tc_pack(float lo, float hi)
-{
-    return to_bits(from_f<T>(lo)) | (to_bits(from_f<T>(hi)) << 16);
 }

@@ -1,6 +1,7 @@
-// Tile helpers shared by the CUDA-core attention kernels (flash_fwd.cu, two_pass.cu): conversions,
-// 16-byte row moves through the counted loads and stores, and the register micro-tiles of
-// S = τ Q Kᵀ and O += P V over the plan's shared-memory tiles. build_source inlines it where a
+// Tile helpers shared by the research attention kernels (flash_fwd.cu, two_pass.cu): conversions,
+// 16-byte row moves through the counted loads and stores, and the products S = τ Q Kᵀ and O += P V
+// over the plan's shared-memory tiles (register micro-tiles on CUDA cores; mma.sync tensor cores
+// for float16 / bfloat16). build_source inlines it where a
 // kernel includes it; it expects common.cuh and the plan's defines (THREADS, HEAD_D, BR, BC).
 #pragma once
 
@@ -27,6 +28,37 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_bits<__nv_bfloat16>(un
 }
 __device__ __forceinline__ unsigned to_bits(__half x) { return __half_as_ushort(x); }
 __device__ __forceinline__ unsigned to_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+
+// mma.sync m16n8k16, float32 accumulators (sm_80 and newer): D += A B for 16 x 16 A (four registers of two
+// T, row-major fragment) and 16 x 8 B (two registers, column-major fragment).
+template <typename T>
+__device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+
+template <>
+__device__ __forceinline__ void tc_mma<__half>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void tc_mma<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                                      unsigned b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two T (low half = first).
+template <typename T>
+__device__ __forceinline__ unsigned tc_pack(float lo, float hi)
+{
+    return to_bits(from_f<T>(lo)) | (to_bits(from_f<T>(hi)) << 16);
+}
 
 // Rows move as 16-byte vectors: HEAD_D % 8 == 0 keeps every row of Q, K, V, O 16-byte aligned.
 template <typename T> constexpr int VEC = 16 / sizeof(T);
@@ -121,9 +153,9 @@ __host__ __device__ constexpr MicroTile micro_tile(int rows, int cols)
     return best;
 }
 
-// S[r][c] = epi(r, c, Σ_k Qt[k][r] Kt[k][c]) for r < rows, c < cols (S row stride BC).
+// S[r][c] = epi(r, c, Σ_k Qt[k][r] Kt[k][c]) for r < rows, c < cols (S row stride BC), on CUDA cores.
 template <typename T, typename Epi>
-__device__ __forceinline__ void qk_tile(const T* Qt, const T* Kt, float* S, int rows, int cols, Epi epi)
+__device__ __forceinline__ void qk_tile_fma(const T* Qt, const T* Kt, float* S, int rows, int cols, Epi epi)
 {
     constexpr MicroTile mt = micro_tile(BR, BC);
     constexpr int NX = mt.nx, NY = THREADS / NX, TM = mt.tm, TN = mt.tn;
@@ -164,9 +196,9 @@ __device__ __forceinline__ void qk_tile(const T* Qt, const T* Kt, float* S, int 
     }
 }
 
-// epi(r, n, Σ_c P[r][c] V[c][n]) for r < rows, n < HEAD_D, c < cols (P row stride BC).
+// epi(r, n, Σ_c P[r][c] V[c][n]) for r < rows, n < HEAD_D, c < cols (P row stride BC), on CUDA cores.
 template <typename T, typename Epi>
-__device__ __forceinline__ void pv_tile(const float* P, const T* V, int rows, int cols, Epi epi)
+__device__ __forceinline__ void pv_tile_fma(const float* P, const T* V, int rows, int cols, Epi epi)
 {
     constexpr MicroTile mt = micro_tile(BR, HEAD_D);
     constexpr int NX = mt.nx, NY = THREADS / NX, TM = mt.tm, TN = mt.tn;
@@ -203,6 +235,149 @@ __device__ __forceinline__ void pv_tile(const float* P, const T* V, int rows, in
                 }
             }
         }
+    }
+}
+
+// ---- the same two products on tensor cores -------------------------------------------------------
+// For 16-bit T, HEAD_D % 16 == 0 and sm_80 or newer, S = τ Q Kᵀ and P V run as mma.sync m16n8k16 over
+// the same shared-memory tiles (any B_r, B_c): each warp takes 16-row strips of up to MMA_NT 8-column
+// tiles, building its fragments from shared memory with 16-bit loads (the tiles are transposed or
+// unaligned for ldmatrix at arbitrary B_r, B_c); rows past the last whole 16 and columns past the last
+// whole 8 (qk) or keys past the last whole 16 (pv) are summed on CUDA cores. P is rounded to T for the
+// product, as in every FlashAttention kernel. Loads and stores, and so the counted bytes, are unchanged.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define IOK_MMA_ARCH 1
+#else
+#define IOK_MMA_ARCH 0
+#endif
+template <typename T> constexpr bool MMA_TILES = IOK_MMA_ARCH && sizeof(T) == 2 && HEAD_D % 16 == 0;
+
+// 8-column tiles per warp strip: the most (of 4, 2, 1) that still gives every warp a strip.
+__host__ __device__ constexpr int mma_nt(int row_strips, int col_tiles)
+{
+    return row_strips * ((col_tiles + 3) / 4) >= NWARPS ? 4 : row_strips * ((col_tiles + 1) / 2) >= NWARPS ? 2 : 1;
+}
+
+// p[0] and p[stride] as one register of two T (low half = p[0]).
+template <typename T>
+__device__ __forceinline__ unsigned mma_pair(const T* p, int stride)
+{
+    return to_bits(p[0]) | (to_bits(p[stride]) << 16);
+}
+
+template <typename T, typename Epi>
+__device__ __forceinline__ void qk_tile_mma(const T* Qt, const T* Kt, float* S, int rows, int cols, Epi epi)
+{
+    constexpr int NT = mma_nt(BR / 16, BC / 8);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rows16 = rows / 16 * 16, cols8 = cols / 8 * 8;
+    const int groups = (cols8 / 8 + NT - 1) / NT, strips = rows16 / 16 * groups;
+    for (int strip = warp; strip < strips; strip += NWARPS) {
+        const int r0 = strip / groups * 16, c0 = strip % groups * 8 * NT;
+        float acc[NT][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < HEAD_D; k0 += 16) {
+            const T* q = Qt + (k0 + 2 * t) * BR + r0 + g;  // Q[r0 + g][k0 + 2t], Qt[k][r]
+            const unsigned a[4] = {mma_pair(q, BR), mma_pair(q + 8, BR), mma_pair(q + 8 * BR, BR),
+                                   mma_pair(q + 8 * BR + 8, BR)};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if (c0 + 8 * j < cols8) {
+                    const T* k = Kt + (k0 + 2 * t) * BC + c0 + 8 * j + g;  // Kᵀ[k0 + 2t][c], Kt[k][c]
+                    tc_mma<T>(acc[j], a, mma_pair(k, BC), mma_pair(k + 8 * BC, BC));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (c0 + 8 * j < cols8) {
+#pragma unroll
+                for (int h = 0; h < 4; ++h) S[(r0 + g + 8 * (h / 2)) * BC + c0 + 8 * j + 2 * t + h % 2] = acc[j][h];
+            }
+        }
+        // the epilogue row by row with lanes along the columns, so that what it reads or writes in HBM
+        // (STORE_S, MASK) is coalesced as on CUDA cores
+        __syncwarp();
+        const int width = min(8 * NT, cols8 - c0);
+        for (int i = lane; i < 16 * width; i += 32) {
+            const int r = r0 + i / width, c = c0 + i % width;
+            S[r * BC + c] = epi(r, c, S[r * BC + c]);
+        }
+    }
+    // the ragged rest: rows [rows16, rows) x [0, cols), then rows [0, rows16) x [cols8, cols)
+    const int tail_rows = (rows - rows16) * cols, tail_cols = cols - cols8;
+    for (int i = threadIdx.x; i < tail_rows + rows16 * tail_cols; i += THREADS) {
+        const int r = i < tail_rows ? rows16 + i / cols : (i - tail_rows) / tail_cols;
+        const int c = i < tail_rows ? i % cols : cols8 + (i - tail_rows) % tail_cols;
+        float acc = 0.0f;
+        for (int kk = 0; kk < HEAD_D; ++kk) acc = fmaf(to_f(Qt[kk * BR + r]), to_f(Kt[kk * BC + c]), acc);
+        S[r * BC + c] = epi(r, c, acc);
+    }
+}
+
+template <typename T, typename Epi>
+__device__ __forceinline__ void pv_tile_mma(const float* P, const T* V, int rows, int cols, Epi epi)
+{
+    constexpr int NT = mma_nt(BR / 16, HEAD_D / 8);
+    constexpr int GROUPS = (HEAD_D / 8 + NT - 1) / NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
+    for (int strip = warp; strip < rows16 / 16 * GROUPS; strip += NWARPS) {
+        const int r0 = strip / GROUPS * 16, n0 = strip % GROUPS * 8 * NT;
+        float acc[NT][4] = {};
+        const float* p0 = P + (r0 + g) * BC + 2 * t;  // P[r0 + g][2t]
+        for (int c0 = 0; c0 < cols16; c0 += 16) {
+            const float* p = p0 + c0;
+            const unsigned a[4] = {tc_pack<T>(p[0], p[1]), tc_pack<T>(p[8 * BC], p[8 * BC + 1]),
+                                   tc_pack<T>(p[8], p[9]), tc_pack<T>(p[8 * BC + 8], p[8 * BC + 9])};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if (n0 + 8 * j < HEAD_D) {
+                    const T* v = V + (c0 + 2 * t) * HEAD_D + n0 + 8 * j + g;  // V[c0 + 2t][n]
+                    tc_mma<T>(acc[j], a, mma_pair(v, HEAD_D), mma_pair(v + 8 * HEAD_D, HEAD_D));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (n0 + 8 * j < HEAD_D) {
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const int r = r0 + g + 8 * (h / 2), n = n0 + 8 * j + 2 * t + h % 2;
+                    float x = acc[j][h];
+                    for (int c = cols16; c < cols; ++c) x = fmaf(P[r * BC + c], to_f(V[c * HEAD_D + n]), x);
+                    epi(r, n, x);
+                }
+            }
+        }
+    }
+    // rows [rows16, rows) on CUDA cores
+    for (int i = threadIdx.x; i < (rows - rows16) * HEAD_D; i += THREADS) {
+        const int r = rows16 + i / HEAD_D, n = i % HEAD_D;
+        float x = 0.0f;
+        for (int c = 0; c < cols; ++c) x = fmaf(P[r * BC + c], to_f(V[c * HEAD_D + n]), x);
+        epi(r, n, x);
+    }
+}
+
+// The products the research kernels call: tensor cores where MMA_TILES<T>, else CUDA cores.
+template <typename T, typename Epi>
+__device__ __forceinline__ void qk_tile(const T* Qt, const T* Kt, float* S, int rows, int cols, Epi epi)
+{
+    if constexpr (MMA_TILES<T>) {
+        qk_tile_mma(Qt, Kt, S, rows, cols, epi);
+    } else {
+        qk_tile_fma(Qt, Kt, S, rows, cols, epi);
+    }
+}
+
+template <typename T, typename Epi>
+__device__ __forceinline__ void pv_tile(const float* P, const T* V, int rows, int cols, Epi epi)
+{
+    if constexpr (MMA_TILES<T>) {
+        pv_tile_mma(P, V, rows, cols, epi);
+    } else {
+        pv_tile_fma(P, V, rows, cols, epi);
     }
 }
 
