@@ -22,6 +22,10 @@
 #             BENCH_SETS (default "main long causal dropout")                                    -> bench/
 #   sweeps    iokernels sweep: N, d, M, the block-size study, M < d², block-sparse density, with
 #             exponent fits and plots (scripts/sweeps_post.py writes NAME.txt and NAME.png)       -> sweeps/
+#   paper     issue #19's research results: compare at its defaults (batch x heads that fill the GPU), float32
+#             and float16 --backward; iokernels roofline of both; the block-size study of the tensor-core
+#             research forward from B = 16                                                         -> paper/
+#   fig2      iokernels paper fig2, ncu DRAM when ncu is on PATH (FIG2_PANELS, default left,middle,right) -> paper/fig2/
 #   profile   iokernels profile under Nsight Compute (ncu on PATH), --cache-control all and none, for
 #             PROFILE_NS (default "1024 4096 16384"; forward and backward) and PROFILE_FWD_NS
 #             (default 65536; forward only; set it empty for none); PROFILE_D: the head dim (64) -> profile/
@@ -37,8 +41,9 @@ PY=${PYTHON:-python3}
 IOK=("$PY" -m iokernels.cli)
 PARTS=${PARTS:-"tests io"}
 for p in $PARTS; do
-    case $p in tests|slow|sanitize|io|kbench|bench|sweeps|profile) ;;
-        *) echo "unknown part $p: expected some of tests slow sanitize io kbench bench sweeps profile" >&2; exit 2 ;;
+    case $p in tests|slow|sanitize|io|kbench|bench|sweeps|paper|fig2|profile) ;;
+        *) echo "unknown part $p: expected some of tests slow sanitize io kbench bench sweeps paper fig2 profile" >&2
+           exit 2 ;;
     esac
 done
 if [ -z "${DEVICE:-}" ]; then
@@ -178,6 +183,32 @@ if has io; then
         echo "$(basename "$f"): meas/pred $(awk '$5 == "total" {print $8}' "$f" | sort -u | tr '\n' ' ')"
     done
     elapsed io
+fi
+
+if has paper; then
+    part_dir paper
+    H=(--N 4096 --d 64 --sram 192KB)
+    for spec in f32: f16-bwd:"--dtype float16 --backward"; do
+        IFS=: read -r name extra <<< "$spec"
+        # shellcheck disable=SC2086
+        run 300 "$DIR/compare-$name.txt" "${IOK[@]}" compare "${H[@]}" $extra
+        # shellcheck disable=SC2086
+        run 300 "$DIR/roofline-$name.json" "${IOK[@]}" roofline "${H[@]}" $extra --json --plot "$DIR/roofline-$name.png" \
+            && render iokernels.analysis.roofline "$DIR/roofline-$name.json" "$DIR/roofline-$name.txt"
+    done
+    for s in kv_outer q_outer; do  # from B = 16, where the tensor-core research forward is memory-bound
+        run 300 "$DIR/block-$s.txt" "${IOK[@]}" sweep --vary block --values 16,32,64,128,256,512 --N 1024 --d 64 \
+            --dtype float16 --batch 64 --heads 16 --sram 227KB --schedules $s
+    done
+    elapsed paper
+fi
+
+if has fig2; then
+    part_dir paper/fig2
+    NCU=(); command -v ncu > /dev/null || NCU=(--no-ncu)
+    run 540 "$DIR/fig2.json" "${IOK[@]}" paper fig2 --panels "${FIG2_PANELS:-left,middle,right}" "${NCU[@]}" \
+        --json --plot "$DIR/fig2.png" && render iokernels.analysis.figure2 "$DIR/fig2.json" "$DIR/fig2.txt"
+    elapsed fig2
 fi
 
 if has kbench; then
