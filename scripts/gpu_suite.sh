@@ -25,7 +25,7 @@
 #   paper     issue #19's research results: compare at its defaults (batch x heads that fill the GPU), float32
 #             and float16 --backward; iokernels roofline of both; the block-size study of the tensor-core
 #             research forward from B = 16                                                         -> paper/
-#   fig2      iokernels paper fig2, ncu DRAM when ncu is on PATH (FIG2_PANELS, default left,middle,right) -> paper/fig2/
+#   fig2      iokernels paper fig2, ncu DRAM when ncu is on PATH (FIG2_PANELS, default left,middle,right; FIG2_ARGS) -> paper/fig2/
 #   profile   iokernels profile under Nsight Compute (ncu on PATH), --cache-control all and none, for
 #             PROFILE_NS (default "1024 4096 16384"; forward and backward) and PROFILE_FWD_NS
 #             (default 65536; forward only; set it empty for none); PROFILE_D: the head dim (64) -> profile/
@@ -206,7 +206,8 @@ fi
 if has fig2; then
     part_dir paper/fig2
     NCU=(); command -v ncu > /dev/null || NCU=(--no-ncu)
-    run 540 "$DIR/fig2.json" "${IOK[@]}" paper fig2 --panels "${FIG2_PANELS:-left,middle,right}" "${NCU[@]}" \
+    # shellcheck disable=SC2086
+    run 540 "$DIR/fig2.json" "${IOK[@]}" paper fig2 --panels "${FIG2_PANELS:-left,middle,right}" "${NCU[@]}" ${FIG2_ARGS:-} \
         --json --plot "$DIR/fig2.png" && render iokernels.analysis.figure2 "$DIR/fig2.json" "$DIR/fig2.txt"
     elapsed fig2
 fi

@@ -254,14 +254,19 @@ def middle_panel(problem: Problem, spec: GpuSpec, schedule: str, blocks: Sequenc
     seconds = [p["seconds"] for p in points]
     timed = all(s is not None for s in seconds) and points
     fits = {}
+    measured_knee = knee(xs, seconds) if timed else None
+    # the falling region: every point up to the measured knee (all of them when runtime still falls)
+    falling = [measured_knee is None or x <= measured_knee for x in xs]
     for source in ("counted_bytes", "dram_bytes"):
         ys = [p[source] for p in points]
         if timed and all(y is not None for y in ys):
             fits[source] = time_bytes_slopes(ys, seconds, bound)
+            before = time_bytes_slopes(ys, seconds, falling)
+            fits[source].update(falling=before["memory_bound"], n_falling=before["n_memory_bound"])
     return {"schedule": schedule, "knob": _knob(schedule), "points": points, "skipped": skipped,
-            "first_not_fitting": too_big, "fits": fits, "knee": knee(xs, seconds) if timed else None,
+            "first_not_fitting": too_big, "fits": fits, "knee": measured_knee,
             "roofline_knee": roofline_knee(xs, flops, nbytes, spec, problem.dtype),
-            # the research kernels multiply on CUDA cores: the same knee at the spec's fp32 peak
+            # the same knee at the spec's fp32 (CUDA-core) peak: float32 plans, and a far lower compute ceiling
             "roofline_knee_cuda_cores": roofline_knee(xs, flops, nbytes, spec, problem.dtype, spec.fp32_flops)}
 
 
@@ -432,20 +437,28 @@ def render_left(panel: dict) -> str:
 
 
 def render_middle(panel: dict) -> str:
-    headers = ["block", "tiles", "model GB", "counted GB", "DRAM GB", "ms", "roofline ms", "bound"]
+    headers = ["block", "tiles", "model GB", "counted GB", "DRAM GB", "ms", "TFLOP/s", "counted GB/s", "roofline ms",
+               "bound"]
+
+    def rate(num: float | None, sec: float | None, unit: float) -> str:
+        return "-" if not num or not sec else f"{num / sec / unit:.1f}"
+
     body = [[str(p["block"]), ", ".join(f"{k}={v}" for k, v in p["tiles"].items() if k in ("Br", "Bc")),
              _gb(p["predicted_bytes"]), _gb(p["counted_bytes"]), _gb(p["dram_bytes"]), _ms(p["seconds"]),
+             rate(p["flops"], p["seconds"], 1e12), rate(p["counted_bytes"], p["seconds"], 1e9),
              _ms(p["roofline_seconds"]), "memory" if p["memory_bound"] else "compute"] for p in panel["points"]]
     lines = [f"middle: flash/{panel['schedule']} forward against the resident block ({panel['knob']}); "
              f"{panel['first_not_fitting']} does not fit M",
-             text_table(headers, body, {0, 2, 3, 4, 5, 6})]
+             text_table(headers, body, {0, 2, 3, 4, 5, 6, 7, 8})]
     if panel["skipped"]:
         lines.append(f"skipped (do not fit M): {', '.join(map(str, panel['skipped']))}")
     for source, f in panel["fits"].items():
         def s(x):
             return "-" if x is None else f"{x:.2f}"
         lines.append(f"slope of log(ms) against log({source.replace('_bytes', '')} bytes): {s(f['all'])} over all "
-                     f"{f['n_all']} points, {s(f['memory_bound'])} over the {f['n_memory_bound']} memory-bound ones")
+                     f"{f['n_all']} points, {s(f['memory_bound'])} over the {f['n_memory_bound']} memory-bound ones, "
+                     f"{s(f.get('falling'))} over the {f.get('n_falling', 0)} up to the knee (1: time proportional "
+                     "to bytes)")
     lines.append(f"knee (runtime stops falling, {100 * KNEE_TOLERANCE:.0f}%): "
                  f"{panel['knee'] if panel['knee'] is not None else 'not measured or not reached'}; roofline knee "
                  f"(bytes/bandwidth <= FLOPs/peak): {panel['roofline_knee'] or 'beyond the largest block'} "
