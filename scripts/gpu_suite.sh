@@ -37,6 +37,7 @@
 # `git rev-parse HEAD`, for copies whose .git is stale), PACK=1 (leave only $OUT/suite.tgz).
 set -uo pipefail
 export PYTHONPATH=. PYTHONUNBUFFERED=1
+if [ -n "${COMMIT:-}" ]; then export IOKERNELS_COMMIT=$COMMIT; fi  # results that record a commit name this one
 PY=${PYTHON:-python3}
 IOK=("$PY" -m iokernels.cli)
 PARTS=${PARTS:-"tests io"}

@@ -19,6 +19,7 @@ imported lazily); without them every measured field stays None. GB here is 10^9 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -239,13 +240,26 @@ def byte_notes(rows: list[dict], tensors: list[dict]) -> list[str]:
     return notes
 
 
+def fitting_blocks(problem: Problem, schedule: str, blocks: Sequence[int] | None) -> list[int]:
+    """The middle panel's block sizes: ``blocks`` (default 64, 128, ... while they fit), those whose plan fits M."""
+    fitting, _ = block_sizes(problem, schedule)
+    out = []
+    for b in blocks or fitting:
+        try:
+            block_plan(problem, schedule, b)
+        except TilesDoNotFit:
+            continue
+        out.append(b)
+    return out
+
+
 def middle_panel(problem: Problem, spec: GpuSpec, schedule: str, blocks: Sequence[int] | None,
                  results: Callable[[Plan], tuple]) -> dict:
-    fitting, too_big = block_sizes(problem, schedule)
-    chosen = list(blocks) if blocks else fitting
-    skipped = [b for b in chosen if b not in fitting and b >= too_big]
+    _, too_big = block_sizes(problem, schedule)
+    chosen = fitting_blocks(problem, schedule, blocks)
+    skipped = [b for b in (blocks or ()) if b not in chosen]
     points = []
-    for b in (b for b in chosen if b not in skipped):
+    for b in chosen:
         plan = block_plan(problem, schedule, b)
         points.append({"block": b, **_point(plan, spec, *results(plan))})
     xs = [p["block"] for p in points]
@@ -283,7 +297,10 @@ def right_panel(problem: Problem, spec: GpuSpec, schedule: str, densities: Seque
 # the document
 
 def commit() -> str | None:
-    """The git commit of the source tree this package runs from (None outside a checkout)."""
+    """The git commit of the source tree this package runs from (None outside a checkout); ``IOKERNELS_COMMIT``
+    overrides it, for copies of the tree whose .git is stale (``scripts/gpu_suite.sh`` sets it from COMMIT)."""
+    if os.environ.get("IOKERNELS_COMMIT"):
+        return os.environ["IOKERNELS_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
                              text=True, timeout=10, check=False)
@@ -309,8 +326,7 @@ def build(problem: Problem, spec: GpuSpec, panels: Sequence[str], *, schedule: s
     if dram is not None:  # DRAM first, in as few ncu runs as the plans allow, then the timed runs
         wanted = [p for _, _, ps in left_plans(problem) for p in ps] if "left" in panels else []
         if "middle" in panels:
-            fitting = block_sizes(problem, schedule)[0]
-            wanted += [block_plan(problem, schedule, b) for b in (blocks or fitting) if b in fitting]
+            wanted += [block_plan(problem, schedule, b) for b in fitting_blocks(problem, schedule, blocks)]
         wanted = list(dict.fromkeys(wanted))
         dram_by_plan = dict(zip(wanted, dram(wanted), strict=True))
 

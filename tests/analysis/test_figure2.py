@@ -186,3 +186,20 @@ def test_measured_columns_come_from_measure_and_dram():
     assert row["counted_bytes"] == 30 and row["dram_bytes"] == 14
     assert doc["middle"]["points"][0]["counted_bytes"] == 15 and doc["middle"]["fits"]
     assert doc["right"]["points"][0]["dram_bytes"] is None and doc["right"]["points"][0]["seconds"]
+
+
+def test_dram_for_every_middle_block_given_below_the_default_first():
+    problem = figure2.Problem(N=256, d=64, batch=1, heads=2, dtype="float16", sram=H200.smem_per_block_bytes)
+    asked = []
+
+    def dram(plans):
+        asked.extend(plans)
+        return [{"dram_read_bytes": 3, "dram_write_bytes": 4, "dram_bytes": 7} for _ in plans]
+
+    def measure(plan):  # time proportional to the resident block's Q/O traffic: 1 / B_c
+        return {"counted_read_bytes": 10, "counted_write_bytes": 5, "seconds": 1.0 / plan.tile["Bc"]}
+
+    panel = figure2.build(problem, H200, ("middle",), blocks=[16, 32, 64], measure=measure, dram=dram)["middle"]
+    assert [p["block"] for p in panel["points"]] == [16, 32, 64] and panel["skipped"] == []
+    assert sorted(p.tile["Bc"] for p in asked) == [16, 32, 64]
+    assert all(p["dram_bytes"] == 7 for p in panel["points"])
