@@ -225,6 +225,33 @@ def left_panel(problem: Problem, spec: GpuSpec, results: Callable[[Plan], tuple]
     return {"rows": rows, "per_tensor": tensors, "notes": byte_notes(rows, tensors)}
 
 
+def with_dram_model(doc: dict) -> dict:
+    """``doc`` with the two-level DRAM model's bytes (``model/l2.py``: cold L2, reuse within a wave) beside ncu's:
+    ``model_dram_read_bytes`` / ``model_dram_write_bytes`` / ``model_dram_bytes`` on every left-panel row and
+    middle-panel point, for the GPU that ran (``header.device``; else the spec). A pure function of the header's
+    problem, so it also completes documents saved before the column existed."""
+    from ..model.l2 import dram_spec_for, dram_totals
+
+    header = doc["header"]
+    problem = Problem(**header["problem"])
+    spec = dram_spec_for(header.get("device") or header["spec"]["name"])
+    header["dram_model"] = f"model DRAM: the two-level model (model/l2.py) on {spec.name}"
+
+    def fill(target: dict, plans: list[Plan]) -> None:
+        totals = [dram_totals(p, spec) for p in plans]
+        r = sum(v[0] for t in totals for v in t.values())
+        w = sum(v[1] for t in totals for v in t.values())
+        target.update(model_dram_read_bytes=r, model_dram_write_bytes=w, model_dram_bytes=r + w)
+
+    if "left" in doc:
+        for row, (_, _, plans) in zip(doc["left"]["rows"], left_plans(problem), strict=True):
+            fill(row, plans)
+    if "middle" in doc:
+        for point in doc["middle"]["points"]:
+            fill(point, [block_plan(problem, doc["middle"]["schedule"], point["block"])])
+    return doc
+
+
 def byte_notes(rows: list[dict], tensors: list[dict]) -> list[str]:
     """Where each flash row's bytes go, against the paper's 4.4 GB: its largest tensors."""
     notes = []
@@ -345,7 +372,11 @@ def build(problem: Problem, spec: GpuSpec, panels: Sequence[str], *, schedule: s
     if "right" in panels:
         doc["right"] = right_panel(problem, spec, schedule, densities, pattern, sparse_block, seed,
                                    lambda p: (run(p), None))
-    return doc
+    try:
+        return with_dram_model(doc)
+    except ValueError as exc:  # a GPU that gpus.json does not name, or whose L2 it does not know
+        doc["header"]["dram_model"] = f"no two-level DRAM model column: {exc}"
+        return doc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,15 +460,17 @@ def header_text(doc: dict) -> str:
         f"{'fp32' if pr['dtype'] == 'float32' else 'tensor'} peak "
         f"{(spec['fp32_flops'] if pr['dtype'] == 'float32' else spec['tensor_flops']) / 1e12:.0f} TFLOP/s",
         f"commit {h.get('commit') or '?'}; {h['units']}",
+        *([h["dram_model"]] if h.get("dram_model") else []),
     ])
 
 
 def render_left(panel: dict) -> str:
-    headers = ["row", "GFLOPs", "model GB", "counted GB", "DRAM GB", "ms", "roofline ms", "paper GFLOPs",
-               "paper GB", "paper ms"]
+    headers = ["row", "GFLOPs", "model GB", "counted GB", "DRAM GB", "model DRAM GB", "ms", "roofline ms",
+               "paper GFLOPs", "paper GB", "paper ms"]
     body = [[r["row"], f"{r['gflops']:.1f}", _gb(r["predicted_bytes"]), _gb(r["counted_bytes"]), _gb(r["dram_bytes"]),
-             _ms(r["seconds"]), _ms(r["roofline_seconds"]), f"{r['paper_a100']['gflops']}",
-             f"{r['paper_a100']['hbm_gb']}", f"{r['paper_a100']['runtime_ms']}"] for r in panel["rows"]]
+             _gb(r.get("model_dram_bytes")), _ms(r["seconds"]), _ms(r["roofline_seconds"]),
+             f"{r['paper_a100']['gflops']}", f"{r['paper_a100']['hbm_gb']}", f"{r['paper_a100']['runtime_ms']}"]
+            for r in panel["rows"]]
     names = [r["row"] for r in panel["rows"]]
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for t in panel["per_tensor"]:
@@ -453,19 +486,19 @@ def render_left(panel: dict) -> str:
 
 
 def render_middle(panel: dict) -> str:
-    headers = ["block", "tiles", "model GB", "counted GB", "DRAM GB", "ms", "TFLOP/s", "counted GB/s", "roofline ms",
-               "bound"]
+    headers = ["block", "tiles", "model GB", "counted GB", "DRAM GB", "model DRAM GB", "ms", "TFLOP/s", "counted GB/s",
+               "roofline ms", "bound"]
 
     def rate(num: float | None, sec: float | None, unit: float) -> str:
         return "-" if not num or not sec else f"{num / sec / unit:.1f}"
 
     body = [[str(p["block"]), ", ".join(f"{k}={v}" for k, v in p["tiles"].items() if k in ("Br", "Bc")),
-             _gb(p["predicted_bytes"]), _gb(p["counted_bytes"]), _gb(p["dram_bytes"]), _ms(p["seconds"]),
-             rate(p["flops"], p["seconds"], 1e12), rate(p["counted_bytes"], p["seconds"], 1e9),
+             _gb(p["predicted_bytes"]), _gb(p["counted_bytes"]), _gb(p["dram_bytes"]), _gb(p.get("model_dram_bytes")),
+             _ms(p["seconds"]), rate(p["flops"], p["seconds"], 1e12), rate(p["counted_bytes"], p["seconds"], 1e9),
              _ms(p["roofline_seconds"]), "memory" if p["memory_bound"] else "compute"] for p in panel["points"]]
     lines = [f"middle: flash/{panel['schedule']} forward against the resident block ({panel['knob']}); "
              f"{panel['first_not_fitting']} does not fit M",
-             text_table(headers, body, {0, 2, 3, 4, 5, 6, 7, 8})]
+             text_table(headers, body, {0, 2, 3, 4, 5, 6, 7, 8, 9})]
     if panel["skipped"]:
         lines.append(f"skipped (do not fit M): {', '.join(map(str, panel['skipped']))}")
     for source, f in panel["fits"].items():

@@ -203,3 +203,19 @@ def test_dram_for_every_middle_block_given_below_the_default_first():
     assert [p["block"] for p in panel["points"]] == [16, 32, 64] and panel["skipped"] == []
     assert sorted(p.tile["Bc"] for p in asked) == [16, 32, 64]
     assert all(p["dram_bytes"] == 7 for p in panel["points"])
+
+
+def test_model_dram_column_is_the_two_level_model_of_each_plan(predicted):
+    from iokernels.model.l2 import dram_totals
+
+    problem = figure2.Problem(**predicted["header"]["problem"])
+    point = predicted["middle"]["points"][0]
+    totals = dram_totals(figure2.block_plan(problem, "kv_outer", point["block"]), H200)
+    assert point["model_dram_read_bytes"] == sum(r for r, _ in totals.values())
+    assert point["model_dram_bytes"] == sum(r + w for r, w in totals.values())
+    # a plan's DRAM traffic never exceeds its L2-level (counted) traffic in this model
+    assert all(p["model_dram_bytes"] <= p["predicted_bytes"] for p in predicted["middle"]["points"])
+    standard = predicted["left"]["rows"][0]
+    plans = figure2.left_plans(problem)[0][2]
+    assert standard["model_dram_bytes"] == sum(r + w for p in plans for r, w in dram_totals(p, H200).values())
+    assert "model DRAM GB" in figure2.render(predicted)
