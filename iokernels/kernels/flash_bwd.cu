@@ -1,6 +1,7 @@
-// FlashAttention backward (the paper's Algorithm 4 with FlashAttention-2's D pre-pass and dQ atomics),
-// on CUDA cores. Block j owns K_j, V_j and the dK_j, dV_j accumulators in shared memory; the loop over
-// Q blocks i recomputes P from lse, so no N_q x N_k matrix ever touches HBM.
+// FlashAttention backward (the paper's Algorithm 4 with FlashAttention-2's D pre-pass and dQ atomics):
+// CUDA cores, or tensor cores (mma.sync, see fb_p_ds_mma) for float16 / bfloat16 with d a multiple of 16.
+// Block j owns K_j, V_j and the dK_j, dV_j accumulators in shared memory; the loop over Q blocks i recomputes
+// P from lse, so no N_q x N_k matrix ever touches HBM.
 //
 // Grid (Tc, 1, BH), THREADS threads, SMEM_BYTES of dynamic shared memory at the plan's SMEM_* offsets.
 // Bytes per (batch, head): K, V N_k·d; Q, dO N_q·d·Tc; lse, D N_q·Tc read; dQacc N_q·d·Tc read and
@@ -21,6 +22,8 @@
 // regenerated from (seed, offset, batch·head, row, column), the forward's: dV_j += (Z ∘ P)ᵀ dO_i,
 // dS = P ∘ (Z ∘ dP − D_i) (D = rowsum(dO ∘ O) of the dropped O, from the prep stage). No byte more or less.
 #include "common.cuh"
+
+#include "tiles.cuh"
 
 #if !defined(HEAD_D) || !defined(BR) || !defined(BC) || !defined(THREADS) || !defined(SMEM_BYTES)
 #error "HEAD_D, BR, BC, THREADS and SMEM_* come from the plan (iokernels.kernels.stages)"
@@ -185,6 +188,46 @@ __device__ __forceinline__ uint4 fb_pack(const float* f)
 // The phases of one (i, j) step. rows = in-range rows of Q_i, cols = in-range rows of K_j; shared-memory
 // rows past them were never loaded, so every read index is clamped into range and every write masked.
 
+// P and τdS of element (r, c) from its S and dP sums: P = exp(τS − lse_r) (0 where masked), stored with
+// τ P∘(dP − D_r); DROPOUT: Z∘P and τ P∘(Z∘dP − D_r). τS − lse <= 0 up to rounding (lse is the row's
+// log-sum-exp), so exp never overflows.
+#ifdef CAUSAL
+#define FB_DIAG , diag
+#define FB_DIAG_PARAM , int diag  // element (r, c) is masked iff c > r + diag
+#else
+#define FB_DIAG
+#define FB_DIAG_PARAM
+#endif
+template <typename MaskFn, typename DropFn>
+__device__ __forceinline__ void fb_finish(int r, int c, float s, float dp, const float* lse, const float* dd, float* p,
+                                          float* ds, float scale, MaskFn mask_fn, DropFn drop_fn FB_DIAG_PARAM)
+{
+    const float lse_r = lse[r], d_r = dd[r];
+#if defined(MASK)
+    const float x = mask_fn(r, c, scale * s);  // −inf where the mask hides
+#ifdef CAUSAL
+    const float pv = c > r + diag || x == iok_neg_inf() ? 0.0f : expf(x - lse_r);
+#else
+    const float pv = x == iok_neg_inf() ? 0.0f : expf(x - lse_r);
+#endif
+#elif defined(CAUSAL)
+    (void)mask_fn;
+    const float pv = c > r + diag ? 0.0f : expf(fmaf(scale, s, -lse_r));
+#else
+    (void)mask_fn;
+    const float pv = expf(fmaf(scale, s, -lse_r));
+#endif
+#ifdef DROPOUT
+    const float z = drop_fn(r, c);
+    p[r * BC + c] = z * pv;
+    ds[r * BC + c] = scale * pv * (z * dp - d_r);
+#else
+    (void)drop_fn;
+    p[r * BC + c] = pv;
+    ds[r * BC + c] = scale * pv * (dp - d_r);
+#endif
+}
+
 // S = Q_i K_jᵀ, dP = dO_i V_jᵀ; P = exp(τS − lse_i); dS = P∘(dP − D_i). Stores P and τ·dS (τ rides
 // along into both dQ and dK); DROPOUT: Z∘P and τ P∘(Z∘dP − D_i). Reduction over d in 16-byte vectors;
 // each thread starts at its own vector (rot) so the rows a warp reads in one step fall in different banks.
@@ -194,11 +237,7 @@ __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const 
                                         int cols, float scale,
                                         MaskFn mask_fn,  // (r, c, τS) -> τS with the explicit mask (MASK)
                                         DropFn drop_fn   // (r, c) -> Z of the element (DROPOUT)
-#ifdef CAUSAL
-                                        ,
-                                        int diag  // element (r, c) is masked iff c > r + diag
-#endif
-)
+                                        FB_DIAG_PARAM)
 {
     using C = FbConfig<T>;
     constexpr FbTiling t = C::s();
@@ -267,34 +306,11 @@ __device__ __forceinline__ void fb_p_ds(const uint4* q, const uint4* d_o, const 
             for (int a = 0; a < t.tm; ++a) {
                 const int r = r0 + a * t.gm;
                 if (r >= rows) break;
-                const float lse_r = lse[r], d_r = dd[r];
 #pragma unroll
                 for (int b = 0; b < t.tn; ++b) {
                     const int c = c0 + b * t.gn;
                     if (c >= cols) break;
-#if defined(MASK)
-                    const float x = mask_fn(r, c, scale * s[a][b]);  // −inf where the mask hides
-#ifdef CAUSAL
-                    const float pv = c > r + diag || x == iok_neg_inf() ? 0.0f : expf(x - lse_r);
-#else
-                    const float pv = x == iok_neg_inf() ? 0.0f : expf(x - lse_r);
-#endif
-#elif defined(CAUSAL)
-                    (void)mask_fn;
-                    const float pv = c > r + diag ? 0.0f : expf(fmaf(scale, s[a][b], -lse_r));
-#else
-                    (void)mask_fn;
-                    const float pv = expf(fmaf(scale, s[a][b], -lse_r));
-#endif
-#ifdef DROPOUT
-                    const float z = drop_fn(r, c);
-                    p[r * BC + c] = z * pv;
-                    ds[r * BC + c] = scale * pv * (z * dp[a][b] - d_r);
-#else
-                    (void)drop_fn;
-                    p[r * BC + c] = pv;
-                    ds[r * BC + c] = scale * pv * (dp[a][b] - d_r);
-#endif
+                    fb_finish(r, c, s[a][b], dp[a][b], lse, dd, p, ds, scale, mask_fn, drop_fn FB_DIAG);
                 }
             }
         }
@@ -426,6 +442,195 @@ __device__ __forceinline__ void fb_dq(Counters& cnt, const uint4* k, const float
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The same three phases on tensor cores, where MMA_TILES<T> (tiles.cuh: float16 / bfloat16, HEAD_D % 16 == 0,
+// sm_80 and newer): mma.sync m16n8k16 with float32 accumulators, fragments read from the same shared-memory
+// tiles (Q, dO, K, V row-major in d; P, dS row stride BC); each warp takes 16-row strips of up to NT 8-column
+// tiles. P and τdS are rounded to T for their products, as in every FlashAttention backward. Rows and columns
+// past the last whole 16 (8 for S's columns) are summed on CUDA cores. Loads and stores are the same, so are
+// the counted bytes; each dQacc element still gets one atomic per (i, j).
+
+// Elements (row, k) and (row, k + 1) of a row-major tile of T (k even) as one register.
+template <typename T>
+__device__ __forceinline__ unsigned fb_pair(const uint4* tile, int row, int k)
+{
+    return reinterpret_cast<const unsigned*>(tile)[(row * HEAD_D + k) / 2];
+}
+
+template <typename T, typename MaskFn, typename DropFn>
+__device__ __forceinline__ void fb_p_ds_mma(const uint4* q, const uint4* d_o, const uint4* k, const uint4* v,
+                                            const float* lse, const float* dd, float* p, float* ds, int rows,
+                                            int cols, float scale, MaskFn mask_fn, DropFn drop_fn FB_DIAG_PARAM)
+{
+    constexpr int NT = mma_nt(BR / 16, BC / 8);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rows16 = rows / 16 * 16, cols8 = cols / 8 * 8;
+    const int groups = (cols8 / 8 + NT - 1) / NT, strips = rows16 / 16 * groups;
+    for (int strip = warp; strip < strips; strip += NWARPS) {
+        const int r0 = strip / groups * 16, c0 = strip % groups * 8 * NT;
+        float sa[NT][4] = {}, dpa[NT][4] = {};
+#pragma unroll
+        for (int k0 = 0; k0 < HEAD_D; k0 += 16) {
+            const int kk = k0 + 2 * t;
+            const unsigned a[4] = {fb_pair<T>(q, r0 + g, kk), fb_pair<T>(q, r0 + g + 8, kk), fb_pair<T>(q, r0 + g, kk + 8),
+                                   fb_pair<T>(q, r0 + g + 8, kk + 8)};
+            const unsigned o[4] = {fb_pair<T>(d_o, r0 + g, kk), fb_pair<T>(d_o, r0 + g + 8, kk),
+                                   fb_pair<T>(d_o, r0 + g, kk + 8), fb_pair<T>(d_o, r0 + g + 8, kk + 8)};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int c = c0 + 8 * j + g;
+                if (c0 + 8 * j < cols8) {
+                    tc_mma<T>(sa[j], a, fb_pair<T>(k, c, kk), fb_pair<T>(k, c, kk + 8));
+                    tc_mma<T>(dpa[j], o, fb_pair<T>(v, c, kk), fb_pair<T>(v, c, kk + 8));
+                }
+            }
+        }
+        // the raw sums through P and dS, then the epilogue row by row with lanes along the columns (MASK
+        // reads of HBM coalesced as on CUDA cores)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (c0 + 8 * j < cols8) {
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const int x = (r0 + g + 8 * (h / 2)) * BC + c0 + 8 * j + 2 * t + h % 2;
+                    p[x] = sa[j][h];
+                    ds[x] = dpa[j][h];
+                }
+            }
+        }
+        __syncwarp();
+        const int width = min(8 * NT, cols8 - c0);
+        for (int i = lane; i < 16 * width; i += 32) {
+            const int r = r0 + i / width, c = c0 + i % width;
+            fb_finish(r, c, p[r * BC + c], ds[r * BC + c], lse, dd, p, ds, scale, mask_fn, drop_fn FB_DIAG);
+        }
+    }
+    // the ragged rest: rows [rows16, rows) x [0, cols), then rows [0, rows16) x [cols8, cols)
+    const T* qe = reinterpret_cast<const T*>(q);
+    const T* oe = reinterpret_cast<const T*>(d_o);
+    const T* ke = reinterpret_cast<const T*>(k);
+    const T* ve = reinterpret_cast<const T*>(v);
+    const int tail_rows = (rows - rows16) * cols, tail_cols = cols - cols8;
+    for (int i = threadIdx.x; i < tail_rows + rows16 * tail_cols; i += THREADS) {
+        const int r = i < tail_rows ? rows16 + i / cols : (i - tail_rows) / tail_cols;
+        const int c = i < tail_rows ? i % cols : cols8 + (i - tail_rows) % tail_cols;
+        float sx = 0.0f, dx = 0.0f;
+        for (int kk = 0; kk < HEAD_D; ++kk) {
+            sx = fmaf(to_f(qe[r * HEAD_D + kk]), to_f(ke[c * HEAD_D + kk]), sx);
+            dx = fmaf(to_f(oe[r * HEAD_D + kk]), to_f(ve[c * HEAD_D + kk]), dx);
+        }
+        fb_finish(r, c, sx, dx, lse, dd, p, ds, scale, mask_fn, drop_fn FB_DIAG);
+    }
+}
+
+// dV_j += Pᵀ dO_i, dK_j += (τdS)ᵀ Q_i: strips of 16 keys x up to NT 8-column tiles of d, reduced over the rows
+// of Q_i. Each (key, column) belongs to one thread, the same every i: no barrier on the accumulators.
+template <typename T>
+__device__ __forceinline__ void fb_dk_dv_mma(const uint4* q, const uint4* d_o, const float* p, const float* ds,
+                                             float* dk, float* dv, int rows, int cols)
+{
+    constexpr int NT = mma_nt(BC / 16, HEAD_D / 8);
+    constexpr int GROUPS = (HEAD_D / 8 + NT - 1) / NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
+    const T* qe = reinterpret_cast<const T*>(q);
+    const T* oe = reinterpret_cast<const T*>(d_o);
+    for (int strip = warp; strip < cols16 / 16 * GROUPS; strip += NWARPS) {
+        const int c0 = strip / GROUPS * 16, n0 = strip % GROUPS * 8 * NT;
+        float av[NT][4] = {}, ak[NT][4] = {};
+        for (int r0 = 0; r0 < rows16; r0 += 16) {
+            const float* pp = p + (r0 + 2 * t) * BC + c0 + g;  // Pᵀ[c0 + g][r0 + 2t]
+            const float* dd = ds + (r0 + 2 * t) * BC + c0 + g;
+            const unsigned ap[4] = {tc_pack<T>(pp[0], pp[BC]), tc_pack<T>(pp[8], pp[BC + 8]),
+                                    tc_pack<T>(pp[8 * BC], pp[9 * BC]), tc_pack<T>(pp[8 * BC + 8], pp[9 * BC + 8])};
+            const unsigned ad[4] = {tc_pack<T>(dd[0], dd[BC]), tc_pack<T>(dd[8], dd[BC + 8]),
+                                    tc_pack<T>(dd[8 * BC], dd[9 * BC]), tc_pack<T>(dd[8 * BC + 8], dd[9 * BC + 8])};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if (n0 + 8 * j < HEAD_D) {
+                    const int x = (r0 + 2 * t) * HEAD_D + n0 + 8 * j + g;  // dO[r0 + 2t][n], Q[r0 + 2t][n]
+                    tc_mma<T>(av[j], ap, mma_pair(oe + x, HEAD_D), mma_pair(oe + x + 8 * HEAD_D, HEAD_D));
+                    tc_mma<T>(ak[j], ad, mma_pair(qe + x, HEAD_D), mma_pair(qe + x + 8 * HEAD_D, HEAD_D));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (n0 + 8 * j < HEAD_D) {
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const int c = c0 + g + 8 * (h / 2), n = n0 + 8 * j + 2 * t + h % 2;
+                    float xv = av[j][h], xk = ak[j][h];
+                    for (int r = rows16; r < rows; ++r) {
+                        xv = fmaf(p[r * BC + c], to_f(oe[r * HEAD_D + n]), xv);
+                        xk = fmaf(ds[r * BC + c], to_f(qe[r * HEAD_D + n]), xk);
+                    }
+                    dv[c * HEAD_D + n] += xv;
+                    dk[c * HEAD_D + n] += xk;
+                }
+            }
+        }
+    }
+    // keys [cols16, cols) on CUDA cores
+    for (int i = threadIdx.x; i < (cols - cols16) * HEAD_D; i += THREADS) {
+        const int c = cols16 + i / HEAD_D, n = i % HEAD_D;
+        float xv = 0.0f, xk = 0.0f;
+        for (int r = 0; r < rows; ++r) {
+            xv = fmaf(p[r * BC + c], to_f(oe[r * HEAD_D + n]), xv);
+            xk = fmaf(ds[r * BC + c], to_f(qe[r * HEAD_D + n]), xk);
+        }
+        dv[c * HEAD_D + n] += xv;
+        dk[c * HEAD_D + n] += xk;
+    }
+}
+
+// dQacc_i += (τdS) K_j: one float atomic per in-range element, as on CUDA cores.
+template <typename T, typename Counters>
+__device__ __forceinline__ void fb_dq_mma(Counters& cnt, const uint4* k, const float* ds, float* dqacc, int rows,
+                                          int cols)
+{
+    constexpr int NT = mma_nt(BR / 16, HEAD_D / 8);
+    constexpr int GROUPS = (HEAD_D / 8 + NT - 1) / NT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
+    const T* ke = reinterpret_cast<const T*>(k);
+    for (int strip = warp; strip < rows16 / 16 * GROUPS; strip += NWARPS) {
+        const int r0 = strip / GROUPS * 16, n0 = strip % GROUPS * 8 * NT;
+        float acc[NT][4] = {};
+        for (int c0 = 0; c0 < cols16; c0 += 16) {
+            const float* d0 = ds + (r0 + g) * BC + c0 + 2 * t;  // dS[r0 + g][c0 + 2t]
+            const unsigned a[4] = {tc_pack<T>(d0[0], d0[1]), tc_pack<T>(d0[8 * BC], d0[8 * BC + 1]),
+                                   tc_pack<T>(d0[8], d0[9]), tc_pack<T>(d0[8 * BC + 8], d0[8 * BC + 9])};
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                if (n0 + 8 * j < HEAD_D) {
+                    const T* kb = ke + (c0 + 2 * t) * HEAD_D + n0 + 8 * j + g;  // K[c0 + 2t][n]
+                    tc_mma<T>(acc[j], a, mma_pair(kb, HEAD_D), mma_pair(kb + 8 * HEAD_D, HEAD_D));
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            if (n0 + 8 * j < HEAD_D) {
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const int r = r0 + g + 8 * (h / 2), n = n0 + 8 * j + 2 * t + h % 2;
+                    float x = acc[j][h];
+                    for (int c = cols16; c < cols; ++c) x = fmaf(ds[r * BC + c], to_f(ke[c * HEAD_D + n]), x);
+                    iok_atomic_add<IOK_T_dQacc>(cnt, dqacc + static_cast<size_t>(r) * HEAD_D + n, x);
+                }
+            }
+        }
+    }
+    // rows [rows16, rows) on CUDA cores
+    for (int i = threadIdx.x; i < (rows - rows16) * HEAD_D; i += THREADS) {
+        const int r = rows16 + i / HEAD_D, n = i % HEAD_D;
+        float x = 0.0f;
+        for (int c = 0; c < cols; ++c) x = fmaf(ds[r * BC + c], to_f(ke[c * HEAD_D + n]), x);
+        iok_atomic_add<IOK_T_dQacc>(cnt, dqacc + static_cast<size_t>(r) * HEAD_D + n, x);
+    }
+}
+
 // K_j, V_j (cols rows from 16-byte vector kv_base on) -> SRAM, each element once.
 template <typename T, typename Counters>
 __device__ __forceinline__ void fb_load_kv(Counters& cnt, uint4* k_s, uint4* v_s, const T* k, const T* v,
@@ -539,15 +744,22 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
         const auto drop_fn = [](int, int) { return 1.0f; };
 #endif
 #ifdef CAUSAL
-        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, drop_fn,
-                   row0 + off - col0);
-#else
-        fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, drop_fn);
+        const int diag = row0 + off - col0;
 #endif
+        if constexpr (MMA_TILES<T>) {
+            fb_p_ds_mma<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, drop_fn FB_DIAG);
+        } else {
+            fb_p_ds<T>(q_s, do_s, k_s, v_s, lse_s, d_s, p_s, ds_s, rows, cols, scale, mask_fn, drop_fn FB_DIAG);
+        }
         __syncthreads();  // P and τdS are reduced over rows and columns that other threads computed
 
-        fb_dk_dv<T>(q_s, do_s, p_s, ds_s, dk_s, dv_s, rows, cols);
-        fb_dq<T>(c, k_s, ds_s, dqacc + q_row * HEAD_D, rows, cols);
+        if constexpr (MMA_TILES<T>) {
+            fb_dk_dv_mma<T>(q_s, do_s, p_s, ds_s, dk_s, dv_s, rows, cols);
+            fb_dq_mma<T>(c, k_s, ds_s, dqacc + q_row * HEAD_D, rows, cols);
+        } else {
+            fb_dk_dv<T>(q_s, do_s, p_s, ds_s, dk_s, dv_s, rows, cols);
+            fb_dq<T>(c, k_s, ds_s, dqacc + q_row * HEAD_D, rows, cols);
+        }
         __syncthreads();  // the next i overwrites Q_i, dO_i, P, dS; after the last, dK_j, dV_j are complete
     }
 
