@@ -13,11 +13,12 @@ Each tool runs a driver (this module with ``--driver``) under ``compute-sanitize
 --error-exitcode 1``; the variants are split in shards (all sizes and builds of one configuration in the
 same shard, so that its modules load once) that run side by side. Before that, one pass without the
 sanitizer compiles every module into cupy's cache. The driver disables cupy's memory pool, so every
-tensor is its own ``cudaMalloc``: memcheck sees the end of each tensor, and initcheck sees workspace
-that no kernel wrote (the driver leaves outputs and workspace unfilled, where ``run_plan`` fills them
-with NaN). It synchronizes after every launch, so each report lands between the ``begin`` and ``end``
-lines of its variant, and checks each counting run against ``model.exact``. A variant that leaves the
-CUDA context unusable (memcheck stops a faulting kernel) ends its process; the shard restarts after it.
+tensor is its own ``cudaMalloc``: memcheck sees the end of each tensor, and initcheck sees workspace that no
+kernel wrote (the driver leaves outputs and workspace unfilled, as ``run_plan`` does unless
+``IOKERNELS_DEBUG_POISON`` asks for NaN). It synchronizes after every launch, so each report lands between
+the ``begin`` and ``end`` lines of its variant, and checks each counting run against ``model.exact``. A
+variant that leaves the CUDA context unusable (memcheck stops a faulting kernel) ends its process; the shard
+restarts after it.
 
 The per-tool table sums the "ERROR SUMMARY: N errors" lines (racecheck: its "RACECHECK SUMMARY");
 the exit code is 0 only when every tool reports 0 errors and every variant ran; 2 when

@@ -57,6 +57,11 @@ GEMM_SIZES: dict[str, tuple[str, str, str, bool]] = {
 
 INPUTS = {"fwd": ("Q", "K", "V"), "bwd": ("Q", "K", "V", "O", "dO", "lse", "P")}
 BF16_NAN = 0x7FC0
+# Fill every buffer a plan writes with NaN before it runs, so an element no kernel writes shows up as NaN:
+# a debug switch (IOKERNELS_DEBUG_POISON=1, or set this flag), off by default since each fill is a kernel of
+# its own on every call. The kernels write every element of their outputs and workspace (the GPU tests run
+# with it on, tests/gpu/conftest.py); analysis/compare poisons its own runs, which it checks.
+DEBUG_POISON = os.environ.get("IOKERNELS_DEBUG_POISON", "") not in ("", "0")
 
 
 def storage_dtype(plan_dtype: str) -> np.dtype:
@@ -199,12 +204,26 @@ def compile_plan(plan: Plan, counting: bool = False) -> None:
 # ---------------------------------------------------------------------------------------------
 # launching
 
+@dataclass(frozen=True)
+class StageLaunch:
+    """One stage's launch of the plain build, prepared once (the compiled function, grid, threads, shared
+    memory, :func:`stage_arg_layout`) for a cache to keep; :func:`launch_prepared` runs it."""
+
+    fn: Any
+    grid: tuple[int, ...]
+    block: tuple[int]
+    smem_bytes: int
+    layout: tuple[Any, ...]
+    dropout: bool
+
+
 @dataclass
 class GpuRun:
     plan: Plan
     buffers: dict[str, Any]
     counts: Counts | None = None
     workspace_bytes: int = 0
+    launches: tuple[StageLaunch, ...] | None = None  # the plain build's prepared launches, for the next run
 
 
 @dataclass
@@ -231,34 +250,48 @@ def counting_active() -> bool:
     return bool(_IO_LOGS)
 
 
-def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float) -> list[Any]:
+def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any, ...], bool]:
+    """A stage's kernel arguments before the counters, decided by the plan alone: buffer names (str: the
+    tensor of that name at launch) and values, and whether the four dropout arguments follow them (they
+    come last, from the call's Dropout: threshold, keep scale, seed, offset; common.cuh IOK_DROPOUT_PARAM)."""
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
               "scale": np.float32(scale), "null": np.uint64(0),
               "kv_group": np.int32(plan.heads // plan.kv_heads)}
+    params = dict(stage.params)
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]
         m, n, k, scaled = GEMM_SIZES[stage.name]
-        args = [buffers[a], buffers[b], buffers[c], values[m], values[n], values[k],
-                np.float32(scale if scaled else 1.0)]
-        if dict(stage.params).get("MASK"):  # qk: the explicit mask, before the dropout arguments (common.cuh)
-            args.append(buffers["mask"])
-        if dict(stage.params).get("DROPOUT"):  # pv, dv: the dropped P (common.cuh IOK_DROPOUT_PARAM)
-            args.extend(plan.dropout.kernel_args())
-        return args
-    args = [buffers[a] if a in DIMS else values[a] for a in ARGS[stage.kernel]]
-    if dict(stage.params).get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
-        args.append(buffers["block_mask"])
-    if dict(stage.params).get("MASK"):  # the explicit mask, after the block mask (common.cuh)
-        args.append(buffers["mask"])
-    if dict(stage.params).get("DROPOUT"):  # threshold, keep scale, seed, offset (common.cuh IOK_DROPOUT_PARAM)
-        args.extend(plan.dropout.kernel_args())
+        args = [a, b, c, values[m], values[n], values[k], np.float32(scale if scaled else 1.0)]
+        if params.get("MASK"):  # qk: the explicit mask, before the dropout arguments (common.cuh)
+            args.append("mask")
+        return tuple(args), bool(params.get("DROPOUT"))  # pv, dv: the dropped P
+    args = [a if a in DIMS else values[a] for a in ARGS[stage.kernel]]
+    if params.get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
+        args.append("block_mask")
+    if params.get("MASK"):  # the explicit mask, after the block mask (common.cuh)
+        args.append("mask")
+    return tuple(args), bool(params.get("DROPOUT"))
+
+
+def resolve_args(layout: tuple[Any, ...], dropout: bool, buffers: dict[str, Any], plan_dropout: Any) -> list[Any]:
+    """The arguments of :func:`stage_arg_layout`'s layout with the buffers and the plan's Dropout filled in."""
+    args = [buffers[a] if a.__class__ is str else a for a in layout]
+    if dropout:
+        args.extend(plan_dropout.kernel_args())
     return args
 
 
-def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool = True) -> tuple[dict[str, Any], int]:
+def _stage_args(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float) -> list[Any]:
+    return resolve_args(*stage_arg_layout(plan, stage, scale), buffers, plan.dropout)
+
+
+def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None = None
+             ) -> tuple[dict[str, Any], int]:
     """Device buffers for every tensor the plan touches; inputs are used as given (checked). The other
-    buffers are filled with NaN, unless ``poison_outputs`` is False (left unwritten: the sanitizer's
-    initcheck then sees a kernel that reads what it never wrote)."""
+    buffers are left unwritten (every kernel writes all of its outputs and workspace; the sanitizer's
+    initcheck sees a kernel that reads what it never wrote), or filled with NaN first when
+    ``poison_outputs`` is True (None: :data:`DEBUG_POISON`)."""
+    poison_outputs = DEBUG_POISON if poison_outputs is None else poison_outputs
     cp = require_cupy()
     pool = cp.get_default_memory_pool()
     before = pool.used_bytes()
@@ -297,6 +330,19 @@ def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float
        shared_mem=stage.smem_bytes)
 
 
+def prepare_launches(plan: Plan, scale: float) -> tuple[StageLaunch, ...]:
+    """Every stage of ``plan`` as a :class:`StageLaunch` on the current device (compiles what is not yet)."""
+    return tuple(StageLaunch(kernel_function(plan, stage, False), stage.grid, (stage.threads,), stage.smem_bytes,
+                             *stage_arg_layout(plan, stage, scale)) for stage in plan.stages)
+
+
+def launch_prepared(launches: tuple[StageLaunch, ...], buffers: dict[str, Any], dropout: Any) -> None:
+    """Enqueue prepared stages on the current stream (plain build), ``dropout`` the plan's Dropout (or None)."""
+    null = np.uint64(0)  # no counters
+    for s in launches:
+        s.fn(s.grid, s.block, (*resolve_args(s.layout, s.dropout, buffers, dropout), null), shared_mem=s.smem_bytes)
+
+
 def new_counters() -> Any:
     cp = require_cupy()
     return cp.zeros(COUNTER_SLOTS * 2 * NUM_TENSORS, dtype=cp.uint64)
@@ -312,16 +358,22 @@ def counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
     return out
 
 
-def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None
-             ) -> GpuRun:
+def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None,
+             poison_outputs: bool | None = None, launches: tuple[StageLaunch, ...] | None = None) -> GpuRun:
     """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's
-    storage dtype (see :func:`to_device`); outputs and workspace are poisoned with NaN first.
+    storage dtype (see :func:`to_device`); outputs and workspace are allocated by :func:`allocate`
+    (``poison_outputs``: filled with NaN first; None: :data:`DEBUG_POISON`).
     With ``counting`` (default: inside :func:`count_io`) the counting build runs and per-stage,
-    per-tensor bytes come back in ``counts``."""
+    per-tensor bytes come back in ``counts``. The plain build runs ``launches`` (from an earlier run's
+    :attr:`GpuRun.launches`, prepared for this plan at this scale on this device) or prepares them."""
     cp = require_cupy()
     counting = counting_active() if counting is None else counting
     scale = reference.default_scale(plan.d) if scale is None else scale
-    buffers, workspace = allocate(plan, inputs)
+    buffers, workspace = allocate(plan, inputs, poison_outputs=poison_outputs)
+    if not counting:
+        launches = prepare_launches(plan, scale) if launches is None else launches
+        launch_prepared(launches, buffers, plan.dropout)
+        return GpuRun(plan, buffers, None, workspace, launches)
     counts: Counts | None = {} if counting else None
     for stage in plan.stages:
         counters = new_counters() if counting else None

@@ -1,5 +1,6 @@
-"""library: the attention functions users call (numpy/cupy in :mod:`.api`, torch in :mod:`.torch`), their
-plan choice and execution, :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
+"""library: the attention functions users call (numpy/cupy in :mod:`.api`, torch in :mod:`.torch`, on the
+custom operators of :mod:`.torch_ops`), their plan choice (kept per call signature by :mod:`.dispatch`) and
+execution, :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
 Imports plan/, simulate/ and kernels/.
 """
 

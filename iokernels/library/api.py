@@ -41,6 +41,8 @@ from ..plan.dropout import Dropout, next_dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from ..plan.units import parse_size
 from ..simulate import reference
+from .dispatch import CACHE, Dispatch, call_key, dropout_present
+from .dispatch import device_id as _device_id
 from .execute import execute
 
 FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
@@ -137,15 +139,18 @@ def _check_options(scale: Any, **flags: Any) -> float | None:
     return float(scale)
 
 
-def _forward_dropout(dropout: Any) -> Dropout | None:
+def _forward_dropout(dropout: Any, draw: bool = True) -> Dropout | None:
     """attention's ``dropout``: a probability (0: none; else the library's seed and its next offset) or a
-    :class:`iokernels.plan.dropout.Dropout` used as given."""
+    :class:`iokernels.plan.dropout.Dropout` used as given. ``draw=False``: a Dropout of that probability at
+    seed and offset 0, for planning (the plan does not depend on them), drawing nothing."""
     if dropout is None or isinstance(dropout, Dropout):
         return dropout
     from ..plan.dropout import check_p
 
     p = check_p(dropout)
-    return next_dropout(p) if p > 0 else None
+    if p == 0:
+        return None
+    return next_dropout(p) if draw else Dropout(p, 0, 0)
 
 
 def _backward_dropout(dropout: Any) -> Dropout | None:
@@ -160,13 +165,8 @@ def _backward_dropout(dropout: Any) -> Dropout | None:
 
 def _smem_limit() -> int | None:
     """The current device's per-block shared-memory limit (None without one), read once per device."""
-    try:
-        from cupy.cuda import runtime
-
-        device_id = runtime.getDevice()
-    except Exception:  # no cupy, no driver, no device
-        return None
-    return _smem_limit_of(device_id)
+    device_id = _device_id()
+    return None if device_id is None else _smem_limit_of(device_id)
 
 
 @cache
@@ -431,26 +431,38 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
                mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
     causal = normalize_causal(causal)
     scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
-    group = _kv_group(q, k, v)
-    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
-                                           bfloat16)
-    spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
+
+    def plan_call() -> Dispatch:  # the checks and the plan, once per call signature (.dispatch)
+        group = _kv_group(q, k, v)
+        mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
+                                               bfloat16)
+        spec, _ = _explicit_mask(mask, lead, n_q, n_k)
+        plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
+                                   block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False))
+        return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, (plan,),
+                        _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v]),
+                        reference.default_scale(d) if scale is None else scale)
+
+    key = call_key("fwd", (q, k, v), mask, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
+                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout))
+    call = CACHE.lookup(key, plan_call)
+    lead, n_q, n_k, d, group = call.lead, call.n_q, call.n_k, call.d, call.group
+    _, mask_array = _explicit_mask(mask, lead, n_q, n_k)
     drop = _forward_dropout(dropout)
-    plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                block_mask=block_mask, mask=spec, dropout=drop)
+    chain = call.chain_for(drop)
+    plan = chain[0]
     cp = require_cupy()
-    _require_memory([plan], _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v])
-                    + (0 if mask_array is None else mask_array.nbytes), lead)
-    rows_kv = plan.bh_kv // group if expand else plan.bh_kv
+    _require_memory(chain, call.needed_bytes + (0 if mask_array is None else mask_array.nbytes), lead)
+    rows_kv = plan.bh_kv // group if call.expand else plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (plan.bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
               "V": _to_device(cp, v, (rows_kv, n_k, d))}
-    if expand:
+    if call.expand:
         inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
     if mask_array is not None:
         inputs["mask"] = cp.asarray(mask_array)
-    scale = reference.default_scale(d) if scale is None else scale
-    out = execute([plan], inputs, scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",))
+    out = execute(chain, inputs, call.scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",), call.launches)
     o = out["O"].reshape((*lead, n_q, d))
+    mod = call.module
     result = [cp.asnumpy(o) if mod == "numpy" else o]
     if return_lse:
         lse = (out["lse"] if "lse" in out else out["m"] + cp.log(out["l"])).reshape((*lead, n_q))
@@ -520,31 +532,45 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
                         ) -> tuple[Any, Any, Any]:
     causal = normalize_causal(causal)
     scale = _check_options(scale, deterministic=deterministic, graph=graph)
-    group = _kv_group(q, k, v)
-    mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
-                                           {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"}, group, bfloat16)
-    _module_of(lse)
-    lse_shape = (*lead, n_q)
-    if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
-        raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
-    if deterministic and causal:
-        raise ValueError("deterministic=True has no causal kernel: its kernels (mma.sync) take no mask")
-    if deterministic and (block_mask is not None or mask is not None):
-        raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or explicit "
-                         "mask")
-    spec, mask_array = _explicit_mask(mask, lead, n_q, n_k)
-    drop = _backward_dropout(dropout)
-    if deterministic and drop is not None:
-        raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
-    if deterministic and not (algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS):
-        raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
-                         f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
-    plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                deterministic, block_mask, spec, drop)
-    chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
+
+    def plan_call() -> Dispatch:  # the checks and the plans, once per call signature (.dispatch)
+        group = _kv_group(q, k, v)
+        mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
+                                               {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"}, group, bfloat16)
+        _module_of(lse)
+        lse_shape = (*lead, n_q)
+        if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
+            raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
+        if deterministic and causal:
+            raise ValueError("deterministic=True has no causal kernel: its kernels (mma.sync) take no mask")
+        if deterministic and (block_mask is not None or mask is not None):
+            raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or "
+                             "explicit mask")
+        spec, _ = _explicit_mask(mask, lead, n_q, n_k)
+        drop = _backward_dropout(dropout)
+        if deterministic and drop is not None:
+            raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
+        if deterministic and not (algorithm == "flash" and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS):
+            raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
+                             f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
+        plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
+                                   deterministic, block_mask, spec, drop)
+        chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
+        return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, tuple(chain),
+                        _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse]),
+                        reference.default_scale(d) if scale is None else scale)
+
+    key = call_key("bwd", (q, k, v, o, do, lse), mask, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
+                   deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask,
+                   dropout=dropout is not None)
+    call = CACHE.lookup(key, plan_call)
+    mod, dtype, lead, n_q, n_k, d, group, expand = (call.module, call.dtype, call.lead, call.n_q, call.n_k,
+                                                    call.d, call.group, call.expand)
+    _, mask_array = _explicit_mask(mask, lead, n_q, n_k)
+    chain = call.chain_for(_backward_dropout(dropout))
+    plan = chain[-1]
     cp = require_cupy()
-    _require_memory(chain, _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse])
-                    + (0 if mask_array is None else mask_array.nbytes), lead)
+    _require_memory(chain, call.needed_bytes + (0 if mask_array is None else mask_array.nbytes), lead)
     bh, rows_kv = plan.bh, plan.bh_kv // group if expand else plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
               "V": _to_device(cp, v, (rows_kv, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}
@@ -555,8 +581,7 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     if algorithm != "standard":
         inputs["O"] = _to_device(cp, o, (bh, n_q, d))
         inputs["lse"] = _to_device(cp, lse, (bh, n_q))
-    scale = reference.default_scale(d) if scale is None else scale
-    out = execute(chain, inputs, scale, graph, ("dQ", "dK", "dV"))
+    out = execute(chain, inputs, call.scale, graph, ("dQ", "dK", "dV"), call.launches)
     dk, dv = out["dK"], out["dV"]
     if expand:
         dk, dv = (_group_sum(cp, x, group, dtype) for x in (dk, dv))

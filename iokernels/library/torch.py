@@ -1,15 +1,15 @@
 """PyTorch front end: ``iokernels.torch.attention(q, k, v)``, differentiable, on CUDA tensors.
 
-An optional module: ``import iokernels`` never imports torch, and this module needs it. The tensors
-cross to cupy through DLPack (no copies for contiguous tensors) and every kernel runs on torch's
-current CUDA stream of the tensors' device, so the call orders with the torch work around it as any
-torch op would (CUDA graphs of torch's own, ``torch.cuda.graph``, are not supported).
+An optional module: ``import iokernels`` never imports torch, and this module needs it. The call is the
+custom operator ``torch.ops.iokernels.attention_fwd`` (:mod:`iokernels.library.torch_ops`), with a fake
+implementation and an autograd formula (``torch.ops.iokernels.attention_bwd``), so ``torch.compile``
+traces it without a graph break. Its kernels run on torch's current CUDA stream of the tensors' device,
+on the tensors' memory (no copies for contiguous tensors), with outputs and workspace from torch's
+caching allocator.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 try:
@@ -18,123 +18,107 @@ except ImportError as exc:  # an optional dependency: say how to get it
     raise ImportError("iokernels.torch needs PyTorch, which is not installed: pip install torch "
                       "(iokernels itself does not depend on it)") from exc
 
-from . import api
+from ..plan import normalize_causal
+from ..plan.dropout import Dropout, check_p
+from ..plan.units import parse_size
+from .torch_ops import check_tensors, signed_seed
 
-_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-@contextlib.contextmanager
-def _torch_stream(device: torch.device) -> Iterator[Any]:
-    """cupy on ``device`` and torch's current stream there; yields cupy."""
-    from ..kernels.runtime import require_cupy
-
-    cp = require_cupy()
-    with cp.cuda.Device(device.index), cp.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream):
-        yield cp
+ALGORITHMS = ("flash", "two_pass", "standard")
 
 
-def _to_cupy(cp: Any, t: torch.Tensor) -> Any:
-    """A cupy view of ``t`` (a copy first only when it is not contiguous); bfloat16 as uint16 bits."""
-    t = t.detach()
-    if not t.is_contiguous():
-        t = t.contiguous()
-    if t.dtype == torch.bfloat16:
-        return cp.from_dlpack(t.view(torch.int16)).view(cp.uint16)
-    return cp.from_dlpack(t)
+def _options(algorithm: Any, schedule: Any, scale: Any, sram: Any, deterministic: Any) -> tuple[Any, ...]:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
+    if schedule is not None and not isinstance(schedule, str):
+        raise TypeError(f"schedule must be a string or None, got {schedule!r}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not abs(float(scale)) < float("inf"):
+            raise TypeError(f"scale must be a finite real number or None (1/sqrt(d)), got {scale!r}")
+        scale = float(scale)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
+    return algorithm, schedule, scale, None if sram is None else parse_size(sram), deterministic
 
 
-def _to_torch(cp: Any, x: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A torch view of the cupy array ``x`` (bfloat16 from uint16 bits)."""
-    if dtype == torch.bfloat16:
-        return torch.from_dlpack(x.view(cp.int16)).view(torch.bfloat16)
-    return torch.from_dlpack(x)
+def _dropout(dropout: Any, dropout_p: Any) -> tuple[float, int, int]:
+    """(p, seed, offset) for the op: offset -1 draws the library's next offset inside it."""
+    if isinstance(dropout, Dropout):
+        if dropout_p:
+            raise TypeError("pass dropout or dropout_p, not both")
+        return dropout.p, signed_seed(dropout.seed), dropout.offset
+    p, q = check_p(dropout), check_p(dropout_p)
+    if p and q:
+        raise TypeError("pass dropout or dropout_p, not both")
+    return p or q, 0, -1
 
 
-def _check(q: Any, k: Any, v: Any) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}.{type(t).__name__}")
-        if t.dtype not in _DTYPES:
-            raise TypeError(f"unsupported dtype {t.dtype} of {name}: expected torch.float32, torch.float16 or "
-                            "torch.bfloat16")
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} is on {t.device}: iokernels runs on CUDA tensors")
-    if len({t.device for t in (q, k, v)}) != 1:
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
-
-
-class _Attention(torch.autograd.Function):
-    """O = attention(q, k, v); saves q, k, v, O and lse for the backward."""
-
-    @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict) -> torch.Tensor:
-        bf16 = q.dtype == torch.bfloat16
-        with _torch_stream(q.device) as cp:
-            mask = options["mask"]
-            if isinstance(mask, torch.Tensor):  # checked and stored by the library from the host
-                mask = (mask.detach().float() if mask.is_floating_point() else mask.detach()).cpu().numpy()
-            o, lse, dropout = api.attention_arrays(*(_to_cupy(cp, t) for t in (q, k, v)), return_lse=True,
-                                                   bfloat16=bf16, mask=mask, return_dropout=True, **options["forward"])
-            o_t, lse_t = _to_torch(cp, o, q.dtype), torch.from_dlpack(lse)
-        ctx.save_for_backward(q, k, v, o_t, lse_t)
-        ctx.options, ctx.dropout, ctx.mask = options, dropout, mask
-        return o_t
-
-    @staticmethod
-    def backward(ctx: Any, do: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, o, lse = ctx.saved_tensors
-        with _torch_stream(q.device) as cp:
-            grads = api.attention_backward_arrays(*(_to_cupy(cp, t) for t in (q, k, v, o, do.to(q.dtype))),
-                                            _to_cupy(cp, lse), bfloat16=q.dtype == torch.bfloat16,
-                                            mask=ctx.mask, dropout=ctx.dropout, **ctx.options["backward"])
-            dq, dk, dv = (_to_torch(cp, g, q.dtype) for g in grads)
-        return dq, dk, dv, None
-
-
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool | str = False,
-              scale: float | None = None, algorithm: str = "flash", schedule: str | None = None,
-              sram: int | str | None = None, deterministic: bool = False, mask: Any = None,
-              dropout: float = 0.0) -> torch.Tensor:
-    """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd.
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+              dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, *,
+              enable_gqa: bool = False, causal: bool | str = False, algorithm: str = "flash",
+              schedule: str | None = None, sram: int | str | None = None, deterministic: bool = False,
+              mask: Any = None, dropout: float | Dropout = 0.0) -> torch.Tensor:
+    """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd; torch's
+    ``scaled_dot_product_attention`` signature (attn_mask, dropout_p, is_causal, scale, enable_gqa) and
+    the library's options.
 
     Shapes as :func:`iokernels.attention`: q (..., N_q, d), k and v (..., N_k, d) with equal leading
-    dims, or grouped-query attention with k, v (..., H_kv, N_k, d), H_kv dividing H_q; d a multiple
-    of 8 from 16 to 256. dtypes: torch.float32, torch.float16 or torch.bfloat16, one for all, on one
-    CUDA device. bfloat16 crosses to cupy as raw 16-bit words (cupy has no bfloat16), with the same
-    kernels as float16: the tensor-core flash path for d of 64 or 128, the research kernels elsewhere.
+    dims, or grouped-query attention with k, v (..., H_kv, N_k, d), H_kv dividing H_q (with or without
+    enable_gqa, which is taken for SDPA's signature); d a multiple of 8 from 16 to 256. dtypes:
+    torch.float32, torch.float16 or torch.bfloat16, one for all, on one CUDA device. bfloat16 crosses to
+    cupy as raw 16-bit words (cupy has no bfloat16), with the same kernels as float16: the tensor-core
+    flash path for d of 64 or 128, the research kernels elsewhere.
 
-    The forward calls :func:`iokernels.attention` on DLPack views of the tensors (no copies for
-    contiguous tensors) on torch's current stream, and saves q, k, v, O and the row logsumexp; the
-    backward calls :func:`iokernels.attention_backward` (algorithm "standard" for a standard
-    forward, "flash" otherwise) with them. causal, scale, algorithm, schedule and sram as
-    :func:`iokernels.attention`; deterministic as :func:`iokernels.attention_backward`. mask: a
-    boolean or floating tensor (or numpy/cupy array) broadcastable to (..., N_q, N_k), as
-    :func:`iokernels.attention`'s. dropout: the probability p in [0, 1) of dropping an attention
-    probability (training; pass 0 for evaluation): each call draws the library's next Philox offset
-    (:mod:`iokernels.plan.dropout`), and its backward regenerates the same mask.
+    The call is the operator ``torch.ops.iokernels.attention_fwd`` (:mod:`iokernels.library.torch_ops`):
+    :func:`iokernels.attention` on the tensors' memory, on torch's current stream, outputs from torch's
+    caching allocator; it saves q, k, v, O and the row logsumexp, and its backward,
+    ``torch.ops.iokernels.attention_bwd``, runs :func:`iokernels.attention_backward` (algorithm
+    "standard" for a standard forward, "flash" otherwise) on them. ``torch.compile(fullgraph=True)``
+    traces it as one node each way.
+
+    is_causal: torch's causal mask, the top-left alignment (causal="top_left"). causal: as
+    :func:`iokernels.attention` (True is bottom-right; the two agree for N_q = N_k); pass one of them.
+    scale, algorithm, schedule and sram as :func:`iokernels.attention`; deterministic as
+    :func:`iokernels.attention_backward`. attn_mask (or mask, the same; pass one): a boolean (False
+    hides the key, as SDPA's) or floating tensor (added to the scores) on q's device, broadcastable to
+    (..., N_q, N_k); it gets no gradient (the library checks its values on the host, so a masked
+    call is not capturable in a CUDA graph). dropout_p (or dropout, the same; pass one): the probability p
+    in [0, 1) of dropping an attention probability (pass 0 for evaluation): each call draws the
+    library's next Philox offset (:mod:`iokernels.plan.dropout`) inside the operator, and its backward
+    regenerates the same mask; a :class:`iokernels.plan.dropout.Dropout` as dropout is used as given.
 
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
-    requires grad. Raises ImportError at import without torch, TypeError/ValueError on bad input
-    (non-tensors, other dtypes, CPU tensors, the shape errors of :func:`iokernels.attention`).
+    requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
+    at import without torch, TypeError/ValueError on bad input (non-tensors, other dtypes, CPU tensors,
+    the shape errors of :func:`iokernels.attention`).
 
     Example (GPU and torch):
 
     >>> import torch, iokernels.torch
     >>> q, k, v = (torch.randn(2, 4, 300, 64, device="cuda", dtype=torch.float16, requires_grad=True)
     ...            for _ in range(3))
-    >>> o = iokernels.torch.attention(q, k, v, causal=True)
+    >>> o = iokernels.torch.attention(q, k, v, is_causal=True)
     >>> o.sum().backward()
     >>> o.shape, q.grad.shape, q.grad.dtype
     (torch.Size([2, 4, 300, 64]), torch.Size([2, 4, 300, 64]), torch.float16)
     >>> want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
-    >>> bool((o.double() - want).abs().max() < 1e-2)   # N_q = N_k: bottom-right and top-left agree
+    >>> bool((o.double() - want).abs().max() < 1e-2)
     True
     """
-    _check(q, k, v)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"mixed dtypes: q {q.dtype}, k {k.dtype}, v {v.dtype}; pass one dtype for all")
-    forward = {"algorithm": algorithm, "schedule": schedule, "causal": causal, "scale": scale, "sram": sram,
-               "dropout": dropout}
-    backward = {"algorithm": "standard" if algorithm == "standard" else "flash", "causal": causal, "scale": scale,
-                "sram": sram, "deterministic": deterministic}
-    return _Attention.apply(q, k, v, {"forward": forward, "backward": backward, "mask": mask})
+    if attn_mask is not None and mask is not None:
+        raise TypeError("pass attn_mask or mask, not both")
+    mask = attn_mask if mask is None else mask
+    if mask is not None and not isinstance(mask, torch.Tensor):  # numpy or cupy: on q's device
+        mask = torch.as_tensor(mask, device=q.device if isinstance(q, torch.Tensor) else None)
+    check_tensors(q, k, v, mask)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+    if is_causal and normalize_causal(causal):
+        raise TypeError("pass is_causal or causal, not both")
+    causal = "top_left" if is_causal else normalize_causal(causal)
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
+    algorithm, schedule, scale, sram, deterministic = _options(algorithm, schedule, scale, sram, deterministic)
+    p, seed, offset = _dropout(dropout, dropout_p)
+    out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule,
+                                                  sram, deterministic)
+    return out

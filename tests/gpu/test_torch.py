@@ -10,7 +10,7 @@ from .helpers import rel_err
 
 torch = pytest.importorskip("torch")
 itorch = pytest.importorskip("iokernels.torch")
-torch_front = pytest.importorskip("iokernels.library.torch")
+torch_ops = pytest.importorskip("iokernels.library.torch_ops")
 
 TOLERANCE = {torch.float32: (1e-5, 1e-4), torch.float16: (5e-3, 2e-2), torch.bfloat16: (3e-2, 8e-2)}
 
@@ -88,12 +88,19 @@ def test_runs_on_torchs_current_stream():
 
 
 def test_no_copies_for_contiguous_inputs():
-    """The forward reads the caller's memory: cupy's view of a tensor has the tensor's address."""
+    """The forward reads the caller's memory: cupy's view of a tensor has the tensor's address, and the
+    outputs live in torch's caching allocator (cupy's pool allocates nothing)."""
     import cupy as cp
 
     q = torch.randn(1, 64, 64, device="cuda", dtype=torch.float16)
-    assert torch_front._to_cupy(cp, q).data.ptr == q.data_ptr()
+    assert torch_ops.as_cupy(cp, q).data.ptr == q.data_ptr()
     b = q.to(torch.bfloat16)
-    assert torch_front._to_cupy(cp, b).data.ptr == b.data_ptr()
+    assert torch_ops.as_cupy(cp, b).data.ptr == b.data_ptr()
+    itorch.attention(q, q, q)  # compiled, planned
+    pool = cp.get_default_memory_pool()
+    used = pool.used_bytes()
+    with torch_ops.torch_stream(q.device) as (_, allocator):
+        x = cp.empty((3, 5), dtype=cp.float32)
+        assert torch.equal(allocator.tensor(x, torch.float32), torch.as_tensor(x, device="cuda"))
     o = itorch.attention(q, q, q)
-    assert torch.equal(torch_front._to_torch(cp, torch_front._to_cupy(cp, o), o.dtype), o)
+    assert pool.used_bytes() == used and o.is_contiguous() and o.dtype == q.dtype

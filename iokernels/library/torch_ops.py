@@ -1,0 +1,293 @@
+"""The torch operators behind :func:`iokernels.torch.attention`: ``torch.ops.iokernels.attention_fwd`` and
+``torch.ops.iokernels.attention_bwd``, registered through ``torch.library`` at import, each with a fake
+implementation (output shapes, dtypes and strides; no computation) and the forward with an autograd
+formula whose backward is the second op. ``torch.compile`` traces them as single nodes (no graph break),
+and ``torch.library.opcheck`` checks them.
+
+Schemas (tensors; mask optional; options as float, int, bool or str)::
+
+    iokernels::attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, int dropout_seed,
+        int dropout_offset, str causal, float? scale, str algorithm, str? schedule, int? sram,
+        bool deterministic) -> (Tensor out, Tensor lse, Tensor rng)
+    iokernels::attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? mask,
+        float dropout_p, Tensor rng, str causal, float? scale, str algorithm, int? sram, bool deterministic)
+        -> (Tensor dq, Tensor dk, Tensor dv)
+
+out (..., N_q, d) in q's dtype and lse (..., N_q) float32, both contiguous on q's device; rng: the dropout
+stream the forward used, an int64 CPU tensor [seed, offset] (the 64-bit seed stored as its signed
+two's complement; [0, 0] without dropout). A negative ``dropout_offset`` draws the library's next offset
+(and its seed) inside the op (:func:`iokernels.plan.dropout.next_dropout`), so that a compiled graph draws
+a new one at each call; the backward takes rng and regenerates the same mask. ``causal``: "" (none),
+"top_left" or "bottom_right". ``deterministic`` is the backward's (:func:`iokernels.attention_backward`);
+the forward only hands it on. ``algorithm`` of the backward: "standard" or "flash". lse and rng carry no
+gradient; the mask gets none.
+
+The CUDA implementation runs :func:`iokernels.attention` / :func:`iokernels.attention_backward` on cupy
+views of the tensors' memory (raw pointers, no DLPack, no copy of contiguous tensors) on torch's current
+stream, with every buffer the call allocates (outputs and workspace) taken from torch's caching allocator
+(``torch.empty``), so the outputs are torch tensors and a ``torch.cuda.graph`` capture allocates from its
+own pool. An explicit mask crosses the same way; the library copies it to the host for its value checks
+(NaN, +inf), so a call with a mask is not capturable in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ..plan import D_MAX, D_MIN, D_MULTIPLE
+from ..plan.dropout import Dropout, next_dropout
+from . import api
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+DEVICE_TYPES = ("cuda", "meta")  # meta: shapes only, through the fake implementations
+_CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "uint16", torch.bool: "bool",
+                torch.float64: "float64"}
+FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, int dropout_seed, int dropout_offset, "
+              "str causal, float? scale, str algorithm, str? schedule, int? sram, bool deterministic) "
+              "-> (Tensor, Tensor, Tensor)")
+BWD_SCHEMA = ("(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? mask, float dropout_p, "
+              "Tensor rng, str causal, float? scale, str algorithm, int? sram, bool deterministic) "
+              "-> (Tensor, Tensor, Tensor)")
+
+
+# ---------------------------------------------------------------------------------------------
+# checks: metadata only (shapes, dtypes, devices), so the fake implementations run them too
+
+def check_tensors(q: Any, k: Any, v: Any, mask: Any = None) -> None:
+    """TypeError/ValueError for what the library refuses: non-tensors, other dtypes, mixed dtypes or
+    devices, tensors not on CUDA (or meta), shapes that do not fit (as :func:`iokernels.attention`)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}.{type(t).__name__}")
+        if t.dtype not in DTYPES:
+            raise TypeError(f"unsupported dtype {t.dtype} of {name}: expected torch.float32, torch.float16 or "
+                            "torch.bfloat16")
+        if t.device.type not in DEVICE_TYPES:
+            raise ValueError(f"{name} is on {t.device}: iokernels runs on CUDA tensors")
+    if q.device != k.device or q.device != v.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"mixed dtypes: q {q.dtype}, k {k.dtype}, v {v.dtype}; pass one dtype for all")
+    check_shapes(q, k, v)
+    if mask is not None:
+        check_mask(mask, q, k)
+
+
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() < 2:
+        raise ValueError(f"q must have shape (..., N, d), got {tuple(q.shape)}")
+    lead, d = tuple(q.shape[:-2]), q.shape[-1]
+    if k.dim() != q.dim() or v.dim() != q.dim() or tuple(k.shape[:-2]) != tuple(v.shape[:-2]):
+        raise ValueError(f"shape mismatch: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} (leading "
+                         "batch/head dims must be equal, or k and v may have fewer heads in the last one, "
+                         "dividing q's)")
+    kv_lead = tuple(k.shape[:-2])
+    grouped = (len(lead) >= 1 and kv_lead[:-1] == lead[:-1] and kv_lead[-1] >= 1 and lead[-1] % kv_lead[-1] == 0)
+    if kv_lead != lead and not grouped:
+        raise ValueError(f"shape mismatch: k {tuple(k.shape)} vs q {tuple(q.shape)} (leading batch/head dims must be "
+                         "equal, or k and v may have fewer heads in the last one, dividing q's)")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[-1] != d:
+            raise ValueError(f"shape mismatch: {name} has head dim {t.shape[-1]}, q has {d}")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"shape mismatch: v {tuple(v.shape)} has {v.shape[-2]} rows, expected {k.shape[-2]}")
+    if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
+        raise ValueError(f"unsupported head dimension d={d}: expected a multiple of {D_MULTIPLE} "
+                         f"from {D_MIN} to {D_MAX}")
+    if q.shape[-2] < 1 or k.shape[-2] < 1:
+        raise ValueError(f"sequence lengths must be >= 1, got N_q={q.shape[-2]}, N_k={k.shape[-2]}")
+    if q.numel() == 0:
+        raise ValueError(f"leading batch/head dims must not be empty, got {lead}")
+
+
+def check_mask(mask: Any, q: torch.Tensor, k: torch.Tensor) -> None:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"a torch mask must be a torch.Tensor, got {type(mask).__module__}.{type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"mask must be a boolean or floating-point tensor, got dtype {mask.dtype}")
+    if mask.device != q.device:
+        raise ValueError(f"mask is on {mask.device}, q on {q.device}: pass the mask on q's device")
+    want = (*q.shape[:-1], k.shape[-2])
+    if mask.dim() < 2 or mask.dim() > len(want):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} is not broadcastable to {want}")
+    for m, w in zip(reversed(tuple(mask.shape)), reversed(want), strict=False):
+        if m != 1 and m != w:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} is not broadcastable to {want}")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch memory as cupy arrays, and cupy's allocations from torch
+
+def as_cupy(cp: Any, t: torch.Tensor) -> Any:
+    """A cupy array on ``t``'s memory (its shape and strides; bfloat16 as uint16 words): no copy, no DLPack."""
+    t = t.detach()
+    itemsize = t.element_size()
+    span = (sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1) * itemsize if t.numel() else 0
+    memory = cp.cuda.UnownedMemory(t.data_ptr(), span, t, t.device.index)
+    return cp.ndarray(tuple(t.shape), cp.dtype(_CUPY_DTYPES[t.dtype]), cp.cuda.MemoryPointer(memory, 0),
+                      strides=tuple(s * itemsize for s in t.stride()))
+
+
+class TorchAllocator:
+    """cupy's allocator for one call: each allocation is a ``torch.empty`` uint8 tensor on ``device`` (torch's
+    caching allocator, on its current stream; a CUDA graph capture's pool while capturing), kept alive by the
+    cupy memory that wraps it. :meth:`tensor` gives an output back as the torch tensor it lives in."""
+
+    def __init__(self, cp: Any, device: torch.device) -> None:
+        self.cp, self.device = cp, device
+        self.blocks: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
+
+    def __call__(self, size: int) -> Any:
+        t = torch.empty(size, dtype=torch.uint8, device=self.device)
+        self.blocks[t.data_ptr()] = t
+        return self.cp.cuda.MemoryPointer(self.cp.cuda.UnownedMemory(t.data_ptr(), size, t, self.device.index), 0)
+
+    def tensor(self, x: Any, dtype: torch.dtype) -> torch.Tensor:
+        """The torch tensor of the cupy array ``x`` (``dtype``: bfloat16 for uint16 words)."""
+        base = self.blocks.get(x.data.ptr)
+        if base is not None and x.flags.c_contiguous and base.numel() >= x.nbytes:
+            return base[:x.nbytes].view(dtype).view(tuple(x.shape))
+        if dtype == torch.bfloat16:  # not one of this call's allocations: through DLPack
+            return torch.from_dlpack(x.view(self.cp.int16)).view(torch.bfloat16)
+        return torch.from_dlpack(x)
+
+
+@contextlib.contextmanager
+def torch_stream(device: torch.device) -> Iterator[tuple[Any, TorchAllocator]]:
+    """cupy on ``device``, on torch's current stream there, allocating from torch; yields (cupy, allocator)."""
+    from ..kernels.runtime import require_cupy
+
+    cp = require_cupy()
+    allocator = TorchAllocator(cp, device)
+    stream = torch.cuda.current_stream(device).cuda_stream
+    with cp.cuda.Device(device.index), cp.cuda.ExternalStream(stream), cp.cuda.using_allocator(allocator):
+        yield cp, allocator
+
+
+def library_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The mask as the library takes it: bool, or floating point (half-precision masks widened on the device)."""
+    if mask is None or mask.dtype in (torch.bool, torch.float32, torch.float64):
+        return mask
+    return mask.float()
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout state: a Dropout <-> the rng tensor [seed, offset]
+
+def signed_seed(seed: int) -> int:
+    """A 64-bit seed as the int64 the schema and the rng tensor hold."""
+    return seed - 2**64 if seed >= 2**63 else seed
+
+
+def forward_dropout(p: float, seed: int, offset: int) -> Dropout | None:
+    """The forward's Dropout: none for p == 0, drawn (the library's seed and next offset) when offset < 0."""
+    if p == 0:
+        return None
+    if offset < 0:
+        return next_dropout(p)
+    return Dropout(p, seed % 2**64, offset)
+
+
+def rng_tensor(dropout: Dropout | None) -> torch.Tensor:
+    if dropout is None:
+        return torch.zeros(2, dtype=torch.int64)
+    return torch.tensor([signed_seed(dropout.seed), dropout.offset], dtype=torch.int64)
+
+
+def backward_dropout(p: float, rng: torch.Tensor) -> Dropout | None:
+    if p == 0:
+        return None
+    seed, offset = rng.tolist()
+    return Dropout(p, seed % 2**64, offset)
+
+
+# ---------------------------------------------------------------------------------------------
+# the operators
+
+@torch.library.custom_op("iokernels::attention_fwd", mutates_args=(), schema=FWD_SCHEMA)
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
+                  dropout_seed: int, dropout_offset: int, causal: str, scale: float | None, algorithm: str,
+                  schedule: str | None, sram: int | None, deterministic: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check_tensors(q, k, v, mask)
+    drop = forward_dropout(dropout_p, dropout_seed, dropout_offset)
+    with torch_stream(q.device) as (cp, allocator):
+        arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v)]
+        mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
+        o, lse = api.attention_arrays(*arrays, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
+                                      sram=sram, return_lse=True, bfloat16=q.dtype == torch.bfloat16,
+                                      mask=mask_array, dropout=drop)
+        out, lse_t = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
+    return out, lse_t, rng_tensor(drop)
+
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, mask, dropout_p, dropout_seed, dropout_offset, causal, scale, algorithm, schedule,
+                        sram, deterministic):
+    check_tensors(q, k, v, mask)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = q.new_empty(tuple(q.shape[:-1]), dtype=torch.float32)
+    return out, lse, torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+@torch.library.custom_op("iokernels::attention_bwd", mutates_args=(), schema=BWD_SCHEMA)
+def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, rng: torch.Tensor, causal: str,
+                  scale: float | None, algorithm: str, sram: int | None, deterministic: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check_tensors(q, k, v, mask)
+    check_backward_tensors(dout, q, out, lse)
+    drop = backward_dropout(dropout_p, rng)
+    with torch_stream(q.device) as (cp, allocator):
+        arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v, out, dout.to(q.dtype), lse)]
+        mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
+        grads = api.attention_backward_arrays(*arrays, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
+                                              deterministic=deterministic, bfloat16=q.dtype == torch.bfloat16,
+                                              mask=mask_array, dropout=drop)
+        dq, dk, dv = (allocator.tensor(g, q.dtype) for g in grads)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(dout, q, k, v, out, lse, mask, dropout_p, rng, causal, scale, algorithm, sram,
+                        deterministic):
+    check_tensors(q, k, v, mask)
+    check_backward_tensors(dout, q, out, lse)
+    return tuple(t.new_empty(tuple(t.shape)) for t in (q, k, v))
+
+
+def check_backward_tensors(dout: Any, q: torch.Tensor, out: Any, lse: Any) -> None:
+    for name, t in (("dout", dout), ("out", out), ("lse", lse)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}.{type(t).__name__}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}, q on {q.device}")
+    for name, t in (("dout", dout), ("out", out)):
+        if tuple(t.shape) != tuple(q.shape):
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
+    if tuple(lse.shape) != tuple(q.shape[:-1]) or lse.dtype != torch.float32:
+        raise ValueError(f"lse must be float32 of shape {tuple(q.shape[:-1])}, got {lse.dtype} {tuple(lse.shape)}")
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    q, k, v, mask, dropout_p, _, _, causal, scale, algorithm, _, sram, deterministic = inputs
+    out, lse, rng = output
+    ctx.save_for_backward(q, k, v, out, lse, rng, mask)
+    ctx.mark_non_differentiable(lse, rng)
+    ctx.options = (dropout_p, causal, scale, "standard" if algorithm == "standard" else "flash", sram, deterministic)
+
+
+def _backward(ctx: Any, dout: torch.Tensor, dlse: Any, drng: Any) -> tuple[torch.Tensor | None, ...]:
+    q, k, v, out, lse, rng, mask = ctx.saved_tensors
+    dropout_p, causal, scale, algorithm, sram, deterministic = ctx.options
+    dq, dk, dv = torch.ops.iokernels.attention_bwd(dout, q, k, v, out, lse, mask, dropout_p, rng, causal, scale,
+                                                   algorithm, sram, deterministic)
+    return (dq, dk, dv) + (None,) * 10
+
+
+attention_fwd.register_autograd(_backward, setup_context=_setup_context)
