@@ -38,7 +38,7 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
 def _failed(row: dict, exc: BaseException, problem: Problem, key: tuple, history: _History) -> None:
     if isinstance(exc, TooSlow):
         row.update(status="skipped", seconds=exc.seconds, timed_calls=1, note=str(exc))
-        history.rates.setdefault(key, problem.flops(row["pass"]) / exc.seconds)
+        history.rates[key] = problem.flops(row["pass"]) / exc.seconds
         if problem.table == "long":
             history.stopped[key] = f"too slow at N={problem.n}"
         return
@@ -92,7 +92,8 @@ def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, histor
                 warmed.add(impl.name)
             row.update(status="ok", seconds=got.seconds, tflops=problem.flops(direction) / got.seconds / 1e12,
                        timed_calls=got.calls, loop=got.loop, method=got.method)
-            history.rates.setdefault(key, problem.flops(direction) / got.seconds)
+            if row is rows[0]:  # the first mode's rate estimates the next N's time
+                history.rates[key] = problem.flops(direction) / got.seconds
     except Exception as exc:
         for row in rows:
             _failed(row, exc, problem, key, history)
