@@ -1,19 +1,18 @@
-"""How ``iokernels bench`` times a call, and how it reads a failure (out of memory, unsupported, too slow).
-
-The timing method is described in :mod:`iokernels.bench.implementations`."""
+"""How ``iokernels bench`` times a call, every implementation's alike, and how it reads a failure (out of
+memory, unsupported, too slow). :func:`time_runner` is the one timing method (modes "call" and "graph");
+:func:`host_seconds` the host overhead of ``bench --overhead``."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import math
 import statistics
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
-
-SPIN_CYCLES = 1_000_000  # about half a millisecond of GPU time before each event-timed call
-
 
 # ---------------------------------------------------------------------------------------------
 # outcomes
@@ -29,9 +28,9 @@ class TooSlow(Exception):
 
 
 def is_oom(exc: BaseException) -> bool:
-    """cupy's and torch's OutOfMemoryError (matched by class name, so neither is imported), or a CUDA
-    or cuBLAS allocation failure."""
-    if any(c.__name__ == "OutOfMemoryError" for c in type(exc).__mro__):
+    """cupy's and torch's OutOfMemoryError (matched by class name, so neither is imported), a MemoryError
+    (the library's DeviceMemoryError: its check before launching), or a CUDA or cuBLAS allocation failure."""
+    if isinstance(exc, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(exc).__mro__):
         return True
     msg = str(exc).lower()
     return any(s in msg for s in ("out of memory", "alloc_failed", "cudaerrormemoryallocation"))
@@ -64,76 +63,141 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# clocks: one timed call between two GPU events, with the host's launch hidden behind a spin
+# clocks: every implementation, ours and the peers', is timed here and only here, one way per mode
+#
+# mode "call": CUDA events around ``loop`` back-to-back calls of the implementation's public function,
+#   nothing in between (no spin, no synchronisation), so the host's time per call counts wherever the
+#   GPU would wait for it, as it does for a user; the figure is the loop's time divided by ``loop``.
+# mode "graph": the same call captured once in a CUDA graph (torch.cuda.graph for torch callables,
+#   cupy's stream capture for cupy ones) and ``loop`` replays timed by the same events.
+# Each measurement is the median of ``repeats`` loops after ``warmup`` calls (or replays); ``loop`` is
+# chosen per configuration from one call, so that a loop lasts about LOOP_TARGET_SECONDS.
 
-_SPIN_SOURCE = r"""
-extern "C" __global__ void iok_spin(long long cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) { }
-}
-"""
+MODES = ("call", "graph")
+LOOP_TARGET_SECONDS = 0.005
+MAX_LOOP = 200
+OVERHEAD_CHUNK = 50  # host-overhead calls between synchronisations (which fall outside the timed calls)
 
 
-@cache
-def _cupy_spin_kernel(device_id: int) -> Any:
-    import cupy as cp
-
-    with cp.cuda.Device(device_id):
-        return cp.RawKernel(_SPIN_SOURCE, "iok_spin")
+def parse_mode(text: str) -> tuple[str, ...]:
+    """``--mode``: "call", "graph" or "both" -> the modes to measure, in table order."""
+    mode = str(text).strip().lower()
+    if mode == "both":
+        return MODES
+    if mode in MODES:
+        return (mode,)
+    raise ValueError(f"--mode: expected call, graph or both, got {text!r}")
 
 
 class CupyClock:
-    name = "cuda-events"
+    """cupy events on a stream of the clock's own (cupy's stream capture needs a non-default one)."""
+
+    name = "cupy"
 
     def __init__(self) -> None:
         from ..kernels.runtime import require_cupy
 
         self.cp = require_cupy()
-        self.spin = _cupy_spin_kernel(self.cp.cuda.Device().id)
+        self.stream = self.cp.cuda.Stream(non_blocking=True)
 
-    def time_one(self, fn: Callable[[], Any]) -> float:
+    def on(self) -> Any:
+        return self.stream
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def loop_seconds(self, fn: Callable[[], Any], loop: int) -> float:
         cp = self.cp
         start, stop = cp.cuda.Event(), cp.cuda.Event()
-        self.spin((1,), (1,), (cp.int64(SPIN_CYCLES),))
-        start.record()
-        fn()
-        stop.record()
+        start.record(self.stream)
+        for _ in range(loop):
+            fn()
+        stop.record(self.stream)
         stop.synchronize()
-        return cp.cuda.get_elapsed_time(start, stop) / 1e3
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3 / loop
+
+    def capture(self, fn: Callable[[], Any]) -> Callable[[], None]:
+        self.stream.begin_capture()
+        try:
+            kept = fn()  # the outputs the graph writes stay allocated while the graph lives
+        finally:
+            graph = self.stream.end_capture()
+        stream = self.stream
+
+        def replay() -> None:
+            graph.launch(stream)
+
+        replay.kept = kept  # type: ignore[attr-defined]
+        return replay
 
 
 class TorchClock:
-    name = "cuda-events"
+    """torch events on a side stream of the clock's own (torch.cuda.graph captures there too)."""
 
-    def __init__(self, torch: Any):
+    name = "torch"
+
+    def __init__(self, torch: Any, device: str = "cuda"):
         self.torch = torch
-        self.sleep = getattr(torch.cuda, "_sleep", None)
+        self.cuda = device == "cuda" or str(device).startswith("cuda")
+        self.stream = torch.cuda.Stream() if self.cuda else None
 
-    def time_one(self, fn: Callable[[], Any]) -> float:
+    def on(self) -> Any:
+        return self.torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            self.stream.synchronize()
+
+    def loop_seconds(self, fn: Callable[[], Any], loop: int) -> float:
         torch = self.torch
+        if not self.cuda:  # torch's CPU build (tests): the wall clock
+            t0 = time.perf_counter()
+            for _ in range(loop):
+                fn()
+            return (time.perf_counter() - t0) / loop
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if self.sleep is not None:
-            self.sleep(SPIN_CYCLES)
         start.record()
-        fn()
+        for _ in range(loop):
+            fn()
         stop.record()
         stop.synchronize()
-        return start.elapsed_time(stop) / 1e3
+        return start.elapsed_time(stop) / 1e3 / loop
+
+    def capture(self, fn: Callable[[], Any]) -> Callable[[], None]:
+        torch = self.torch
+        if not self.cuda:
+            raise Unsupported("CUDA graphs need a CUDA device")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            kept = fn()
+
+        def replay() -> None:
+            graph.replay()
+
+        replay.kept = kept  # type: ignore[attr-defined]
+        return replay
 
 
 @dataclass
 class Runner:
-    """One implementation set up for one configuration and pass: ``call`` runs it once (it may
-    allocate); ``launch``, when given, only enqueues kernels and is timed as CUDA-graph replays."""
+    """One implementation set up for one configuration and pass: ``call`` is one call of its public
+    function (allocating its outputs as a user's call would); ``clock`` its framework's events and
+    graphs; ``context``, when given, is entered once around all the calls (e.g. torch's
+    ``sdpa_kernel`` backend choice, ``no_grad`` for the forward), as a user would set it once."""
 
     call: Callable[[], Any]
     clock: Any
-    launch: Callable[[], None] | None = None
+    context: Callable[[], Any] | None = None
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with self.clock.on(), (self.context() if self.context is not None else contextlib.nullcontext()):
+            yield
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Calls per measurement, the per-call limit, and an optional budget for the whole run (once it is
+    """Loops per measurement, the per-call limit, and an optional budget for the whole run (once it is
     spent, the remaining measurements are "skipped", so the run still ends with its document)."""
 
     warmup: int = 3
@@ -152,23 +216,77 @@ class Timing:
             raise ValueError(f"--time-budget must be > 0 seconds, got {self.budget_seconds:g}")
 
 
-def time_runner(runner: Runner, timing: Timing, *, cold: bool = False) -> tuple[float, int, str]:
-    """(median seconds per call, timed calls, method). Raises TooSlow after one call over the limit
-    (``cold``: the first call of an implementation may compile, so a slow one is retried once)."""
-    once = runner.clock.time_one(runner.call)
-    if once > timing.max_call_seconds and cold:
-        once = runner.clock.time_one(runner.call)
-    if once > timing.max_call_seconds:
-        raise TooSlow(once, timing.max_call_seconds)
-    if runner.launch is not None:
-        from ..kernels import launch
+@dataclass(frozen=True)
+class Measured:
+    seconds: float  # median seconds per call
+    calls: int  # calls (or replays) timed in all
+    loop: int  # calls per timed loop
+    method: str
 
-        return launch.graph_seconds(runner.launch, warmup=timing.warmup, repeats=timing.repeats), \
-            timing.repeats, "cuda-graph"
-    for _ in range(timing.warmup):
-        runner.call()
-    times = [runner.clock.time_one(runner.call) for _ in range(timing.repeats)]
-    return statistics.median(times), timing.repeats, runner.clock.name
+
+def loop_length(once: float) -> int:
+    return max(1, min(MAX_LOOP, math.ceil(LOOP_TARGET_SECONDS / max(once, 1e-9))))
+
+
+def time_runner(runner: Runner, timing: Timing, mode: str = "call", *, cold: bool = False) -> Measured:
+    """The one timing method of ``iokernels bench`` (see above). Raises TooSlow after one call over
+    the limit (``cold``: the first call of an implementation may compile, so a slow one is retried
+    once); in mode "graph" whatever the capture raises."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    clock = runner.clock
+    with runner.active():
+        once = clock.loop_seconds(runner.call, 1)
+        if once > timing.max_call_seconds and cold:
+            once = clock.loop_seconds(runner.call, 1)
+        if once > timing.max_call_seconds:
+            raise TooSlow(once, timing.max_call_seconds)
+        loop = loop_length(once)
+        if mode == "graph":
+            for _ in range(max(timing.warmup, 1)):  # warm up eagerly on the capture stream first
+                runner.call()
+            clock.synchronize()
+            fn = clock.capture(runner.call)
+        else:
+            fn = runner.call
+        for _ in range(timing.warmup):
+            fn()
+        times = [clock.loop_seconds(fn, loop) for _ in range(timing.repeats)]
+    method = (f"{clock.name} events around {loop} back-to-back "
+              + ("calls" if mode == "call" else "replays of a CUDA graph of one call"))
+    return Measured(statistics.median(times), timing.repeats * loop, loop, method)
+
+
+def host_seconds(runner: Runner, calls: int = 200, warmup: int = 20, chunk: int = OVERHEAD_CHUNK) -> list[float]:
+    """Host seconds of each of ``calls`` calls: time.perf_counter around the call only (its enqueue;
+    nothing waits for the GPU inside the timed region). Every ``chunk`` calls the stream is
+    synchronised, outside any timed call, so that the launch queue never fills (a full queue would make
+    the enqueue wait for the GPU and time the GPU instead of the host)."""
+    if calls < 1 or warmup < 0 or chunk < 1:
+        raise ValueError(f"calls and chunk must be >= 1 and warmup >= 0, got {calls}, {chunk}, {warmup}")
+    times: list[float] = []
+    with runner.active():
+        for _ in range(warmup):
+            runner.call()
+        runner.clock.synchronize()
+        while len(times) < calls:
+            for _ in range(min(chunk, calls - len(times))):
+                t0 = time.perf_counter()
+                runner.call()
+                times.append(time.perf_counter() - t0)
+            runner.clock.synchronize()
+    return times
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between order statistics."""
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("no values")
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def free_device_memory() -> None:

@@ -12,6 +12,11 @@ from ..plan.units import check_dtype
 PASSES = ("fwd", "bwd")
 BWD_OVER_FWD = 2.5
 DEFAULT_TOKENS = 262144
+# N 512 (B 32) and 1024 (B 16) are the small problems where host time per call shows (issue #20)
+DEFAULT_NS = (512, 1024, 4096, 16384)
+DEFAULT_DS = (64, 128)
+DEFAULT_DTYPES = ("float16", "bfloat16")
+OVERHEAD_NS, OVERHEAD_DS, OVERHEAD_DTYPES = (512,), (64,), ("float16",)  # bench --overhead's defaults
 DEFAULT_HEADS = 16
 LONG_HEADS, LONG_D, LONG_BATCH, LONG_N_START, LONG_N_MAX = 48, 64, 1, 512, 131072
 FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; backward 2.5x forward; "

@@ -1,40 +1,41 @@
-"""``iokernels bench``: attention throughput of iokernels beside its peers, in one run on one GPU (issue #5).
+"""``iokernels bench``: attention throughput of iokernels beside its peers, in one run on one GPU (issues #5, #20).
 
-Implementations (``--impls`` picks ours, ``--peers`` the others):
+Every implementation is a call of a public function, set up here and timed by :mod:`iokernels.bench.clocks`
+(the one timing method, the same for all; modes "call" and "graph").
 
-- ``iokernels_fast``: the tensor-core path (flash/fast), its plans (``make_fast_plan`` forward,
-  ``make_fast_backward_plan`` backward) through the plan launcher.
-- ``iokernels_flash``: the research plans, flash ``q_outer`` forward and flash ``kv_outer`` backward;
-  ``iokernels_standard``: standard forward and backward (paper Algorithms 0 and 3);
-  ``iokernels_flash_kv_outer`` (only when asked): Algorithm 1 literally, forward only, slow.
-  Plain build, M = ``--sram`` (default the library's 96 KB, capped at the device's per-block limit).
+Ours (``--impls``):
+
+- ``iokernels_torch``: ``iokernels.torch.attention(q, k, v)`` on torch tensors, the library's defaults (the
+  tensor-core flash path where it applies); backward as torch's peers', autograd.
+- ``iokernels_cupy``: ``iokernels.attention(q, k, v)`` on cupy arrays (float16/float32; cupy has no
+  bfloat16); backward ``iokernels.attention_backward(q, k, v, o, do, lse)``.
+- ``iokernels_flash`` (flash ``q_outer`` forward), ``iokernels_standard`` (standard forward and backward),
+  ``iokernels_flash_kv_outer`` (Algorithm 1, forward only, slow): the research kernels through the same
+  public cupy call, ``algorithm=``/``schedule=`` given (a backward only for standard, whose public
+  backward is its own: the public flash backward is the tensor-core one that ``iokernels_cupy`` times).
+  No prebuilt plan, no graph of the library's own: what a user's call costs.
+
+Peers (``--peers``):
+
 - ``cupy_standard``: standard attention from cupy: ``cupy.matmul`` (cuBLAS) in the input dtype for
   QKᵀ, PV and the backward's products; softmax, D = rowsum(dO∘O) and dS in float32 cupy element-wise
   and reduction kernels. The backward starts from P and O stored by a forward run. cupy has no
   bfloat16 dtype, so bfloat16 is reported as unsupported (not computed as float16).
 - ``torch_flash``, ``torch_cudnn``, ``torch_efficient``, ``torch_math``: ``F.scaled_dot_product_attention``
-  inside ``torch.nn.attention.sdpa_kernel(SDPBackend.X)``, one backend forced at a time. A backend that
-  refuses a configuration is "unsupported" with torch's own reasons. Layout (B, H, N, d), contiguous.
+  with ``torch.nn.attention.sdpa_kernel(SDPBackend.X)`` entered once around the calls, one backend forced
+  at a time. A backend that refuses a configuration is "unsupported" with torch's own reasons.
+- ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``
+  (its first call, compiling, is outside the timed calls), a causal block mask when causal; no dropout.
+Layout (B, H, N, d), contiguous, random normal inputs.
+
+Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require grad), "bwd" (torch:
+``torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)`` on an ``out`` computed once, outside the
+timed calls; cupy: the backward call on a stored forward's O and lse) and, for ``bench --overhead`` only,
+"fwdbwd" (a forward and its backward per call).
 
 Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal;
 backward 2.5× forward. Shapes: B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
-
-Timing: every configuration first runs one timed call. If it takes more than ``--max-call-ms``, or a
-call is estimated to (from the same implementation's rate at a smaller N), the configuration is
-"skipped" and says why. Otherwise, after ``--warmup`` calls, ``--repeats`` timed calls follow and
-the median is reported:
-
-- plans (iokernels research, and the fast path's) enqueue kernels without allocating, so they are timed as CUDA-graph
-  replays (:func:`iokernels.kernels.launch.graph_seconds`; one replay runs the plan k times, k chosen so that a
-  replay lasts about 2 ms, and is divided by k);
-- library calls (the fast path's), cupy and torch allocate their outputs, so each call is timed alone with CUDA events
-  (cupy's or torch's) on the library's current stream. Before each timed call a spin kernel keeps the
-  GPU busy for about half a millisecond (``torch.cuda._sleep`` for torch, a ``clock64`` loop for cupy)
-  so that the host has enqueued the call before the start event fires: host launch latency is not
-  counted. torch's backward is ``torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)`` on
-  an ``out`` computed once, outside the timed calls; its forward runs under ``torch.no_grad()`` on
-  inputs that do not require grad.
 
 Out of memory (cupy's or torch's OutOfMemoryError, or "out of memory" in a CUDA error) is "oom"
 and the run goes on; the device memory of cupy's pool and torch's caching allocator is released
@@ -43,27 +44,30 @@ the same implementation and pass is not tried at larger N."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from functools import cache
 from typing import Any
 
 from ..plan.units import parse_size
 from .clocks import CupyClock, Runner, TorchClock, Unsupported, no_kernel, one_line
 from .configs import PASSES, Problem
 
+DIRECTIONS = (*PASSES, "fwdbwd")  # fwdbwd: bench --overhead only
+
 # ---------------------------------------------------------------------------------------------
 # implementations
 
 class Impl:
     """An implementation: ``unavailable`` says why it cannot run at all (None when it can);
-    ``setup`` prepares one configuration and pass (raising Unsupported, or OOM)."""
+    ``setup`` prepares one configuration and pass (raising Unsupported, or OOM) as a Runner."""
 
     name: str = ""
     label: str = ""
     ours: bool = False
     description: str = ""
-    timing_method: str = "cuda-events"
 
     def unavailable(self, direction: str) -> str | None:
         return None
@@ -73,7 +77,6 @@ class Impl:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "label": self.label, "ours": self.ours, "description": self.description,
-                "timing": self.timing_method,
                 "unavailable": {p: self.unavailable(p) for p in PASSES}}
 
 
@@ -91,117 +94,73 @@ def _random(cp: Any, shape: tuple[int, ...], seed: int) -> Any:
     return cp.random.RandomState(seed).standard_normal(shape, dtype=cp.float32)
 
 
-def plan_runner(plan: Any, problem: Problem) -> Runner:
-    """A plan (research or fast) with random inputs, ready for CUDA-graph replays of the plain build.
+def _contexts(*factories: Callable[[], Any] | None) -> Callable[[], Any] | None:
+    """One context factory entering each of ``factories`` (None entries skipped), or None."""
+    chosen = [f for f in factories if f is not None]
+    if not chosen:
+        return None
 
-    Q, K, V, dO and O are random normal; a flash backward's lse is log N + 1/2 (about the true
-    logsumexp of random unit rows, so exp(S - lse) stays in range); a standard backward's P comes from
-    one run of the standard forward plan.
-    """
-    from ..kernels import launch
-    from ..plan import make_plan
-    from ..simulate import reference
+    def enter() -> Any:
+        stack = contextlib.ExitStack()
+        for f in chosen:
+            stack.enter_context(f())
+        return stack
 
-    cp = launch.require_cupy()
-    needed = set(launch.plan_tensors(plan))
-    make_p = "P" in needed and plan.algorithm == "standard"
-    inputs: dict[str, Any] = {}
-    names = ("Q", "K", "V", "dO", "O") if plan.direction == "bwd" else ("Q", "K", "V")  # not the outputs
-    for i, name in enumerate(names):
-        if name in needed or (make_p and name in ("Q", "K", "V")):
-            inputs[name] = launch.to_device(_random(cp, launch.tensor_shape(plan, name), i), plan.dtype)
-    if "lse" in needed and plan.direction == "bwd":
-        inputs["lse"] = cp.full(launch.tensor_shape(plan, "lse"), math.log(plan.N_k) + 0.5, dtype=cp.float32)
-    if make_p:
-        fwd = make_plan("standard", N_q=plan.N_q, N_k=plan.N_k, d=plan.d, dtype=plan.dtype, sram=plan.sram_bytes,
-                        batch=plan.batch, heads=plan.heads, causal=plan.causal)
-        inputs["P"] = launch.run_plan(fwd, {n: inputs[n] for n in ("Q", "K", "V")}).buffers["P"]
-    buffers, _ = launch.allocate(plan, {n: x for n, x in inputs.items() if n in needed})
-    del inputs
-    launch.compile_plan(plan)
-    scale = reference.default_scale(problem.d)
-
-    def replay() -> None:
-        for stage in plan.stages:
-            launch.launch_stage(plan, stage, buffers, scale, False)
-
-    return Runner(call=replay, clock=CupyClock(), launch=replay)
+    return enter
 
 
-class ResearchPlan(Impl):
-    """iokernels research kernels through the plan launcher (plain build), one plan per pass."""
+class IokernelsCupy(Impl):
+    """``iokernels.attention`` / ``attention_backward`` on cupy arrays, with the given options."""
 
     ours = True
-    timing_method = "cuda-graph"
 
-    def __init__(self, name: str, label: str, schedules: dict[str, tuple[str, str]], sram: int | None = None):
-        self.name, self.label, self.schedules, self.sram = name, label, schedules, sram
-        self.description = "iokernels research plans (CUDA cores; tensor cores for standard's half products): " + \
-            ", ".join(f"{d} {a}/{s}" for d, (a, s) in schedules.items())
-
-    def unavailable(self, direction: str) -> str | None:
-        if direction not in self.schedules:
-            return f"no {direction} plan (the {direction} of this schedule is another implementation's)"
-        return _cupy_reason()
-
-    def sram_bytes(self) -> tuple[int, int | None]:
-        from ..library.api import DEFAULT_SRAM
-        from ..model.specs import current_device_spec
-
-        spec = current_device_spec()
-        limit = spec.smem_per_block_bytes if spec and spec.smem_per_block_bytes else None
-        sram = self.sram if self.sram is not None else (min(DEFAULT_SRAM, limit) if limit else DEFAULT_SRAM)
-        return sram, limit
-
-    def as_dict(self) -> dict:
-        return {**super().as_dict(), "sram_bytes": self.sram_bytes()[0]}
-
-    def setup(self, problem: Problem, direction: str) -> Runner:
-        from ..plan import make_plan
-
-        algorithm, schedule = self.schedules[direction]
-        sram, limit = self.sram_bytes()
-        try:
-            plan = make_plan(algorithm, schedule, direction=direction, N_q=problem.n, N_k=problem.n, d=problem.d,
-                             dtype=problem.dtype, sram=sram, batch=problem.batch, heads=problem.heads,
-                             smem_limit=limit, causal=problem.causal, dropout=problem.dropout_plan_arg())
-        except ValueError as exc:
-            raise Unsupported(str(exc)) from exc
-        return plan_runner(plan, problem)
-
-
-class FastPath(Impl):
-    """The tensor-core path (flash/fast): its plans, ``make_fast_plan`` (forward) and
-    ``make_fast_backward_plan`` (backward), through the plan launcher (CUDA-graph replays)."""
-
-    name, label, ours = "iokernels_fast", "fast", True
-    timing_method = "cuda-graph"
-    description = ("iokernels flash/fast, the tensor-core path: fwd make_fast_plan (plan), "
-                   "bwd make_fast_backward_plan (plan)")
-
-    @staticmethod
-    def maker(direction: str) -> Callable[..., Any]:
-        from ..plan.fast import make_fast_plan
-        from ..plan.fast_bwd import make_fast_backward_plan
-
-        return make_fast_plan if direction == "fwd" else make_fast_backward_plan
+    def __init__(self, name: str = "iokernels_cupy", label: str = "io-cupy", forward: dict | None = None,
+                 backward: dict | None = None, has_backward: bool = True, sram: int | None = None):
+        self.name, self.label = name, label
+        self.forward = {**(forward or {}), **({"sram": sram} if sram is not None else {})}
+        self.backward = {**(backward or {}), **({"sram": sram} if sram is not None else {})}
+        self.has_backward = has_backward
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.forward.items())
+        self.description = (f"iokernels.attention(q, k, v{', ' + opts if opts else ''}) on cupy arrays"
+                            + ("; backward iokernels.attention_backward" if has_backward else "; forward only"))
 
     def unavailable(self, direction: str) -> str | None:
+        if direction != "fwd" and not self.has_backward:
+            return f"no {direction}: this schedule has no backward of its own through the public call"
         return _cupy_reason()
 
     def setup(self, problem: Problem, direction: str) -> Runner:
-        from ..plan import with_causal, with_dropout
+        if problem.dtype == "bfloat16":
+            raise Unsupported("iokernels.attention on cupy arrays takes float16/float32 (cupy has no bfloat16 "
+                              "dtype); bfloat16 goes through iokernels.torch")
+        from ..kernels.runtime import require_cupy
+        from ..library.api import attention, attention_backward
 
-        maker = self.maker(direction)
-        # with dropout, the makers' tiles for it (the backward's B_r = 64: no spills)
-        extra = {"dropout": True} if problem.dropout and direction == "bwd" else {}
-        try:
-            plan = with_dropout(with_causal(maker(N_q=problem.n, N_k=problem.n, d=problem.d, dtype=problem.dtype,
-                                                  batch=problem.batch, heads=problem.heads, **extra), problem.causal),
-                                problem.dropout_plan_arg())
-        except ValueError as exc:
-            raise Unsupported(str(exc)) from exc
-        return plan_runner(plan, problem)
+        cp = require_cupy()
+        dt = cp.dtype(problem.dtype)
+        shape = (problem.batch, problem.heads, problem.n, problem.d)
+        q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
+        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout}
+        bwd = {**self.backward, "causal": problem.causal}
+        clock = CupyClock()
+        with clock.on():
+            cp.cuda.Device().synchronize()
+            if direction == "fwd":
+                attention(q, k, v, **fwd)
+
+                def call() -> Any:
+                    return attention(q, k, v, **fwd)
+            elif direction == "bwd":
+                o, lse, drop = attention(q, k, v, return_lse=True, return_dropout=True, **fwd)
+
+                def call() -> Any:
+                    return attention_backward(q, k, v, o, do, lse, dropout=drop, **bwd)
+            else:
+                def call() -> Any:
+                    o, lse, drop = attention(q, k, v, return_lse=True, return_dropout=True, **fwd)
+                    return attention_backward(q, k, v, o, do, lse, dropout=drop, **bwd)
+            clock.synchronize()
+        return Runner(call=call, clock=clock)
 
 
 class CupyStandard(Impl):
@@ -243,11 +202,7 @@ class CupyStandard(Impl):
             del s32
             return cp.matmul(p, v), p
 
-        if direction == "fwd":
-            return Runner(call=forward, clock=CupyClock())
-        o, p = forward()
-
-        def backward() -> tuple[Any, Any, Any]:
+        def backward(o: Any, p: Any) -> tuple[Any, Any, Any]:
             dv = cp.matmul(p.swapaxes(-1, -2), do)
             dp = cp.matmul(do, v.swapaxes(-1, -2)).astype(f32)
             delta = (do.astype(f32) * o.astype(f32)).sum(axis=-1, keepdims=True)
@@ -258,23 +213,42 @@ class CupyStandard(Impl):
             del dp
             return cp.matmul(ds, k), cp.matmul(ds.swapaxes(-1, -2), q), dv
 
-        return Runner(call=backward, clock=CupyClock())
+        clock = CupyClock()
+        cp.cuda.Device().synchronize()  # the inputs, made on the default stream, before the clock's stream
+        if direction == "fwd":
+            return Runner(call=forward, clock=clock)
+        if direction == "fwdbwd":
+            return Runner(call=lambda: backward(*forward()), clock=clock)
+        with clock.on():
+            o, p = forward()
+        clock.synchronize()
+        return Runner(call=lambda: backward(o, p), clock=clock)
 
 
 TORCH_BACKENDS = {"torch_flash": ("FLASH_ATTENTION", "FLASH"), "torch_cudnn": ("CUDNN_ATTENTION", "CUDNN"),
                   "torch_efficient": ("EFFICIENT_ATTENTION", "EFFIC"), "torch_math": ("MATH", "MATH")}
+TORCH_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def _torch_reason(backend: str) -> str | None:
+def _torch_import_reason() -> str | None:
     try:
         import torch
     except ImportError:
         return "torch is not installed"
     except Exception as exc:
         return one_line(f"torch cannot be imported: {type(exc).__name__}: {exc}")
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device (built for CUDA {torch.version.cuda})"
+    return None
+
+
+def _torch_reason(backend: str) -> str | None:
+    reason = _torch_import_reason()
+    if reason is not None:
+        return reason
+    import torch
+
     try:
-        if not torch.cuda.is_available():
-            return f"torch {torch.__version__} sees no CUDA device (built for CUDA {torch.version.cuda})"
         from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: F401
     except Exception as exc:
         return one_line(f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel: {exc}")
@@ -283,72 +257,156 @@ def _torch_reason(backend: str) -> str | None:
     return None
 
 
+def torch_runner(problem: Problem, direction: str, attend: Callable[..., Any], *, device: str = "cuda",
+                 context: Callable[[], Any] | None = None,
+                 first: Callable[[Callable[[], Any]], Any] | None = None) -> Runner:
+    """A Runner of ``attend(q, k, v)`` on random torch tensors (B, H, N, d), for every torch callable alike
+    (ours and the peers'): inputs, the first call (``first`` wraps it, to read a refusal) and ``out``
+    are made on the clock's stream, so that autograd's backward runs there too."""
+    import torch
+
+    dt = getattr(torch, problem.dtype)
+    shape = (problem.batch, problem.heads, problem.n, problem.d)
+    clock = TorchClock(torch, device)
+    grad = direction != "fwd"
+    forward_ctx = _contexts(context, None if grad else torch.no_grad)
+    with clock.on():
+        gen = torch.Generator(device=device).manual_seed(0)
+        q, k, v, dout = (torch.randn(shape, device=device, dtype=dt, generator=gen) for _ in range(4))
+        for x in (q, k, v):
+            x.requires_grad_(grad)
+        with forward_ctx() if forward_ctx else contextlib.nullcontext():
+            out = first(lambda: attend(q, k, v)) if first is not None else attend(q, k, v)
+        clock.synchronize()
+    if direction == "fwd":
+        return Runner(call=lambda: attend(q, k, v), clock=clock, context=forward_ctx)
+    if direction == "bwd":
+        return Runner(call=lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), clock=clock,
+                      context=context)
+    return Runner(call=lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout), clock=clock, context=context)
+
+
+class IokernelsTorch(Impl):
+    """``iokernels.torch.attention`` on torch tensors, the library's defaults."""
+
+    name, label, ours = "iokernels_torch", "io-torch", True
+    description = ("iokernels.torch.attention(q, k, v) on torch tensors (defaults: the tensor-core flash path "
+                   "where it applies); backward torch.autograd.grad")
+
+    def __init__(self, device: str = "cuda"):
+        self.device = device
+
+    def unavailable(self, direction: str) -> str | None:
+        return _torch_import_reason() or _cupy_reason()
+
+    def setup(self, problem: Problem, direction: str) -> Runner:
+        from ..torch import attention
+
+        def attend(q: Any, k: Any, v: Any) -> Any:
+            return attention(q, k, v, causal=problem.causal, dropout=problem.dropout)
+
+        return torch_runner(problem, direction, attend, device=self.device)
+
+
 class TorchSdpa(Impl):
     ours = False
 
     def __init__(self, name: str, device: str = "cuda"):
         self.name, self.device = name, device
         self.backend, self.label = TORCH_BACKENDS[name]
-        self.description = f"torch F.scaled_dot_product_attention with sdpa_kernel(SDPBackend.{self.backend})"
+        self.description = (f"torch F.scaled_dot_product_attention with sdpa_kernel(SDPBackend.{self.backend}) "
+                            "entered once around the calls")
 
     def unavailable(self, direction: str) -> str | None:
         return _torch_reason(self.backend)
 
     def setup(self, problem: Problem, direction: str) -> Runner:
-        import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         backend = getattr(SDPBackend, self.backend)
-        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[problem.dtype]
-        shape = (problem.batch, problem.heads, problem.n, problem.d)
-        gen = torch.Generator(device=self.device).manual_seed(0)
-        q, k, v = (torch.randn(shape, device=self.device, dtype=dt, generator=gen) for _ in range(3))
 
-        def sdpa() -> Any:
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
+        def attend(q: Any, k: Any, v: Any) -> Any:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
 
-        def probe() -> Any:
+        def first(call: Callable[[], Any]) -> Any:
             """The first call; a backend that refuses the inputs raises "No available kernel", and
             its reasons come as warnings."""
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    return sdpa()
+                    return call()
                 except RuntimeError as exc:
                     if no_kernel(exc):
                         reasons = [str(w.message) for w in caught if f"{w.message}".strip()]
                         raise Unsupported("; ".join(reasons) or str(exc)) from None
                     raise
 
-        clock = TorchClock(torch)
-        if direction == "fwd":
-            with torch.no_grad():
-                probe()
+        return torch_runner(problem, direction, attend, device=self.device, context=lambda: sdpa_kernel(backend),
+                            first=first)
 
-            def forward() -> Any:
-                with torch.no_grad():
-                    return sdpa()
 
-            return Runner(call=forward, clock=clock)
-        for x in (q, k, v):
-            x.requires_grad_(True)
-        out = probe()
-        dout = torch.randn(out.shape, device=self.device, dtype=dt, generator=gen)
-        return Runner(call=lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), clock=clock)
+@cache
+def _compiled_flex() -> Any:
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    config = torch._dynamo.config  # one compiled kernel per shape: allow them all without falling back
+    for limit in ("cache_size_limit", "recompile_limit"):
+        if hasattr(config, limit):
+            setattr(config, limit, max(getattr(config, limit), 256))
+    return torch.compile(flex_attention, dynamic=False)
+
+
+class TorchFlex(Impl):
+    name, label, ours = "torch_flex", "FLEX", False
+    description = ("torch FlexAttention (torch.nn.attention.flex_attention.flex_attention) compiled with "
+                   "torch.compile(dynamic=False); a causal block mask when causal; no dropout")
+
+    def __init__(self, device: str = "cuda"):
+        self.device = device
+
+    def unavailable(self, direction: str) -> str | None:
+        reason = _torch_import_reason()
+        if reason is not None:
+            return reason
+        try:
+            from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+        except Exception as exc:
+            return one_line(f"no FlexAttention in this torch: {type(exc).__name__}: {exc}")
+        return None
+
+    def setup(self, problem: Problem, direction: str) -> Runner:
+        if problem.dropout:
+            raise Unsupported("FlexAttention has no dropout")
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        flex = _compiled_flex()
+        block_mask = None
+        if problem.causal:
+            def causal(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+                return q_idx >= kv_idx
+
+            block_mask = create_block_mask(causal, None, None, problem.n, problem.n, device=self.device)
+
+        def attend(q: Any, k: Any, v: Any) -> Any:
+            return flex(q, k, v, block_mask=block_mask)
+
+        return torch_runner(problem, direction, attend, device=self.device)
 
 
 # names, aliases and defaults
 
-OURS = ("iokernels_fast", "iokernels_flash", "iokernels_standard", "iokernels_flash_kv_outer")
-DEFAULT_OURS = OURS[:3]
-PEERS = ("cupy_standard", "torch_flash", "torch_cudnn", "torch_efficient", "torch_math")
-PRIORITY = ("iokernels_fast", "torch_flash", "torch_cudnn", "iokernels_flash", "torch_efficient", "iokernels_standard",
-            "cupy_standard", "torch_math", "iokernels_flash_kv_outer")
-IMPL_ALIASES = {"fast": "iokernels_fast", "flash": "iokernels_flash", "standard": "iokernels_standard",
+OURS = ("iokernels_torch", "iokernels_cupy", "iokernels_flash", "iokernels_standard", "iokernels_flash_kv_outer")
+DEFAULT_OURS = OURS[:2]
+PEERS = ("cupy_standard", "torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_flex")
+STRONGEST_FROM = ("torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_flex")  # "the strongest peer"
+PRIORITY = ("iokernels_torch", "torch_flash", "torch_cudnn", "iokernels_cupy", "torch_flex", "torch_efficient",
+            "iokernels_flash", "iokernels_standard", "cupy_standard", "torch_math", "iokernels_flash_kv_outer")
+IMPL_ALIASES = {"torch": "iokernels_torch", "fast": "iokernels_torch", "cupy": "iokernels_cupy",
+                "flash": "iokernels_flash", "standard": "iokernels_standard",
                 "kv_outer": "iokernels_flash_kv_outer", "flash_kv_outer": "iokernels_flash_kv_outer"}
-PEER_ALIASES = {"cupy": "cupy_standard", **{k.split("_", 1)[1]: k for k in TORCH_BACKENDS},
+PEER_ALIASES = {"cupy": "cupy_standard", "flex": "torch_flex", **{k.split("_", 1)[1]: k for k in TORCH_BACKENDS},
                 **{v[0].lower(): k for k, v in TORCH_BACKENDS.items()}}
 
 
@@ -374,16 +432,18 @@ def parse_names(option: str, text: str, names: Sequence[str], aliases: dict[str,
 def make_impls(names: Iterable[str], *, sram: int | str | None = None) -> list[Impl]:
     sram_bytes = None if sram is None else parse_size(sram)
     factories: dict[str, Callable[[], Impl]] = {
-        "iokernels_fast": FastPath,
-        "iokernels_flash": lambda: ResearchPlan("iokernels_flash", "io-flash",
-                                                {"fwd": ("flash", "q_outer"), "bwd": ("flash", "kv_outer")},
-                                                sram_bytes),
-        "iokernels_standard": lambda: ResearchPlan("iokernels_standard", "io-std",
-                                                   {"fwd": ("standard", "default"), "bwd": ("standard", "default")},
-                                                   sram_bytes),
-        "iokernels_flash_kv_outer": lambda: ResearchPlan("iokernels_flash_kv_outer", "io-kvo",
-                                                         {"fwd": ("flash", "kv_outer")}, sram_bytes),
+        "iokernels_torch": IokernelsTorch,
+        "iokernels_cupy": IokernelsCupy,
+        "iokernels_flash": lambda: IokernelsCupy("iokernels_flash", "io-flash",
+                                                 {"algorithm": "flash", "schedule": "q_outer"}, None,
+                                                 has_backward=False, sram=sram_bytes),
+        "iokernels_standard": lambda: IokernelsCupy("iokernels_standard", "io-std", {"algorithm": "standard"},
+                                                    {"algorithm": "standard"}, sram=sram_bytes),
+        "iokernels_flash_kv_outer": lambda: IokernelsCupy("iokernels_flash_kv_outer", "io-kvo",
+                                                          {"algorithm": "flash", "schedule": "kv_outer"}, None,
+                                                          has_backward=False, sram=sram_bytes),
         "cupy_standard": CupyStandard,
+        "torch_flex": TorchFlex,
         **{name: (lambda name=name: TorchSdpa(name)) for name in TORCH_BACKENDS},
     }
     return [factories[n]() for n in names]

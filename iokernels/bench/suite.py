@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .clocks import Timing, TooSlow, classify, free_device_memory, time_runner
+from . import clocks
+from .clocks import Timing, TooSlow, free_device_memory
 from .configs import FLOP_CONVENTION, PASSES, Problem
-from .implementations import PRIORITY, Impl, TorchSdpa
+from .implementations import PRIORITY, STRONGEST_FROM, Impl
 
 # ---------------------------------------------------------------------------------------------
 # the run
@@ -26,89 +27,121 @@ class _History:
     stopped: dict[tuple, str] = field(default_factory=dict)
 
 
-def _row(problem: Problem, impl: Impl, direction: str) -> dict:
+def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> dict:
     return {"table": problem.table, "impl": impl.name, "label": impl.label, "ours": impl.ours, "pass": direction,
-            "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch, "heads": problem.heads,
-            "causal": problem.causal, "dropout": problem.dropout, "flops": problem.flops(direction), "status": None,
-            "seconds": None,
-            "tflops": None, "timed_calls": 0, "method": None, "note": None}
+            "mode": mode, "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch,
+            "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
+            "flops": problem.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
+            "loop": None, "method": None, "note": None}
+
+
+def _failed(row: dict, exc: BaseException, problem: Problem, key: tuple, history: _History) -> None:
+    if isinstance(exc, TooSlow):
+        row.update(status="skipped", seconds=exc.seconds, timed_calls=1, note=str(exc))
+        history.rates[key] = problem.flops(row["pass"]) / exc.seconds
+        if problem.table == "long":
+            history.stopped[key] = f"too slow at N={problem.n}"
+        return
+    status, note = clocks.classify(exc)
+    row.update(status=status, note=note)
+    if status == "oom" and problem.table == "long":
+        history.stopped[key] = f"out of memory at N={problem.n}"
 
 
 def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, history: _History | None = None,
-            warmed: set | None = None) -> dict:
-    """One row: status "ok" (seconds, tflops), "oom", "unsupported", "not available", "skipped" or "error"."""
+            warmed: set | None = None, modes: Sequence[str] = ("call",)) -> list[dict]:
+    """One row per mode: status "ok" (seconds, tflops), "oom", "unsupported", "not available", "skipped"
+    or "error". One setup serves every mode; each mode is timed by :func:`clocks.time_runner`."""
     history = history if history is not None else _History()
     warmed = warmed if warmed is not None else set()
-    row = _row(problem, impl, direction)
+    rows = [_row(problem, impl, direction, mode) for mode in modes]
     key = (problem.table, impl.name, direction, problem.d, problem.dtype, problem.causal)
+
+    def every(**values: object) -> list[dict]:
+        for r in rows:
+            r.update(values)
+        return rows
+
     reason = impl.unavailable(direction)
     if reason is not None:
-        row.update(status="not available", note=reason)
-        return row
+        return every(status="not available", note=reason)
     if key in history.stopped:
-        row.update(status="skipped", note=history.stopped[key])
-        return row
+        return every(status="skipped", note=history.stopped[key])
     rate = history.rates.get(key)
     if rate:
         estimate = problem.flops(direction) / rate
         if estimate > timing.max_call_seconds:
-            row.update(status="skipped", note=f"estimated {estimate * 1e3:.0f} ms per call (from its rate at a "
-                                              f"smaller N) > --max-call-ms {timing.max_call_seconds * 1e3:g}")
             if problem.table == "long":
                 history.stopped[key] = f"too slow at N={problem.n}"
-            return row
+            return every(status="skipped", note=f"estimated {estimate * 1e3:.0f} ms per call (from its rate at a "
+                                                 f"smaller N) > --max-call-ms {timing.max_call_seconds * 1e3:g}")
     runner = None
     try:
         runner = impl.setup(problem, direction)
-        seconds, calls, method = time_runner(runner, timing, cold=impl.name not in warmed)
-        row.update(status="ok", seconds=seconds, tflops=problem.flops(direction) / seconds / 1e12,
-                   timed_calls=calls, method=method)
-        history.rates[key] = problem.flops(direction) / seconds
-    except TooSlow as exc:
-        row.update(status="skipped", seconds=exc.seconds, timed_calls=1, note=str(exc))
-        history.rates[key] = problem.flops(direction) / exc.seconds
-        if problem.table == "long":
-            history.stopped[key] = f"too slow at N={problem.n}"
+        for row in rows:
+            try:
+                got = clocks.time_runner(runner, timing, row["mode"], cold=impl.name not in warmed)
+            except Exception as exc:
+                _failed(row, exc, problem, key, history)
+                if isinstance(exc, TooSlow):  # every later mode would be as slow
+                    for later in rows[rows.index(row) + 1:]:
+                        later.update(status="skipped", note=row["note"])
+                    break
+                continue
+            finally:
+                warmed.add(impl.name)
+            row.update(status="ok", seconds=got.seconds, tflops=problem.flops(direction) / got.seconds / 1e12,
+                       timed_calls=got.calls, loop=got.loop, method=got.method)
+            if row is rows[0]:  # the first mode's rate estimates the next N's time
+                history.rates[key] = problem.flops(direction) / got.seconds
     except Exception as exc:
-        status, note = classify(exc)
-        row.update(status=status, note=note)
-        if status == "oom" and problem.table == "long":
-            history.stopped[key] = f"out of memory at N={problem.n}"
+        for row in rows:
+            _failed(row, exc, problem, key, history)
     finally:
         runner = None  # drop the inputs and outputs before giving the memory back
-        warmed.add(impl.name)
         free_device_memory()
-    if problem.table == "long" and row["status"] == "oom":
-        row["tflops"] = -1.0
-    return row
+    for row in rows:
+        if problem.table == "long" and row["status"] == "oom":
+            row["tflops"] = -1.0
+    return rows
+
+
+def _config(r: dict) -> tuple:
+    return (r["table"], r["d"], r["N"], r["dtype"], r["batch"], r["heads"], r["causal"], r["pass"], r["mode"])
 
 
 def ratios(rows: list[dict]) -> list[dict]:
-    """TFLOP/s of each of our implementations over each peer's, per configuration and pass, where
-    both measured."""
+    """TFLOP/s of each of our implementations over each peer's, per configuration, pass and mode, where both
+    measured; and over the strongest peer's there (peer "strongest": the largest TFLOP/s among the torch SDPA
+    backends and FlexAttention measured, named under "strongest")."""
     by_config: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         if r["status"] == "ok":
-            key = (r["table"], r["d"], r["N"], r["dtype"], r["batch"], r["heads"], r["causal"], r["pass"])
-            by_config.setdefault(key, {})[r["impl"]] = r
+            by_config.setdefault(_config(r), {})[r["impl"]] = r
     out = []
-    for (table, d, n, dtype, batch, heads, causal, direction), impls in by_config.items():
+    for (table, d, n, dtype, batch, heads, causal, direction, mode), impls in by_config.items():
+        where = {"table": table, "d": d, "N": n, "dtype": dtype, "batch": batch, "heads": heads, "causal": causal,
+                 "pass": direction, "mode": mode}
+        strong = [r for r in impls.values() if r["impl"] in STRONGEST_FROM]
+        best = max(strong, key=lambda r: r["tflops"]) if strong else None
         for ours in (r for r in impls.values() if r["ours"]):
+            if best is not None:
+                out.append({**where, "impl": ours["impl"], "peer": "strongest", "strongest": best["impl"],
+                            "ratio": ours["tflops"] / best["tflops"]})
             for peer in (r for r in impls.values() if not r["ours"]):
-                out.append({"table": table, "d": d, "N": n, "dtype": dtype, "batch": batch, "heads": heads,
-                            "causal": causal, "pass": direction, "impl": ours["impl"], "peer": peer["impl"],
+                out.append({**where, "impl": ours["impl"], "peer": peer["impl"],
                             "ratio": ours["tflops"] / peer["tflops"]})
     return out
 
 
 def summarize(ratio_rows: list[dict]) -> list[dict]:
-    """Per (impl, peer, pass) over the main table: the smallest, median and largest ratio."""
+    """Per (impl, peer, pass, mode) over the main table: the smallest, median and largest ratio."""
     groups: dict[tuple, list[float]] = {}
     for r in ratio_rows:
         if r["table"] == "main":
-            groups.setdefault((r["impl"], r["peer"], r["pass"]), []).append(r["ratio"])
-    return [{"impl": i, "peer": p, "pass": d, "configs": len(v), "min": min(v), "median": statistics.median(v),
-             "max": max(v)} for (i, p, d), v in groups.items()]
+            groups.setdefault((r["impl"], r["peer"], r["pass"], r["mode"]), []).append(r["ratio"])
+    return [{"impl": i, "peer": p, "pass": d, "mode": m, "configs": len(v), "min": min(v),
+             "median": statistics.median(v), "max": max(v)} for (i, p, d, m), v in groups.items()]
 
 
 def _git_commit() -> str | None:
@@ -131,7 +164,7 @@ def environment(impls: Sequence[Impl]) -> dict:
 
     env = base()
     env["commit"] = _git_commit()
-    if any(isinstance(i, TorchSdpa) for i in impls):
+    if any("torch" in i.name for i in impls):
         try:
             import torch
 
@@ -145,12 +178,24 @@ def environment(impls: Sequence[Impl]) -> dict:
     return env
 
 
+TIMING = ("every implementation alike (iokernels.bench.clocks.time_runner): mode call: CUDA events around `loop` "
+          "back-to-back calls of its public function (host time included wherever the GPU waits for it; no "
+          "CUDA graph, no prebuilt plan), divided by `loop`; mode graph: the same call captured once in a "
+          "CUDA graph (torch.cuda.graph for torch callables, cupy stream capture for cupy ones) and `loop` "
+          "replays timed the same way. Median of `repeats` loops after `warmup` calls; `loop` per row, "
+          "chosen from one call so that a loop lasts about 5 ms. torch backward: "
+          "torch.autograd.grad(out, (q, k, v), dout, retain_graph=True); forward under torch.no_grad()")
+
+
 def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
         long: Sequence[Problem] = (), backward: bool = True, progress: Callable[[str], None] | None = None,
-        header: dict | None = None) -> dict:
-    """Measure every implementation on every problem (forward, and backward when asked); the long
-    table stops at the first N where nothing is left to run."""
+        header: dict | None = None, modes: Sequence[str] = ("call",)) -> dict:
+    """Measure every implementation on every problem (forward, and backward when asked) in each mode; the
+    long table stops at the first N where nothing is left to run."""
     timing.check()
+    for mode in modes:
+        if mode not in clocks.MODES:
+            raise ValueError(f"mode must be one of {clocks.MODES}, got {mode!r}")
     directions = PASSES if backward else ("fwd",)
     history, warmed, rows = _History(), set(), []
     started = time.monotonic()
@@ -164,16 +209,19 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
         for direction in directions:
             for impl in order:
                 if timing.budget_seconds is not None and time.monotonic() - started > timing.budget_seconds:
-                    row = _row(problem, impl, direction)
-                    row.update(status="skipped", note=f"the run's --time-budget of {timing.budget_seconds:g} s "
-                                                      "was spent")
+                    got = [_row(problem, impl, direction, mode) for mode in modes]
+                    for row in got:
+                        row.update(status="skipped", note=f"the run's --time-budget of {timing.budget_seconds:g} s "
+                                                          "was spent")
                 else:
-                    row = measure(impl, problem, direction, timing, history, warmed)
-                out.append(row)
+                    got = measure(impl, problem, direction, timing, history, warmed, modes)
+                out += got
                 if progress is not None:
-                    value = f"{row['tflops']:.1f} TFLOP/s ({row['seconds'] * 1e3:.3f} ms)" \
-                        if row["status"] == "ok" else f"{row['status']}: {row['note']}"
-                    progress(f"{problem.table} {problem.describe()} {direction} {impl.name}: {value}")
+                    for row in got:
+                        value = f"{row['tflops']:.1f} TFLOP/s ({row['seconds'] * 1e3:.3f} ms)" \
+                            if row["status"] == "ok" else f"{row['status']}: {row['note']}"
+                        progress(f"{problem.table} {problem.describe()} {direction} {row['mode']} {impl.name}: "
+                                 f"{value}")
         return out
 
     for problem in problems:
@@ -184,15 +232,11 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
         if all(r["status"] not in ("ok", "error", "unsupported") for r in got):
             break  # out of memory, too slow or unavailable everywhere: larger N would be too
     ratio_rows = ratios(rows)
-    head = {"environment": environment(impls), "flop_convention": FLOP_CONVENTION,
+    head = {"environment": environment(impls), "flop_convention": FLOP_CONVENTION, "modes": list(modes),
             "warmup": timing.warmup, "repeats": timing.repeats, "max_call_seconds": timing.max_call_seconds,
             "budget_seconds": timing.budget_seconds, "wall_seconds": time.monotonic() - started,
-            "backward": backward, "impls": [i.as_dict() for i in impls],
-            "timing": ("iokernels research plans: median of `repeats` CUDA-graph replays (each replay k calls, "
-                       "divided by k) after `warmup`; others: median of `repeats` calls each timed alone with CUDA "
-                       "events after `warmup` calls, behind a GPU spin so host launch latency is hidden; torch "
-                       "backward: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)"),
-            **(header or {})}
+            "backward": backward, "impls": [i.as_dict() for i in impls], "timing": TIMING,
+            "strongest_from": list(STRONGEST_FROM), **(header or {})}
     return {"header": head, "rows": rows, "ratios": ratio_rows, "summary": summarize(ratio_rows)}
 
 
@@ -222,51 +266,88 @@ def _labels(doc: dict) -> list[tuple[str, str]]:
     return [(i["name"], i["label"]) for i in doc["header"]["impls"]]
 
 
+def _modes(doc: dict) -> list[str]:
+    return list(doc["header"].get("modes") or dict.fromkeys(r.get("mode", "call") for r in doc["rows"]) or ["call"])
+
+
+def _columns(doc: dict) -> list[tuple[str, str, str]]:
+    """(impl, mode, header) per column: one per implementation, or with several modes one per
+    implementation and mode, side by side."""
+    modes = _modes(doc)
+    return [(name, mode, label if len(modes) == 1 else f"{label} {mode}") for name, label in _labels(doc)
+            for mode in modes]
+
+
+def _ratio_lines(doc: dict, labels: list[tuple[str, str]], dtypes: list[str]) -> list[str]:
+    main_ratios = [r for r in doc["ratios"] if r["table"] == "main"]
+    if not main_ratios:
+        return []
+    names = dict(labels)
+    peers = [(n, lab) for n, lab in labels if any(r["peer"] == n for r in main_ratios)]
+    lines = ["", "ratios: our TFLOP/s over the strongest peer's (the largest of the torch SDPA backends and "
+                 "FlexAttention measured, named under 'strongest') and over each peer's (same run, same mode)"]
+    rindex = {(r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["mode"], r["impl"], r["peer"]): r
+              for r in main_ratios}
+    modes = _modes(doc)
+    order = [n for n, _ in labels]
+    keys = sorted(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["mode"], r["impl"])
+                                for r in main_ratios),
+                  key=lambda k: (k[0], k[1], dtypes.index(k[2]) if k[2] in dtypes else 0, PASSES.index(k[4]),
+                                 order.index(k[6]), modes.index(k[5]) if k[5] in modes else 0))
+    body = []
+    for key in keys:
+        best = rindex.get((*key, "strongest"))
+        d, n, dtype, _, p, mode, impl = key
+        body.append([str(d), str(n), dtype, p, mode, names.get(impl, impl),
+                     f"{best['ratio']:.2f}x" if best else "-",
+                     names.get(best["strongest"], best["strongest"]) if best else "-",
+                     *(f"{rindex[(*key, peer)]['ratio']:.2f}x" if (*key, peer) in rindex else "-"
+                       for peer, _ in peers)])
+    lines += _table(["d", "N", "dtype", "pass", "mode", "ours", "/strongest", "strongest",
+                     *(f"/{lab}" for _, lab in peers)], body, 6)
+    lines += ["", "over the main table (smallest / median / largest ratio, configurations measured):"]
+    for s in doc["summary"]:
+        peer = "strongest" if s["peer"] == "strongest" else names.get(s["peer"], s["peer"])
+        lines.append(f"  {names.get(s['impl'], s['impl'])} / {peer} {s['pass']} {s.get('mode', 'call')}: "
+                     f"{s['min']:.2f}x / {s['median']:.2f}x / {s['max']:.2f}x ({s['configs']})")
+    return lines
+
+
 def render(doc: dict) -> str:
     h, env = doc["header"], doc["header"]["environment"]
     torch_part = f"  torch {env['torch']} (CUDA {env.get('torch_cuda')}, cuDNN {env.get('cudnn')})" \
         if env.get("torch") else ""
+    modes = _modes(doc)
     lines = [f"device: {env.get('gpu', 'none')}  cupy {env.get('cupy', '-')}  CUDA runtime "
              f"{env.get('cuda_runtime', '-')}  driver {env.get('cuda_driver', '-')}{torch_part}  "
              f"commit {env.get('commit')}  {env.get('date')}",
              f"TFLOP/s, {h['flop_convention']}",
-             f"median of {h['repeats']} timed calls after {h['warmup']} warm-ups; a configuration over "
-             f"{h['max_call_seconds'] * 1e3:g} ms per call is skipped",
+             f"mode{'s' if len(modes) > 1 else ''} {', '.join(modes)}: "
+             + "; ".join({"call": "CUDA events around back-to-back calls of each public function, host time "
+                                  "included",
+                          "graph": "the same call captured in a CUDA graph, replays timed the same way"}[m]
+                         for m in modes)
+             + f"; median of {h['repeats']} timed loops after {h['warmup']} warm-ups; a configuration over "
+               f"{h['max_call_seconds'] * 1e3:g} ms per call is skipped",
              "cells: n/a = not available, unsup = unsupported, OOM = out of memory, skip = too slow, err = error "
              "(reasons under notes)"]
     labels = _labels(doc)
+    columns = _columns(doc)
     main = [r for r in doc["rows"] if r["table"] == "main"]
-    index = {(r["table"], r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["impl"]): r for r in doc["rows"]}
+    index = {(r["table"], r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r.get("mode", "call"), r["impl"]): r
+             for r in doc["rows"]}
+    dtypes = list(dict.fromkeys(r["dtype"] for r in main))
     if main:
         lines += ["", f"B*H*N = {h.get('tokens')}, heads {h.get('heads')}" + (", causal" if h.get("causal") else "")
                   + (f", dropout {h['dropout']:g} (each implementation its own mask)" if h.get("dropout") else "")]
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))
-        dtypes = list(dict.fromkeys(r["dtype"] for r in main))
         configs.sort(key=lambda c: (c[0], c[1], dtypes.index(c[2]), PASSES.index(c[4])))
         body = [[str(d), str(n), dtype, str(b), str(hh), p,
-                 *(_cell(index.get(("main", d, n, dtype, causal, p, name))) for name, _ in labels)]
+                 *(_cell(index.get(("main", d, n, dtype, causal, p, mode, name))) for name, mode, _ in columns)]
                 for d, n, dtype, causal, p, b, hh in configs]
-        lines += _table(["d", "N", "dtype", "B", "H", "pass", *(lab for _, lab in labels)], body, 6)
-    main_ratios = [r for r in doc["ratios"] if r["table"] == "main"]
-    if main_ratios:
-        peers = [(n, lab) for n, lab in labels if any(r["peer"] == n for r in main_ratios)]
-        lines += ["", "ratios: our TFLOP/s / the peer's (same run)"]
-        rindex = {(r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["impl"], r["peer"]): r["ratio"]
-                  for r in main_ratios}
-        keys = sorted(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["impl"])
-                                    for r in main_ratios),
-                      key=lambda k: (k[0], k[1], dtypes.index(k[2]), PASSES.index(k[4]),
-                                     [n for n, _ in labels].index(k[5])))
-        body = [[str(d), str(n), dtype, p, dict(labels)[impl],
-                 *(f"{rindex[(d, n, dtype, c, p, impl, peer)]:.2f}x" if (d, n, dtype, c, p, impl, peer) in rindex
-                   else "-" for peer, _ in peers)] for d, n, dtype, c, p, impl in keys]
-        lines += _table(["d", "N", "dtype", "pass", "ours", *(f"/{lab}" for _, lab in peers)], body, 5)
-        names = dict(labels)
-        lines += ["", "over the main table (smallest / median / largest ratio, configurations measured):"]
-        for s in doc["summary"]:
-            lines.append(f"  {names.get(s['impl'], s['impl'])} / {names.get(s['peer'], s['peer'])} {s['pass']}: "
-                         f"{s['min']:.2f}x / {s['median']:.2f}x / {s['max']:.2f}x ({s['configs']})")
+        lines += _table(["d", "N", "dtype", "B", "H", "pass", *(head for _, _, head in columns)], body, 6)
+    lines += _ratio_lines(doc, labels, dtypes)
     long_rows = [r for r in doc["rows"] if r["table"] == "long"]
     if long_rows:
         first = long_rows[0]
@@ -276,13 +357,13 @@ def render(doc: dict) -> str:
         for p in PASSES:
             if not any(r["pass"] == p for r in long_rows):
                 continue
-            body = [[str(n), *(_cell(index.get(("long", first["d"], n, first["dtype"], first["causal"], p, name)))
-                               for name, _ in labels)] for n in ns]
-            lines += ["", f"{p}:", *_table(["N", *(lab for _, lab in labels)], body, 1)]
+            body = [[str(n), *(_cell(index.get(("long", first["d"], n, first["dtype"], first["causal"], p, mode,
+                                                name))) for name, mode, _ in columns)] for n in ns]
+            lines += ["", f"{p}:", *_table(["N", *(head for _, _, head in columns)], body, 1)]
     notes: dict[tuple[str, str, str], list[str]] = {}
     for r in doc["rows"]:
         if r["status"] != "ok" and r["note"]:
-            where = f"{r['table']} d={r['d']} N={r['N']} {r['dtype']} {r['pass']}"
+            where = f"{r['table']} d={r['d']} N={r['N']} {r['dtype']} {r['pass']} {r.get('mode', 'call')}"
             notes.setdefault((r["impl"], r["status"], r["note"]), []).append(where)
     if notes:
         lines += ["", "notes:"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..bench.configs import DEFAULT_DS, DEFAULT_DTYPES, DEFAULT_NS, OVERHEAD_DS, OVERHEAD_DTYPES, OVERHEAD_NS
 from ..plan.dropout import check_p
 from ..plan.units import check_dtype
 from .app import cli
@@ -27,44 +28,77 @@ def kernel_bench_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, c
     emit(doc, as_json, stages.render(doc))
 
 
+def _csv(values: tuple) -> str:
+    return ",".join(str(v) for v in values)
+
+
 @cli.command("bench")
-@click.option("--d", "ds", default="64,128", show_default=True, help="head dims, comma-separated")
-@click.option("--N", "ns", default="1024,4096,16384", show_default=True, help="sequence lengths, comma-separated")
+@click.option("--d", "ds", default=None,
+              help=f"head dims, comma-separated [default: {_csv(DEFAULT_DS)}; with --overhead {_csv(OVERHEAD_DS)}]")
+@click.option("--N", "ns", default=None,
+              help=f"sequence lengths, comma-separated [default: {_csv(DEFAULT_NS)}; with --overhead "
+                   f"{_csv(OVERHEAD_NS)}]")
 @click.option("--tokens", type=int, default=262144, show_default=True, help="B*H*N of every configuration")
 @click.option("--heads", type=int, default=16, show_default=True, help="H; batch B = tokens / (N*H)")
-@click.option("--dtype", "dtypes", default="float16,bfloat16", show_default=True, help="comma-separated dtypes")
+@click.option("--dtype", "dtypes", default=None,
+              help=f"comma-separated dtypes [default: {_csv(DEFAULT_DTYPES)}; with --overhead {_csv(OVERHEAD_DTYPES)}]")
 @click.option("--causal", is_flag=True, help="causal attention (N_q = N_k, so top-left and bottom-right agree)")
 @click.option("--dropout", "dropout_p", type=float, default=0.0, show_default=True, metavar="P",
               help="dropout probability on P for every implementation (each draws its own mask; cupy has none)")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
+@click.option("--mode", "mode", default="call", show_default=True,
+              help="call: CUDA events around back-to-back calls of each public function (host time included); "
+                   "graph: each call captured in a CUDA graph and replayed; both: the two side by side")
+@click.option("--overhead", is_flag=True,
+              help="instead of TFLOP/s: median and p90 host microseconds per call (CPU timer around the enqueue "
+                   "only), forward and forward+backward, ours beside the peers")
+@click.option("--overhead-calls", type=int, default=200, show_default=True, help="timed calls per --overhead row")
 @click.option("--long", "long_table", is_flag=True,
               help="also the long-sequence table: heads 48, d 64, batch 1, N from 512 doubling to --long-max-n")
 @click.option("--long-only", is_flag=True, help="only the long-sequence table")
 @click.option("--long-max-n", type=int, default=131072, show_default=True, help="largest N of the long table")
 @click.option("--long-dtype", default="float16", show_default=True, help="dtype of the long table")
 @click.option("--impls", default="default", show_default=True,
-              help="ours, comma-separated: fast, flash, standard, kv_outer (slow), all, none; default: the first three")
+              help="ours, comma-separated: torch (iokernels.torch.attention; alias fast), cupy (iokernels.attention "
+                   "on cupy arrays), flash (q_outer), standard, kv_outer (slow; research kernels through the cupy "
+                   "call), all, none; default: torch,cupy")
 @click.option("--peers", default="all", show_default=True,
-              help="peers, comma-separated: cupy, flash, cudnn, efficient, math (torch SDPA backends), all, none")
+              help="peers, comma-separated: cupy, flash, cudnn, efficient, math (torch SDPA backends), flex "
+                   "(FlexAttention, compiled), all, none")
 @click.option("--sram", default=None,
-              help=f"M of the research plans (default 96KB, capped at the device's limit): {SIZE_HELP}")
-@click.option("--warmup", type=int, default=3, show_default=True, help="untimed calls before the timed ones")
-@click.option("--repeats", type=int, default=20, show_default=True, help="timed calls per measurement (median)")
+              help=f"M of the research kernels (default: the library's): {SIZE_HELP}")
+@click.option("--warmup", type=int, default=3, show_default=True,
+              help="untimed calls before the timed ones (with --overhead: 20 when left at 3)")
+@click.option("--repeats", type=int, default=20, show_default=True, help="timed loops per measurement (median)")
 @click.option("--max-call-ms", type=float, default=2000.0, show_default=True,
               help="skip a configuration when one call takes (or is estimated to take) longer")
 @click.option("--time-budget", type=float, default=None,
               help="seconds for the whole run; once spent, the remaining measurements are skipped (and labelled)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @user_errors
-def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, long_table, long_only, long_max_n, long_dtype,
-              impls, peers, sram, warmup, repeats, max_call_ms, time_budget, as_json) -> None:
-    """TFLOP/s of iokernels and its peers (cupy/cuBLAS, torch SDPA backends) in one run, with ratios."""
+def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, mode, overhead, overhead_calls, long_table,
+              long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats, max_call_ms, time_budget,
+              as_json) -> None:
+    """TFLOP/s of iokernels and its peers (torch SDPA backends, FlexAttention, cupy/cuBLAS) in one run, all
+    timed the same way, with ratios; or, with --overhead, host microseconds per call."""
     from ..bench import clocks, configs, implementations, suite
+    from ..bench import overhead as host
 
+    modes = clocks.parse_mode(mode)
     timing = clocks.Timing(warmup=warmup, repeats=repeats, max_call_seconds=max_call_ms / 1e3,
                            budget_seconds=time_budget)
     timing.check()
     check_p(dropout_p)
+    if overhead:
+        if modes != ("call",):
+            raise ValueError("--overhead times host calls; --mode does not apply to it")
+        if long_table or long_only:
+            raise ValueError("--overhead runs the main configurations; --long and --long-only do not apply to it")
+        host.check(overhead_calls, warmup)
+    defaults = (configs.OVERHEAD_DS, configs.OVERHEAD_NS, configs.OVERHEAD_DTYPES) if overhead else \
+        (configs.DEFAULT_DS, configs.DEFAULT_NS, configs.DEFAULT_DTYPES)
+    ds, ns, dtypes = (_csv(default) if given is None else given for given, default in zip((ds, ns, dtypes), defaults,
+                                                                                         strict=True))
     dtype_list = configs.parse_dtypes(dtypes)
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
@@ -85,12 +119,22 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, long_t
             reasons.setdefault(i.unavailable("fwd") or "", []).append(i.name)
         raise RuntimeError("nothing to measure, no implementation is available: "
                            + "; ".join(f"{', '.join(v)}: {k}" for k, v in reasons.items()))
+    header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram}
+
+    def progress(msg: str) -> None:
+        click.echo(f"iokernels: {msg}", err=True)
+
+    if overhead:
+        click.echo(f"iokernels: host overhead of {len(chosen)} implementations on {len(problems)} configurations ...",
+                   err=True)
+        doc = host.run(problems, chosen, calls=overhead_calls, warmup=20 if warmup == 3 else warmup,
+                       backward=backward, header=header, progress=progress)
+        emit(doc, as_json, host.render(doc))
+        return
     click.echo(f"iokernels: bench of {len(chosen)} implementations on {len(problems)} configurations"
-               + (f" and {len(long)} long-sequence lengths" if long else "") + " ...", err=True)
-    header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
-              "long": {"heads": configs.LONG_HEADS, "d": configs.LONG_D, "batch": configs.LONG_BATCH,
-                       "dtype": check_dtype(long_dtype),
-                       "n_max": long_max_n} if long else None}
-    doc = suite.run(problems, chosen, timing, long=long, backward=backward, header=header,
-                 progress=lambda msg: click.echo(f"iokernels: {msg}", err=True))
+               + (f" and {len(long)} long-sequence lengths" if long else "") + f", mode {mode} ...", err=True)
+    header["long"] = {"heads": configs.LONG_HEADS, "d": configs.LONG_D, "batch": configs.LONG_BATCH,
+                      "dtype": check_dtype(long_dtype), "n_max": long_max_n} if long else None
+    doc = suite.run(problems, chosen, timing, long=long, backward=backward, header=header, modes=modes,
+                    progress=progress)
     emit(doc, as_json, suite.render(doc))

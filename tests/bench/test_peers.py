@@ -1,7 +1,10 @@
-"""``iokernels bench`` (iokernels.bench.peers) without a GPU: FLOP convention, configurations, ratios,
-outcomes (OOM, unsupported, unavailable, too slow) with fake implementations, CLI errors and JSON."""
+"""``iokernels bench`` without a GPU: FLOP convention, configurations, ratios, outcomes (OOM, unsupported,
+unavailable, too slow) with fake implementations, CLI errors and JSON. The modes, the strongest peer, the
+single timing method and ``--overhead``: tests/bench/test_modes.py."""
 
+import contextlib
 import json
+import types
 
 import pytest
 from click.testing import CliRunner
@@ -77,10 +80,12 @@ def test_parsers():
     def peers(text):
         return implementations.parse_names("--peers", text, implementations.PEERS, implementations.PEER_ALIASES,
                                            implementations.PEERS)
-    assert ours("default") == ["iokernels_fast", "iokernels_flash", "iokernels_standard"]
+    assert ours("default") == ["iokernels_torch", "iokernels_cupy"]
     assert ours("all")[-1] == "iokernels_flash_kv_outer" and ours("none") == []
-    assert ours("fast,flash") == ["iokernels_fast", "iokernels_flash"]
+    assert ours("fast,flash") == ["iokernels_torch", "iokernels_flash"]
+    assert ours("torch,cupy,standard") == ["iokernels_torch", "iokernels_cupy", "iokernels_standard"]
     assert peers("FLASH_ATTENTION,cudnn,math,cupy") == ["torch_flash", "torch_cudnn", "torch_math", "cupy_standard"]
+    assert peers("flex") == ["torch_flex"]
     assert peers("all") == list(implementations.PEERS)
     with pytest.raises(ValueError, match="--peers: unknown implementation 'foo'"):
         peers("flash,foo")
@@ -93,17 +98,35 @@ def test_parsers():
 
 
 class FakeClock:
-    """Each call 'takes' the seconds its implementation says (deterministic), and is counted."""
+    """Each call 'takes' the seconds its implementation says (deterministic); a graph replay takes
+    ``graph_factor`` of that; loops and captures are counted."""
 
-    name = "fake-events"
+    name = "fake"
 
-    def __init__(self, seconds):
-        self.seconds, self.calls = seconds, 0
+    def __init__(self, seconds, graph_factor=0.5):
+        self.seconds, self.graph_factor, self.loops, self.captures = seconds, graph_factor, [], 0
 
-    def time_one(self, fn):
+    def on(self):
+        return contextlib.nullcontext()
+
+    def synchronize(self):
+        pass
+
+    def loop_seconds(self, fn, loop):
+        for _ in range(loop):
+            fn()
+        self.loops.append(loop)
+        return self.seconds * (self.graph_factor if getattr(fn, "replay", False) else 1.0)
+
+    def capture(self, fn):
+        self.captures += 1
         fn()
-        self.calls += 1
-        return self.seconds
+
+        def replay():
+            fn()
+
+        replay.replay = True
+        return replay
 
 
 class Fake(implementations.Impl):
@@ -142,27 +165,29 @@ def no_device(monkeypatch):
 
 def test_ok_is_the_median_of_repeats_after_warmup(no_device):
     fake = Fake("ours", "o", True, tflops=250.0)
-    row = suite.measure(fake, PROBLEM, "fwd", TIMING)
-    assert row["status"] == "ok" and row["timed_calls"] == 20 and row["method"] == "fake-events"
-    assert row["tflops"] == pytest.approx(250.0) and row["seconds"] == pytest.approx(PROBLEM.flops("fwd") / 250e12)
-    assert len(fake.calls) == 1 + 2 + 20  # the one-call check, warm-ups, timed calls
+    [row] = suite.measure(fake, PROBLEM, "fwd", TIMING)
+    seconds = PROBLEM.flops("fwd") / 250e12
+    loop = clocks.loop_length(seconds)  # loops of about 5 ms: 5 calls of 1.1 ms
+    assert loop == 5
+    assert row["status"] == "ok" and row["mode"] == "call" and row["loop"] == loop
+    assert row["timed_calls"] == 20 * loop and row["method"] == "fake events around 5 back-to-back calls"
+    assert row["tflops"] == pytest.approx(250.0) and row["seconds"] == pytest.approx(seconds)
+    assert len(fake.calls) == 1 + 2 + 20 * loop  # the one-call check, warm-ups, timed loops
     assert no_device == [1]  # memory given back after each measurement
-    bwd = suite.measure(fake, PROBLEM, "bwd", TIMING)
+    [bwd] = suite.measure(fake, PROBLEM, "bwd", TIMING)
     assert bwd["flops"] == 2.5 * row["flops"] and bwd["tflops"] == pytest.approx(250.0)
 
 
 def test_time_runner_takes_the_median():
     times = iter([0.5] + [1.0] * 10 + [3.0] * 9 + [100.0])
 
-    class Clock:
-        name = "x"
-
-        def time_one(self, fn):
+    class Clock(FakeClock):
+        def loop_seconds(self, fn, loop):
             return next(times)
 
-    seconds, calls, method = clocks.time_runner(clocks.Runner(call=lambda: None, clock=Clock()),
-                                            clocks.Timing(warmup=0, repeats=20, max_call_seconds=1.0))
-    assert (seconds, calls, method) == (2.0, 20, "x")
+    got = clocks.time_runner(clocks.Runner(call=lambda: None, clock=Clock(0)),
+                             clocks.Timing(warmup=0, repeats=20, max_call_seconds=1.0))
+    assert (got.seconds, got.calls, got.loop) == (2.0, 20, 1)
 
 
 @pytest.mark.parametrize("exc, status, text", [
@@ -174,27 +199,27 @@ def test_time_runner_takes_the_median():
     (RuntimeError("CUDA error: an illegal memory access was encountered"), "error", "illegal memory access"),
 ])
 def test_failures_are_labelled_and_the_run_goes_on(no_device, exc, status, text):
-    row = suite.measure(Fake("x", "x", False, raise_=exc), PROBLEM, "fwd", TIMING)
+    [row] = suite.measure(Fake("x", "x", False, raise_=exc), PROBLEM, "fwd", TIMING)
     assert row["status"] == status and text in row["note"] and row["tflops"] is None
     assert no_device == [1]
-    assert suite.measure(Fake("y", "y", False), PROBLEM, "fwd", TIMING)["status"] == "ok"
+    assert suite.measure(Fake("y", "y", False), PROBLEM, "fwd", TIMING)[0]["status"] == "ok"
 
 
 def test_not_available_is_labelled_without_running():
-    fake = Fake("iokernels_fast", "fast", True, missing="iokernels.plan.fast has no backward yet")
-    row = suite.measure(fake, PROBLEM, "bwd", TIMING)
-    assert row["status"] == "not available" and "no backward" in row["note"] and fake.calls == []
+    fake = Fake("iokernels_torch", "io-torch", True, missing="torch is not installed")
+    [row] = suite.measure(fake, PROBLEM, "bwd", TIMING)
+    assert row["status"] == "not available" and "torch is not installed" in row["note"] and fake.calls == []
 
 
 def test_slow_configurations_are_skipped_after_one_call_or_by_estimate():
     slow = Fake("slow", "s", True, tflops=0.1)  # 1 s per 0.1 TFLOP
     small = configs.Problem(batch=16, heads=16, n=1024, d=64, dtype="float16")  # 68.7 GFLOP: 0.69 s, under 1 s
     history = suite._History()
-    assert suite.measure(slow, small, "fwd", TIMING, history)["status"] == "ok"
+    assert suite.measure(slow, small, "fwd", TIMING, history)[0]["status"] == "ok"
     calls = len(slow.calls)
-    row = suite.measure(slow, PROBLEM, "fwd", TIMING, history)  # 4x the FLOPs: estimated 2.7 s
+    [row] = suite.measure(slow, PROBLEM, "fwd", TIMING, history)  # 4x the FLOPs: estimated 2.7 s
     assert row["status"] == "skipped" and "estimated" in row["note"] and len(slow.calls) == calls
-    fresh = suite.measure(Fake("slow2", "s", True, tflops=0.1), PROBLEM, "fwd", TIMING)
+    [fresh] = suite.measure(Fake("slow2", "s", True, tflops=0.1), PROBLEM, "fwd", TIMING)
     assert fresh["status"] == "skipped" and "one call took" in fresh["note"] and fresh["timed_calls"] == 1
     assert fresh["tflops"] is None and fresh["seconds"] == pytest.approx(PROBLEM.flops("fwd") / 0.1e12)
 
@@ -224,7 +249,8 @@ def test_ratios_pair_each_of_ours_with_each_peer():
     for impl, ours, tflops in [("fast", True, 300.0), ("flash", True, 30.0), ("FLASH", False, 300.0),
                                ("CUDNN", False, 450.0), ("MATH", False, None)]:
         row = {"table": "main", "d": 64, "N": 4096, "dtype": "float16", "batch": 4, "heads": 16, "causal": False,
-               "pass": "fwd", "impl": impl, "ours": ours, "status": "ok" if tflops else "oom", "tflops": tflops}
+               "pass": "fwd", "mode": "call", "impl": impl, "ours": ours, "status": "ok" if tflops else "oom",
+               "tflops": tflops}
         rows.append(row)
     got = {(r["impl"], r["peer"]): r["ratio"] for r in suite.ratios(rows)}
     assert got == {("fast", "FLASH"): 1.0, ("fast", "CUDNN"): pytest.approx(300 / 450),
@@ -234,8 +260,8 @@ def test_ratios_pair_each_of_ours_with_each_peer():
 
 
 def fakes():
-    return [Fake("iokernels_fast", "fast", True, missing="iokernels.plan.fast has no backward yet"),
-            Fake("iokernels_flash", "io-flash", True, tflops=30.0),
+    return [Fake("iokernels_torch", "io-torch", True, missing="torch is not installed"),
+            Fake("iokernels_cupy", "io-cupy", True, tflops=30.0),
             Fake("iokernels_standard", "io-std", True, tflops=20.0,
                  raise_=lambda p, d: OutOfMemoryError("Out of memory") if p.n >= 4096 else None),
             Fake("cupy_standard", "cupy", False, tflops=40.0,
@@ -253,7 +279,7 @@ def test_document_structure_and_text():
     h = doc["header"]
     assert {"environment", "flop_convention", "warmup", "repeats", "max_call_seconds", "timing", "impls",
             "tokens", "heads", "backward"} <= set(h)
-    assert h["repeats"] == 20 and h["impls"][0]["name"] == "iokernels_fast"
+    assert h["repeats"] == 20 and h["impls"][0]["name"] == "iokernels_torch"
     assert len([r for r in doc["rows"] if r["table"] == "main"]) == 4 * 2 * 6
     assert len([r for r in doc["rows"] if r["table"] == "long"]) == 2 * 2 * 6
     for r in doc["rows"]:
@@ -262,16 +288,16 @@ def test_document_structure_and_text():
         assert r["status"] in ("ok", "oom", "unsupported", "not available", "skipped", "error")
         assert (r["tflops"] is not None and r["tflops"] > 0) == (r["status"] == "ok")
     statuses = {(r["impl"], r["N"], r["dtype"], r["pass"], r["table"]): r["status"] for r in doc["rows"]}
-    assert statuses[("iokernels_fast", 1024, "float16", "fwd", "main")] == "not available"
+    assert statuses[("iokernels_torch", 1024, "float16", "fwd", "main")] == "not available"
     assert statuses[("iokernels_standard", 4096, "float16", "fwd", "main")] == "oom"
     assert statuses[("cupy_standard", 1024, "bfloat16", "bwd", "main")] == "unsupported"
     ratio = {(r["impl"], r["peer"], r["N"], r["dtype"], r["pass"]): r["ratio"] for r in doc["ratios"]
              if r["table"] == "main"}
-    assert ratio[("iokernels_flash", "torch_flash", 4096, "bfloat16", "bwd")] == pytest.approx(0.1)
-    assert ("iokernels_flash", "cupy_standard", 1024, "bfloat16", "fwd") not in ratio
-    assert not any(k[0] == "iokernels_fast" for k in ratio)
+    assert ratio[("iokernels_cupy", "torch_flash", 4096, "bfloat16", "bwd")] == pytest.approx(0.1)
+    assert ("iokernels_cupy", "cupy_standard", 1024, "bfloat16", "fwd") not in ratio
+    assert not any(k[0] == "iokernels_torch" for k in ratio)
     text = suite.render(doc)
-    for s in ("Fake GPU", "fast", "io-flash", "FLASH", "CUDNN", "n/a", "OOM", "unsup", "/FLASH", "/CUDNN",
+    for s in ("Fake GPU", "io-torch", "io-cupy", "FLASH", "CUDNN", "n/a", "OOM", "unsup", "/FLASH", "/CUDNN",
               "long sequences: heads 48, d 64, batch 1", "notes:", "cupy has no bfloat16 dtype"):
         assert s in text, s
 
@@ -326,20 +352,20 @@ def test_cli_with_nothing_available_is_one_line_exit_1(monkeypatch):
 def test_cli_json_is_one_document(monkeypatch):
     monkeypatch.setattr(implementations, "make_impls", lambda names, sram=None: [f for f in fakes() if f.name in names])
     result = invoke("--d", "64,128", "--N", "1024,4096", "--dtype", "float16", "--long", "--long-max-n", "1024",
-                    "--peers", "flash,cudnn,cupy", "--json")
+                    "--impls", "torch,cupy,standard", "--peers", "flash,cudnn,cupy", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert set(doc) == {"header", "rows", "ratios", "summary"}
     assert doc["header"]["tokens"] == 262144 and doc["header"]["heads"] == 16
     assert doc["header"]["long"] == {"heads": 48, "d": 64, "batch": 1, "dtype": "float16", "n_max": 1024}
-    assert {r["impl"] for r in doc["rows"]} == {"iokernels_fast", "iokernels_flash", "iokernels_standard",
+    assert {r["impl"] for r in doc["rows"]} == {"iokernels_torch", "iokernels_cupy", "iokernels_standard",
                                                "cupy_standard", "torch_flash", "torch_cudnn"}
     assert {(r["d"], r["N"]) for r in doc["rows"] if r["table"] == "main"} == {(64, 1024), (64, 4096), (128, 1024),
                                                                              (128, 4096)}
     assert all(r["batch"] * r["heads"] * r["N"] == 262144 for r in doc["rows"] if r["table"] == "main")
     assert "iokernels: main d=64 N=1024" in result.stderr  # progress goes to stderr
     text = invoke("--d", "64", "--N", "4096", "--dtype", "float16", "--no-backward", "--peers", "flash")
-    assert text.exit_code == 0 and "io-flash" in text.stdout and "bwd" not in text.stdout.split("ratios")[0]
+    assert text.exit_code == 0 and "io-cupy" in text.stdout and "bwd" not in text.stdout.split("ratios")[0]
 
 
 def test_time_budget_skips_the_rest_and_still_ends_with_a_document(monkeypatch):
@@ -367,7 +393,9 @@ def test_cupy_peer_arithmetic_matches_the_reference(monkeypatch):
     monkeypatch.setattr(implementations, "_random",
                         lambda xp, shape, seed: np.random.default_rng(seed).standard_normal(shape)
                         .astype(np.float32))
-    monkeypatch.setattr(implementations, "CupyClock", lambda: None)
+    monkeypatch.setattr(np, "cuda", types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
+        synchronize=lambda: None)), raising=False)
+    monkeypatch.setattr(implementations, "CupyClock", lambda: FakeClock(0.0))
     problem = configs.Problem(batch=1, heads=2, n=96, d=32, dtype="float32")
     q, k, v, do = (implementations._random(np, (1, 2, 96, 32), i).astype(np.float64) for i in range(4))
     o, p = implementations.CupyStandard().setup(problem, "fwd").call()
