@@ -1,5 +1,6 @@
 // FlashAttention backward (the paper's Algorithm 4 with FlashAttention-2's D pre-pass and dQ atomics):
-// CUDA cores, or tensor cores (mma.sync, see fb_p_ds_mma) for float16 / bfloat16 with d a multiple of 16.
+// CUDA cores, or tensor cores (mma.sync: fb_p_ds_mma, fb_dk_dv_mma, and tiles.cuh's pv_tile_mma for dQ) for
+// float16 / bfloat16 with d a multiple of 16.
 // Block j owns K_j, V_j and the dK_j, dV_j accumulators in shared memory; the loop over Q blocks i recomputes
 // P from lse, so no N_q x N_k matrix ever touches HBM.
 //
@@ -584,53 +585,6 @@ __device__ __forceinline__ void fb_dk_dv_mma(const uint4* q, const uint4* d_o, c
     }
 }
 
-// dQacc_i += (τdS) K_j: one float atomic per in-range element, as on CUDA cores.
-template <typename T, typename Counters>
-__device__ __forceinline__ void fb_dq_mma(Counters& cnt, const uint4* k, const float* ds, float* dqacc, int rows,
-                                          int cols)
-{
-    constexpr int NT = mma_nt(BR / 16, HEAD_D / 8);
-    constexpr int GROUPS = (HEAD_D / 8 + NT - 1) / NT;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
-    const T* ke = reinterpret_cast<const T*>(k);
-    for (int strip = warp; strip < rows16 / 16 * GROUPS; strip += NWARPS) {
-        const int r0 = strip / GROUPS * 16, n0 = strip % GROUPS * 8 * NT;
-        float acc[NT][4] = {};
-        for (int c0 = 0; c0 < cols16; c0 += 16) {
-            const float* d0 = ds + (r0 + g) * BC + c0 + 2 * t;  // dS[r0 + g][c0 + 2t]
-            const unsigned a[4] = {tc_pack<T>(d0[0], d0[1]), tc_pack<T>(d0[8 * BC], d0[8 * BC + 1]),
-                                   tc_pack<T>(d0[8], d0[9]), tc_pack<T>(d0[8 * BC + 8], d0[8 * BC + 9])};
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                if (n0 + 8 * j < HEAD_D) {
-                    const T* kb = ke + (c0 + 2 * t) * HEAD_D + n0 + 8 * j + g;  // K[c0 + 2t][n]
-                    tc_mma<T>(acc[j], a, mma_pair(kb, HEAD_D), mma_pair(kb + 8 * HEAD_D, HEAD_D));
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            if (n0 + 8 * j < HEAD_D) {
-#pragma unroll
-                for (int h = 0; h < 4; ++h) {
-                    const int r = r0 + g + 8 * (h / 2), n = n0 + 8 * j + 2 * t + h % 2;
-                    float x = acc[j][h];
-                    for (int c = cols16; c < cols; ++c) x = fmaf(ds[r * BC + c], to_f(ke[c * HEAD_D + n]), x);
-                    iok_atomic_add<IOK_T_dQacc>(cnt, dqacc + static_cast<size_t>(r) * HEAD_D + n, x);
-                }
-            }
-        }
-    }
-    // rows [rows16, rows) on CUDA cores
-    for (int i = threadIdx.x; i < (rows - rows16) * HEAD_D; i += THREADS) {
-        const int r = rows16 + i / HEAD_D, n = i % HEAD_D;
-        float x = 0.0f;
-        for (int c = 0; c < cols; ++c) x = fmaf(ds[r * BC + c], to_f(ke[c * HEAD_D + n]), x);
-        iok_atomic_add<IOK_T_dQacc>(cnt, dqacc + static_cast<size_t>(r) * HEAD_D + n, x);
-    }
-}
-
 // K_j, V_j (cols rows from 16-byte vector kv_base on) -> SRAM, each element once.
 template <typename T, typename Counters>
 __device__ __forceinline__ void fb_load_kv(Counters& cnt, uint4* k_s, uint4* v_s, const T* k, const T* v,
@@ -755,7 +709,12 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
 
         if constexpr (MMA_TILES<T>) {
             fb_dk_dv_mma<T>(q_s, do_s, p_s, ds_s, dk_s, dv_s, rows, cols);
-            fb_dq_mma<T>(c, k_s, ds_s, dqacc + q_row * HEAD_D, rows, cols);
+            // dQacc_i += (τdS) K_j: the product of tiles.cuh's PV (float rows of stride BC times rows of T),
+            // one float atomic per in-range element, as on CUDA cores
+            float* dq_i = dqacc + q_row * HEAD_D;
+            pv_tile_mma(ds_s, reinterpret_cast<const T*>(k_s), rows, cols, [&](int r, int n, float x) {
+                iok_atomic_add<IOK_T_dQacc>(c, dq_i + static_cast<size_t>(r) * HEAD_D + n, x);
+            });
         } else {
             fb_dk_dv<T>(q_s, do_s, p_s, ds_s, dk_s, dv_s, rows, cols);
             fb_dq<T>(c, k_s, ds_s, dqacc + q_row * HEAD_D, rows, cols);
