@@ -173,8 +173,6 @@ def compare(plans: list[Plan], spec: GpuSpec, *, on_gpu: bool, reason: str = "",
 
 FILL_HEADS = 16  # the paper's GPT-2 runs: batch 64 x heads 16
 MEMORY_FRACTION = 0.5  # of the device memory the largest plan's tensors may take
-
-
 WAVE_FILL = 0.9  # the smallest grid's waves (one block per SM) must be this full on average
 MAX_FILL_BATCH = 256
 

@@ -61,9 +61,12 @@ def _middle(ax, panel: dict) -> None:
     handles = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()
     ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper right")
-    slope = (panel["fits"].get("dram_bytes") or panel["fits"].get("counted_bytes") or {}).get("memory_bound")
-    ax.set_title("flash forward: effect of block size" + ("" if slope is None else f" (slope {slope:.2f})"),
-                 fontsize=10)
+    fit = panel["fits"].get("dram_bytes") or panel["fits"].get("counted_bytes") or {}
+    slopes = [f"{fit[k]:.2f} {what}"
+              for k, what in (("falling", "up to the knee"), ("memory_bound", "memory-bound points"))
+              if fit.get(k) is not None]
+    ax.set_title("flash forward: effect of block size"
+                 + (f"\nslope of log time on log bytes: {', '.join(slopes)}" if slopes else ""), fontsize=9)
 
 
 def _right(ax, panel: dict) -> None:

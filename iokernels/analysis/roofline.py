@@ -208,45 +208,30 @@ def annotate(doc: dict, plans: list[Plan], spec: GpuSpec) -> dict:
 WARMUP = 3
 
 
-def _event_seconds(cp, repeats: int, fn, *args, **kwargs) -> float:
-    """Mean seconds of ``fn(*args, **kwargs)`` over ``repeats`` back-to-back calls after warm-ups, between two
-    CUDA events."""
-    for _ in range(WARMUP):
-        fn(*args, **kwargs)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(repeats):
-        fn(*args, **kwargs)
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / 1e3 / repeats
-
-
 def measure_ceilings(dtype: str, *, n: int = 8192, copy_bytes: int = 2 * 1024**3, repeats: int = 20) -> Ceilings:
-    """The device's copy bandwidth (a device-to-device ``cupy.copyto``: bytes read + written over time) and
-    matrix-product peak (``cupy.matmul`` of two n x n matrices, cuBLAS: 2n³ over time; float16 for float16 and
-    bfloat16, which cupy lacks; float32 for float32). RuntimeError without cupy or a GPU."""
+    """The device's copy bandwidth (:func:`iokernels.kernels.launch.copy_bandwidth`: a device-to-device
+    ``cupy.copyto``, bytes read + written over time) and matrix-product peak (``cupy.matmul`` of two n x n
+    matrices, cuBLAS: 2n³ over time; float16 for float16 and bfloat16, which cupy lacks; float32 for float32),
+    each the median of ``repeats`` calls between CUDA events (:func:`iokernels.kernels.launch.event_seconds`).
+    RuntimeError without cupy or a GPU."""
+    from ..kernels import launch
     from ..kernels.runtime import require_cupy
 
     cp = require_cupy()
     free, _ = cp.cuda.runtime.memGetInfo()
     copy_bytes = max(1 << 20, min(copy_bytes, free // 8)) // 4 * 4
-    src = cp.ones(copy_bytes // 4, dtype=cp.float32)
-    dst = cp.empty_like(src)
-    copy_s = _event_seconds(cp, repeats, cp.copyto, dst, src)
-    del src, dst
+    bandwidth = launch.copy_bandwidth(copy_bytes, warmup=WARMUP, repeats=repeats)
     mm_dtype = "float32" if dtype == "float32" else "float16"
     a = cp.random.random((n, n), dtype=cp.float32).astype(mm_dtype)
     b = cp.random.random((n, n), dtype=cp.float32).astype(mm_dtype)
     c = cp.empty((n, n), dtype=mm_dtype)
-    mm_s = _event_seconds(cp, repeats, cp.matmul, a, b, out=c)
-    del a, b, c
-    bandwidth, flops = 2 * copy_bytes / copy_s, 2 * n**3 / mm_s
+    mm_s = launch.event_seconds(lambda: cp.matmul(a, b, out=c), warmup=WARMUP, repeats=repeats)
+    flops = 2 * n**3 / mm_s
     return Ceilings(flops, bandwidth, "measured",
                     f"measured: copy {bandwidth / 1e9:.0f} GB/s (cupy.copyto, {copy_bytes / 2**30:.2f} GiB device to "
                     f"device, bytes read + written over time), matmul {flops / 1e12:.1f} TFLOP/s (cupy.matmul "
-                    f"{n}x{n}x{n} {mm_dtype}, 2n^3 over time); mean of {repeats} back-to-back calls after {WARMUP} "
-                    "warm-ups between CUDA events")
+                    f"{n}x{n}x{n} {mm_dtype}, 2n^3 over time); median of {repeats} calls after {WARMUP} "
+                    "warm-ups, CUDA events around each")
 
 
 def measure(plans: list[Plan], *, seed: int = 0, repeats: int = 10, dram: bool = False) -> dict:

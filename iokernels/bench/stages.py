@@ -11,7 +11,6 @@ the whole plan; see :func:`iokernels.kernels.launch.graph_seconds`), so host lau
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from .. import model
@@ -19,30 +18,6 @@ from ..analysis.compare import environment
 from ..kernels import launch
 from ..kernels.stages import GEMMS, ROWWISE
 from ..plan import Plan
-
-
-def _median_seconds(fn, warmup: int, repeats: int) -> float:
-    cp = launch.require_cupy()
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return statistics.median(times)
-
-
-def copy_bandwidth(nbytes: int = 1 << 30, warmup: int = 3, repeats: int = 20) -> float:
-    """Bytes read + written per second by a device-to-device copy of ``nbytes``."""
-    cp = launch.require_cupy()
-    src = cp.ones(nbytes // 4, dtype=cp.float32)
-    dst = cp.empty_like(src)
-    seconds = _median_seconds(lambda: cp.copyto(dst, src), warmup, repeats)
-    return 2 * src.nbytes / seconds
 
 
 def _matmul_seconds(plan: Plan, stage: str, buffers: dict[str, Any], warmup: int, repeats: int) -> float:
@@ -57,11 +32,11 @@ def _matmul_seconds(plan: Plan, stage: str, buffers: dict[str, Any], warmup: int
 
     left, right = operand(a, trans_a), operand(b, trans_b)
     out = cp.empty(buffers[c].shape, dtype=left.dtype)
-    return _median_seconds(lambda: cp.matmul(left, right, out=out), warmup, repeats)
+    return launch.event_seconds(lambda: cp.matmul(left, right, out=out), warmup=warmup, repeats=repeats)
 
 
 def kernel_bench(plans: list[Plan], *, warmup: int = 3, repeats: int = 20) -> dict:
-    copy_bw = copy_bandwidth()
+    copy_bw = launch.copy_bandwidth()
     rows = []
     for plan in plans:
         inputs, _ = launch.make_device_inputs(plan, seed=0)

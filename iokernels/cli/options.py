@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..model.specs import DEFAULT_GPU, resolve_spec
+from ..model.specs import DEFAULT_GPU, GpuSpec, current_device_spec, resolve_spec
 from ..plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
 from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
@@ -102,6 +102,22 @@ def problem_options(fn: Callable, *, fill: bool = False) -> Callable:
 def filling_problem_options(fn: Callable) -> Callable:
     """:func:`problem_options` with --batch and --heads left None when not given (``compare``)."""
     return problem_options(fn, fill=True)
+
+
+def matching_device(gpu: str | None, *, off: bool = False, hint: str = "") -> GpuSpec | None:
+    """The current device's spec (None without one, or when ``off``: --simulate, --model-only); ValueError when
+    --gpu names another GPU (``hint``: what to add instead)."""
+    device = None if off else current_device_spec()
+    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
+        raise ValueError(f"--gpu {gpu} does not match this device ({device.name})" + (f"; {hint}" if hint else ""))
+    return device
+
+
+def check_repeats(repeats: int) -> int:
+    """--repeats, which must be >= 1."""
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    return repeats
 
 
 def causal_spec(causal: bool, causal_align: str | None) -> str:

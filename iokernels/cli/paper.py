@@ -10,7 +10,7 @@ from ..model.specs import current_device_spec, resolve_spec
 from ..plan.masks import PATTERNS
 from ..plan.units import check_dtype, format_bytes, parse_size
 from .app import cli
-from .options import SIZE_HELP, emit, user_errors
+from .options import SIZE_HELP, check_repeats, emit, user_errors
 
 
 @cli.group("paper")
@@ -71,8 +71,7 @@ def fig2_cmd(ctx, panels, spec_name, sram, n, d, batch, heads, dtype, schedule, 
     chosen = figure2.parse_panels(panels)
     block_list = None if blocks is None else figure2.parse_numbers("--blocks", blocks, int)
     density_list = figure2.parse_numbers("--densities", densities, float)
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    check_repeats(repeats)
     if plot_path is not None:
         from ..analysis.plotting import require_matplotlib
 

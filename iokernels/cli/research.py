@@ -16,10 +16,12 @@ from .options import (
     KV_HEADS_OPTION,
     block_sparse_options,
     causal_spec,
+    check_repeats,
     emit,
     filling_problem_options,
     mask_dropout_options,
     mask_dropout_spec,
+    matching_device,
     plans_from_options,
     problem_options,
     sparse_spec,
@@ -112,10 +114,7 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
     from ..analysis import roofline
     from ..analysis.compare import compare
 
-    device = None if simulate else current_device_spec()
-    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
-        raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
-                         "simulate another GPU's tiling")
+    device = matching_device(gpu, off=simulate, hint="add --simulate to simulate another GPU's tiling")
 
     def make(b: int, h: int) -> list:
         return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
@@ -124,8 +123,7 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
 
     plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
     spec = resolve_spec(gpu)
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    check_repeats(repeats)
     reason = "--simulate" if simulate else "no CUDA device found"
     where = "on the GPU" if device is not None else "on the CPU simulator"
     click.echo(f"iokernels: running {len(plans)} plans {where} (batch {plans[0].batch} x heads {plans[0].heads}) ...",
@@ -170,12 +168,8 @@ def roofline_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causa
         from ..analysis.plotting import require_matplotlib
 
         require_matplotlib()
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
-    device = None if model_only else current_device_spec()
-    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
-        raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --model-only to "
-                         "predict another GPU's roofline")
+    check_repeats(repeats)
+    device = matching_device(gpu, off=model_only, hint="add --model-only to predict another GPU's roofline")
     if dram and device is None:
         raise RuntimeError("--dram needs a CUDA GPU and Nsight Compute (ncu): " +
                            ("--model-only was given" if model_only else "no CUDA device found"))
@@ -217,9 +211,7 @@ def profile_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
     """Nsight Compute counters (DRAM, L1, L2) beside the kernels' counted bytes and the model, per kernel."""
     from ..analysis import profile
 
-    device = current_device_spec()
-    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
-        raise ValueError(f"--gpu {gpu} does not match this device ({device.name})")
+    matching_device(gpu)
     plans, _ = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align)
     plans = profile.select_plans(plans, algorithms)
     selection = profile.select_stages(plans, kernels)
@@ -264,12 +256,8 @@ def sweep_cmd(vary, values, algorithms, schedules, n, n_q, n_k, d, sram, dtype, 
         from ..analysis.plotting import require_matplotlib
 
         require_matplotlib()
-    device = None if simulate else current_device_spec()
-    if gpu is not None and device is not None and device.key != resolve_spec(gpu).key:
-        raise ValueError(f"--gpu {gpu} does not match this device ({device.name}); add --simulate to "
-                         "simulate another GPU's tiling")
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    device = matching_device(gpu, off=simulate, hint="add --simulate to simulate another GPU's tiling")
+    check_repeats(repeats)
     spec = resolve_spec(gpu)
     base = sweep.Problem(N_q=n if n_q is None else n_q, N_k=n if n_k is None else n_k, d=d,
                          dtype=check_dtype(dtype), sram=parse_size(sram), batch=batch, heads=heads,

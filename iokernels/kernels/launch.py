@@ -420,6 +420,33 @@ def capture_plans(runs: list[tuple[Plan, dict[str, Any]]], scale: float) -> Any:
     return graph
 
 
+# Timing of long library calls (a large copy, a cuBLAS product): CUDA events around each call, which is long
+# enough that the host's launch latency does not count; the plans' kernels are timed by graph_seconds below.
+
+def event_seconds(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20) -> float:
+    """Median seconds of one ``fn()`` over ``repeats`` calls after ``warmup``, CUDA events around each."""
+    cp = require_cupy()
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, *, warmup: int = 3, repeats: int = 20) -> float:
+    """Bytes read + written per second by a device-to-device copy of ``nbytes`` (``cupy.copyto``)."""
+    cp = require_cupy()
+    src = cp.ones(nbytes // 4, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    return 2 * src.nbytes / event_seconds(lambda: cp.copyto(dst, src), warmup=warmup, repeats=repeats)
+
+
 # Timing: CUDA-graph replays of back-to-back launches, CUDA events around each replay. A stage of a
 # few microseconds launched from Python would otherwise time the host's launch latency, not the GPU.
 GRAPH_TARGET_SECONDS = 2e-3  # each timed replay runs about this long (more launches for short kernels)
