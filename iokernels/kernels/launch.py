@@ -23,6 +23,7 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
+from . import rawlaunch
 from .runtime import cubin_cache_dir, require_cupy
 from .sources import COUNTER_SLOTS, SOURCE_ARCHS, build_source
 from .stages import GEMMS, KernelRef, kernel_ref
@@ -204,26 +205,13 @@ def compile_plan(plan: Plan, counting: bool = False) -> None:
 # ---------------------------------------------------------------------------------------------
 # launching
 
-@dataclass(frozen=True)
-class StageLaunch:
-    """One stage's launch of the plain build, prepared once (the compiled function, grid, threads, shared
-    memory, :func:`stage_arg_layout`) for a cache to keep; :func:`launch_prepared` runs it."""
-
-    fn: Any
-    grid: tuple[int, ...]
-    block: tuple[int]
-    smem_bytes: int
-    layout: tuple[Any, ...]
-    dropout: bool
-
-
 @dataclass
 class GpuRun:
     plan: Plan
     buffers: dict[str, Any]
     counts: Counts | None = None
     workspace_bytes: int = 0
-    launches: tuple[StageLaunch, ...] | None = None  # the plain build's prepared launches, for the next run
+    raw: RawPlan | None = None  # the plain build's prepared launches, for the next run
 
 
 @dataclass
@@ -330,17 +318,76 @@ def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float
        shared_mem=stage.smem_bytes)
 
 
-def prepare_launches(plan: Plan, scale: float) -> tuple[StageLaunch, ...]:
-    """Every stage of ``plan`` as a :class:`StageLaunch` on the current device (compiles what is not yet)."""
-    return tuple(StageLaunch(kernel_function(plan, stage, False), stage.grid, (stage.threads,), stage.smem_bytes,
-                             *stage_arg_layout(plan, stage, scale)) for stage in plan.stages)
+@dataclass(frozen=True)
+class RawPlan:
+    """A plan's launches prepared once for raw device addresses (:mod:`.rawlaunch`): every buffer the plan
+    touches in ``names`` order, which is the caller's ``inputs`` (those the plan reads), then the buffers a run
+    allocates (``allocations``: shape and storage dtype each; outputs and workspace), then the plan's own
+    constants (the block mask's tile grid, on the device once). :meth:`launch` enqueues every stage."""
+
+    names: tuple[str, ...]
+    inputs: tuple[int, ...]  # positions, in the caller's input tuple, of the inputs the plan reads
+    allocations: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    constants: tuple[Any, ...]  # device arrays, kept alive here
+    constant_pointers: tuple[int, ...]
+    stages: tuple[Any, ...]  # rawlaunch.RawStage
+
+    def launch(self, pointers: list[int], stream: int, dropout: Any) -> None:
+        """Enqueue the plain build on ``stream`` with the buffers at ``pointers`` (``names`` order, constants
+        included), ``dropout`` the plan's Dropout (or None)."""
+        for stage in self.stages:
+            stage.launch(pointers, stream, dropout)
+
+    def run(self, given: tuple[int, ...], allocate: Callable[[tuple[int, ...], np.dtype], tuple[Any, int]],
+            stream: int, dropout: Any) -> list[Any]:
+        """Allocate the outputs and workspace (``allocate(shape, dtype)`` gives an array and its address;
+        NaN-filled first with :data:`DEBUG_POISON`), launch on the caller's inputs at addresses ``given``, and
+        return the allocated arrays in ``allocations`` order."""
+        pointers = [given[i] for i in self.inputs]
+        arrays = []
+        for shape, dtype in self.allocations:
+            array, pointer = allocate(shape, dtype)
+            arrays.append(array)
+            pointers.append(pointer)
+            if DEBUG_POISON:
+                rawlaunch.fill_nan(pointer, dtype, math.prod(shape), stream)
+        pointers += self.constant_pointers
+        self.launch(pointers, stream, dropout)
+        return arrays
 
 
-def launch_prepared(launches: tuple[StageLaunch, ...], buffers: dict[str, Any], dropout: Any) -> None:
-    """Enqueue prepared stages on the current stream (plain build), ``dropout`` the plan's Dropout (or None)."""
-    null = np.uint64(0)  # no counters
-    for s in launches:
-        s.fn(s.grid, s.block, (*resolve_args(s.layout, s.dropout, buffers, dropout), null), shared_mem=s.smem_bytes)
+def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]] | None = None
+                ) -> RawPlan:
+    """``plan``'s :class:`RawPlan` at ``scale`` on the current device (compiling what is not yet): ``inputs``
+    the names of the caller's input tuple ("mask" for an explicit mask), ``shapes`` the shape each allocated
+    tensor is returned in (default: the plan's; the same element count)."""
+    cp = require_cupy()
+    device = cp.cuda.Device().id
+    tensors = plan_tensors(plan)
+    read = [n for n in inputs if n in tensors or (n == "mask" and plan.mask is not None)]
+    allocated = [n for n in tensors if n not in read]
+    constants = {"block_mask": cp.asarray(plan.block_grid())} if plan.block_mask is not None else {}
+    names = (*read, *allocated, *constants)
+    index = {n: i for i, n in enumerate(names)}
+    allocations = []
+    for n in allocated:
+        shape = tensor_shape(plan, n) if shapes is None or n not in shapes else tuple(shapes[n])
+        if math.prod(shape) != math.prod(tensor_shape(plan, n)):
+            raise ValueError(f"{n}: shape {shape} does not hold the plan's {tensor_shape(plan, n)}")
+        allocations.append((shape, tensor_dtype(plan, n)))
+    stages = []
+    for stage in plan.stages:
+        layout, dropout = stage_arg_layout(plan, stage, scale)
+        args = [index[a] if a.__class__ is str else a for a in layout] + [np.uint64(0)]  # no counters
+        stages.append(rawlaunch.RawStage(kernel_function(plan, stage, False), device, stage.grid, (stage.threads,),
+                                         stage.smem_bytes, args, dropout))
+    return RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(constants.values()),
+                   tuple(c.data.ptr for c in constants.values()), tuple(stages))
+
+
+def current_stream() -> int:
+    """cupy's current stream on the current device, as a raw handle."""
+    return require_cupy().cuda.get_current_stream().ptr
 
 
 def new_counters() -> Any:
@@ -359,21 +406,22 @@ def counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
 
 
 def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None,
-             poison_outputs: bool | None = None, launches: tuple[StageLaunch, ...] | None = None) -> GpuRun:
+             poison_outputs: bool | None = None, raw: RawPlan | None = None) -> GpuRun:
     """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's
     storage dtype (see :func:`to_device`); outputs and workspace are allocated by :func:`allocate`
     (``poison_outputs``: filled with NaN first; None: :data:`DEBUG_POISON`).
     With ``counting`` (default: inside :func:`count_io`) the counting build runs and per-stage,
-    per-tensor bytes come back in ``counts``. The plain build runs ``launches`` (from an earlier run's
-    :attr:`GpuRun.launches`, prepared for this plan at this scale on this device) or prepares them."""
+    per-tensor bytes come back in ``counts``. The plain build runs ``raw`` (from an earlier run's
+    :attr:`GpuRun.raw`, prepared for this plan at this scale on this device, with ``inputs`` in its order)
+    or prepares it."""
     cp = require_cupy()
     counting = counting_active() if counting is None else counting
     scale = reference.default_scale(plan.d) if scale is None else scale
     buffers, workspace = allocate(plan, inputs, poison_outputs=poison_outputs)
     if not counting:
-        launches = prepare_launches(plan, scale) if launches is None else launches
-        launch_prepared(launches, buffers, plan.dropout)
-        return GpuRun(plan, buffers, None, workspace, launches)
+        raw = prepare_raw(plan, scale, tuple(inputs)) if raw is None else raw
+        raw.launch([buffers[n].data.ptr for n in raw.names], current_stream(), plan.dropout)
+        return GpuRun(plan, buffers, None, workspace, raw)
     counts: Counts | None = {} if counting else None
     for stage in plan.stages:
         counters = new_counters() if counting else None

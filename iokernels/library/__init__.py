@@ -4,7 +4,8 @@ execution, :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
 Imports plan/, simulate/ and kernels/.
 """
 
-from .api import DeviceMemoryError, attention, attention_backward, memory_needed
+from .api import attention, attention_backward, memory_needed
 from .execute import clear_graphs
+from .memory import DeviceMemoryError
 
 __all__ = ["DeviceMemoryError", "attention", "attention_backward", "clear_graphs", "memory_needed"]

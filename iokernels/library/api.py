@@ -44,33 +44,26 @@ from ..simulate import reference
 from .dispatch import CACHE, Dispatch, call_key, dropout_present
 from .dispatch import device_id as _device_id
 from .execute import execute
+from .fastpath import (
+    BWD_INPUTS,
+    FWD_INPUTS,
+    cupy_empty,
+    fast_ok,
+    mask_array,
+    mask_spec,
+    module_of,
+    prepare_fast,
+    run_fast,
+)
+from .memory import copied_bytes, needed_bytes, require_memory
 
 FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
 DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H100/H200 SM
-GB = 1024**3  # binary, as everywhere in iokernels
 _DTYPES = {"float32": "float32", "float16": "float16"}
-
-
-class DeviceMemoryError(MemoryError):
-    """A call would need more device memory than the device has free; raised before any launch, with
-    the message "<plan> needs X GB, device has Y GB free of Z GB" and the byte counts as ``needed``,
-    ``free`` (the device's free memory plus what cupy's pool holds unused) and ``total``."""
-
-    def __init__(self, what: str, needed: int, free: int, total: int, hint: str = "") -> None:
-        self.needed, self.free, self.total = needed, free, total
-        super().__init__(f"{what} needs {needed / GB:.2f} GB, device has {free / GB:.2f} GB free "
-                         f"of {total / GB:.2f} GB{hint}")
 
 
 # ---------------------------------------------------------------------------------------------
 # checks: everything a user can get wrong fails here, before cupy or the GPU is touched
-
-def _module_of(x: Any) -> str:
-    mod = type(x).__module__.split(".")[0]
-    if mod not in ("numpy", "cupy"):
-        raise TypeError(f"expected numpy or cupy arrays, got {type(x).__module__}.{type(x).__name__}")
-    return mod
-
 
 def _kv_group(q: Any, k: Any, v: Any) -> int:
     """Query heads per K/V head: 1, or heads_q / heads_kv when k and v have fewer heads in their last
@@ -89,7 +82,7 @@ def _check(arrays: dict[str, Any], n_names: dict[str, str], kv_group: int = 1, b
     """Validate shapes (..., N, d) and dtypes; return (module, plan dtype, leading dims, N_q, N_k, d).
     k and v have 1/kv_group of q's heads in their last leading dim when kv_group > 1. ``bfloat16``
     (:mod:`iokernels.torch`): the arrays are cupy uint16 holding bfloat16 bits."""
-    mods = {_module_of(x) for x in arrays.values()}
+    mods = {module_of(x) for x in arrays.values()}
     if len(mods) != 1:
         raise TypeError(f"mixed array types: {', '.join(sorted(mods))}; pass all numpy or all cupy arrays")
     dtypes = {name: str(x.dtype) for name, x in arrays.items()}
@@ -262,7 +255,7 @@ def memory_needed(q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None = No
                                          bfloat16=dtype == "bfloat16")
     plan, expand = choose_plan("bwd" if backward else "fwd", algorithm, None if backward else schedule, n_q, n_k,
                                 d, dtype, lead, sram, group, causal)
-    return _needed_bytes(_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal), expand, group)
+    return needed_bytes(_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal), expand, group)
 
 
 def _chain(plan: Plan, algorithm: str, n_q, n_k, d, dtype, lead, sram, causal) -> list[Plan]:
@@ -273,52 +266,8 @@ def _chain(plan: Plan, algorithm: str, n_q, n_k, d, dtype, lead, sram, causal) -
     return [plan]
 
 
-def _needed_bytes(chain: list[Plan], expand: bool, group: int) -> int:
-    """Device bytes the plans allocate beyond the inputs they are given (a plan's buffers are released
-    before the next plan's, but for those it passes on), plus the expanded K, V (and the dK, dV
-    sums) of grouped-query attention run on expanded heads."""
-    peak = max(launch.plan_device_bytes(plan, set(launch.INPUTS[plan.direction]) - {"P"}) for plan in chain)
-    if expand:
-        last = chain[-1]
-        elements = math.prod(launch.tensor_shape(last, "K"))  # of one expanded K (or V)
-        peak += 2 * elements * last.itemsize
-        if last.direction == "bwd":  # dK, dV summed over each group: float32 sums, then rounded
-            peak += 2 * (elements // group) * (4 + last.itemsize)
-    return peak
-
-
-def _require_memory(chain: list[Plan], needed: int, lead: tuple[int, ...]) -> None:
-    free, total = launch.free_device_bytes()
-    if needed > free:
-        plan = chain[-1]
-        hint = "" if all(p.algorithm == "flash" for p in chain) else \
-            "; standard and two_pass store N_q x N_k scores per head: algorithm='flash' needs O(N) memory"
-        raise DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
-                                f"batch/heads {lead}", needed, free, total, hint)
-
-
-# ---------------------------------------------------------------------------------------------
-# running: plain launches, or a CUDA graph captured once per plans and buffers
-
-def _explicit_mask(mask: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[Any, Any]:
-    """(the plan's ExplicitMask, the host array the kernels read), or (None, None) without a mask; cupy
-    masks are copied to the host for the shape and value checks."""
-    if mask is None:
-        return None, None
-    from ..plan.masks import explicit_mask
-
-    if type(mask).__module__.split(".")[0] == "cupy":
-        mask = mask.get()
-    return explicit_mask(mask, lead, n_q, n_k)
-
-
 def _to_device(cp: Any, x: Any, shape: tuple[int, ...]) -> Any:
     return cp.ascontiguousarray(cp.asarray(x)).reshape(shape)
-
-
-def _copied_bytes(arrays: list[Any]) -> int:
-    """Bytes of the device copies the call makes of numpy or non-contiguous inputs."""
-    return sum(x.nbytes for x in arrays if _module_of(x) == "numpy" or not x.flags.c_contiguous)
 
 
 def _group_sum(cp: Any, x: Any, group: int, dtype: str) -> Any:
@@ -425,48 +374,75 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
                       return_dropout=return_dropout)
 
 
+def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,
+                 sram: Any, bfloat16: bool, block_mask: Any, mask: Any, dropout: Any) -> Dispatch:
+    """The :class:`Dispatch` of a forward call (``causal`` normalized, ``scale`` checked): planned and checked
+    at its signature's first call, from the cache after."""
+    def plan_call() -> Dispatch:  # the checks and the plan, once per call signature (.dispatch)
+        group = _kv_group(q, k, v)
+        mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
+                                               bfloat16)
+        spec = mask_spec(mask, lead, n_q, n_k)
+        plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
+                                   block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False))
+        return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, (plan,),
+                        needed_bytes([plan], expand, group) + copied_bytes([q, k, v]),
+                        reference.default_scale(d) if scale is None else scale,
+                        fast_ok([q, k, v] if mask is None else [q, k, v, mask], (plan,), expand))
+
+    key = call_key("fwd", (q, k, v), mask, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
+                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout))
+    return CACHE.lookup(key, plan_call)
+
+
 def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
                causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
                mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
     causal = normalize_causal(causal)
     scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
-
-    def plan_call() -> Dispatch:  # the checks and the plan, once per call signature (.dispatch)
-        group = _kv_group(q, k, v)
-        mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
-                                               bfloat16)
-        spec, _ = _explicit_mask(mask, lead, n_q, n_k)
-        plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                   block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False))
-        return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, (plan,),
-                        _needed_bytes([plan], expand, group) + _copied_bytes([q, k, v]),
-                        reference.default_scale(d) if scale is None else scale)
-
-    key = call_key("fwd", (q, k, v), mask, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
-                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout))
-    call = CACHE.lookup(key, plan_call)
+    call = forward_call(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
+                        bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout)
+    if call.fast is not None and not graph and not launch.counting_active():  # the fast path
+        cp = require_cupy()
+        drop = _forward_dropout(dropout)
+        device_mask = mask_array(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
+        given = (q.data.ptr, k.data.ptr, v.data.ptr, 0 if device_mask is None else device_mask.data.ptr)
+        arrays = run_fast(call, given, cupy_empty(cp), launch.current_stream(), drop)
+        return _forward_result(call, {n: arrays[i] for n, i in call.outputs.items()}, return_lse, return_dropout,
+                               drop)
     lead, n_q, n_k, d, group = call.lead, call.n_q, call.n_k, call.d, call.group
-    _, mask_array = _explicit_mask(mask, lead, n_q, n_k)
     drop = _forward_dropout(dropout)
     chain = call.chain_for(drop)
     plan = chain[0]
+    device_mask = mask_array(mask, plan.mask, lead, n_q, n_k)
     cp = require_cupy()
-    _require_memory(chain, call.needed_bytes + (0 if mask_array is None else mask_array.nbytes), lead)
+    require_memory(chain, call.needed_bytes + (0 if device_mask is None else device_mask.nbytes), lead)
     rows_kv = plan.bh_kv // group if call.expand else plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (plan.bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
               "V": _to_device(cp, v, (rows_kv, n_k, d))}
     if call.expand:
         inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
-    if mask_array is not None:
-        inputs["mask"] = cp.asarray(mask_array)
-    out = execute(chain, inputs, call.scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",), call.launches)
-    o = out["O"].reshape((*lead, n_q, d))
-    mod = call.module
-    result = [cp.asnumpy(o) if mod == "numpy" else o]
+    if device_mask is not None:
+        inputs["mask"] = device_mask
+    out = execute(chain, inputs, call.scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",), call.raws)
+    if call.fast_ok and call.fast is None and not launch.counting_active():
+        prepare_fast(call, FWD_INPUTS, {"O": (*lead, n_q, d), "lse": (*lead, n_q)})
+    result = _forward_result(call, out, return_lse, return_dropout, drop)
+    if call.module == "numpy":
+        return tuple(cp.asnumpy(x) if i < 1 + return_lse else x for i, x in enumerate(result)) \
+            if isinstance(result, tuple) else cp.asnumpy(result)
+    return result
+
+
+def _forward_result(call: Dispatch, out: dict[str, Any], return_lse: bool, return_dropout: bool, drop: Any) -> Any:
+    """O (and lse, and the Dropout) in the caller's shapes, from a run's outputs by name."""
+    lead, n_q, d = call.lead, call.n_q, call.d
+    o = out["O"]
+    result = [o if o.shape == (*lead, n_q, d) else o.reshape((*lead, n_q, d))]
     if return_lse:
-        lse = (out["lse"] if "lse" in out else out["m"] + cp.log(out["l"])).reshape((*lead, n_q))
-        result.append(cp.asnumpy(lse) if mod == "numpy" else lse)
+        lse = out["lse"] if "lse" in out else out["m"] + require_cupy().log(out["l"])
+        result.append(lse if lse.shape == (*lead, n_q) else lse.reshape((*lead, n_q)))
     if return_dropout:
         result.append(drop)
     return result[0] if len(result) == 1 else tuple(result)
@@ -525,19 +501,15 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
                                dropout=dropout)
 
 
-def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
-                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-                        deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
-                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None
-                        ) -> tuple[Any, Any, Any]:
-    causal = normalize_causal(causal)
-    scale = _check_options(scale, deterministic=deterministic, graph=graph)
-
+def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str, causal: str,
+                  scale: float | None, sram: Any, deterministic: bool, bfloat16: bool, block_mask: Any, mask: Any,
+                  dropout: Any) -> Dispatch:
+    """The :class:`Dispatch` of a backward call, as :func:`forward_call`."""
     def plan_call() -> Dispatch:  # the checks and the plans, once per call signature (.dispatch)
         group = _kv_group(q, k, v)
         mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v, "o": o, "do": do},
                                                {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"}, group, bfloat16)
-        _module_of(lse)
+        module_of(lse)
         lse_shape = (*lead, n_q)
         if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
             raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
@@ -546,7 +518,7 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
         if deterministic and (block_mask is not None or mask is not None):
             raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or "
                              "explicit mask")
-        spec, _ = _explicit_mask(mask, lead, n_q, n_k)
+        spec = mask_spec(mask, lead, n_q, n_k)
         drop = _backward_dropout(dropout)
         if deterministic and drop is not None:
             raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
@@ -556,35 +528,57 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
         plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
                                    deterministic, block_mask, spec, drop)
         chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
+        arrays = [q, k, v, o, do, lse] if mask is None else [q, k, v, o, do, lse, mask]
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, tuple(chain),
-                        _needed_bytes(chain, expand, group) + _copied_bytes([q, k, v, o, do, lse]),
-                        reference.default_scale(d) if scale is None else scale)
+                        needed_bytes(chain, expand, group) + copied_bytes([q, k, v, o, do, lse]),
+                        reference.default_scale(d) if scale is None else scale, fast_ok(arrays, tuple(chain), expand))
 
     key = call_key("bwd", (q, k, v, o, do, lse), mask, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                    deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask,
                    dropout=dropout is not None)
-    call = CACHE.lookup(key, plan_call)
+    return CACHE.lookup(key, plan_call)
+
+
+def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
+                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
+                        deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
+                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None
+                        ) -> tuple[Any, Any, Any]:
+    causal = normalize_causal(causal)
+    scale = _check_options(scale, deterministic=deterministic, graph=graph)
+    call = backward_call(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
+                         deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask, mask=mask,
+                         dropout=dropout)
+    kv_shape = (*k.shape[:-2], call.n_k, call.d)
+    if call.fast is not None and not graph and not launch.counting_active():  # the fast path
+        cp = require_cupy()
+        device_mask = mask_array(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
+        given = (q.data.ptr, k.data.ptr, v.data.ptr, do.data.ptr, o.data.ptr, lse.data.ptr,
+                 0 if device_mask is None else device_mask.data.ptr)
+        arrays = run_fast(call, given, cupy_empty(cp), launch.current_stream(), _backward_dropout(dropout))
+        return tuple(arrays[call.outputs[n]] for n in ("dQ", "dK", "dV"))
     mod, dtype, lead, n_q, n_k, d, group, expand = (call.module, call.dtype, call.lead, call.n_q, call.n_k,
                                                     call.d, call.group, call.expand)
-    _, mask_array = _explicit_mask(mask, lead, n_q, n_k)
     chain = call.chain_for(_backward_dropout(dropout))
     plan = chain[-1]
+    device_mask = mask_array(mask, plan.mask, lead, n_q, n_k)
     cp = require_cupy()
-    _require_memory(chain, call.needed_bytes + (0 if mask_array is None else mask_array.nbytes), lead)
+    require_memory(chain, call.needed_bytes + (0 if device_mask is None else device_mask.nbytes), lead)
     bh, rows_kv = plan.bh, plan.bh_kv // group if expand else plan.bh_kv
     inputs = {"Q": _to_device(cp, q, (bh, n_q, d)), "K": _to_device(cp, k, (rows_kv, n_k, d)),
               "V": _to_device(cp, v, (rows_kv, n_k, d)), "dO": _to_device(cp, do, (bh, n_q, d))}
     if expand:
         inputs["K"], inputs["V"] = (cp.repeat(inputs[n], group, axis=0) for n in ("K", "V"))
-    if mask_array is not None:
-        inputs["mask"] = cp.asarray(mask_array)
+    if device_mask is not None:
+        inputs["mask"] = device_mask
     if algorithm != "standard":
         inputs["O"] = _to_device(cp, o, (bh, n_q, d))
         inputs["lse"] = _to_device(cp, lse, (bh, n_q))
-    out = execute(chain, inputs, call.scale, graph, ("dQ", "dK", "dV"), call.launches)
+    out = execute(chain, inputs, call.scale, graph, ("dQ", "dK", "dV"), call.raws)
+    if call.fast_ok and call.fast is None and not launch.counting_active():
+        prepare_fast(call, BWD_INPUTS, {"dQ": (*lead, n_q, d), "dK": kv_shape, "dV": kv_shape})
     dk, dv = out["dK"], out["dV"]
     if expand:
         dk, dv = (_group_sum(cp, x, group, dtype) for x in (dk, dv))
-    kv_shape = (*k.shape[:-2], n_k, d)
     grads = (out["dQ"].reshape((*lead, n_q, d)), dk.reshape(kv_shape), dv.reshape(kv_shape))
     return tuple(cp.asnumpy(g) for g in grads) if mod == "numpy" else grads

@@ -22,7 +22,7 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels.attention", "library/api.py", "attention"),
     ("iokernels.attention_backward", "library/api.py", "attention_backward"),
     ("iokernels.memory_needed", "library/api.py", "memory_needed"),
-    ("iokernels.DeviceMemoryError", "library/api.py", "DeviceMemoryError"),
+    ("iokernels.DeviceMemoryError", "library/memory.py", "DeviceMemoryError"),
     ("iokernels.clear_graphs", "library/execute.py", "clear_graphs"),
     ("iokernels.count_io", "kernels/launch.py", "count_io"),
     ("iokernels.plan.dropout", "plan/dropout.py", ""),

@@ -26,8 +26,11 @@ CACHE_SIZE = 256  # call signatures kept (least recently used dropped first)
 
 @dataclass
 class Dispatch:
-    """One call signature's decisions. ``launches``: one slot per plan of ``chain``, the plan's prepared
-    kernel launches (``kernels.launch.prepare_launches``), filled at its first run on the device."""
+    """One call signature's decisions. ``raws``: one slot per plan of ``chain``, the plan's prepared kernel
+    launches (``kernels.launch.RawPlan``), filled at its first run on the device. ``fast``: for a call that
+    can run on raw addresses (one plan, no expanded K/V, contiguous device inputs: ``fast_ok``), that plan's
+    RawPlan with the library's input order and the outputs in the caller's shapes, filled after its first
+    run; later calls allocate the outputs and launch it, nothing else (``api``'s fast paths)."""
 
     module: str  # "numpy" or "cupy"
     dtype: str  # the plans' dtype
@@ -40,11 +43,14 @@ class Dispatch:
     chain: tuple[Plan, ...]  # the plans run in order (with the Dropout of the call that built it)
     needed_bytes: int  # device bytes beyond the inputs, copies of numpy/non-contiguous inputs included
     scale: float  # the softmax scale the kernels take
-    launches: list[Any] = field(default_factory=list)
+    fast_ok: bool = False
+    raws: list[Any] = field(default_factory=list)
+    fast: Any = None  # kernels.launch.RawPlan
+    outputs: dict[str, int] = field(default_factory=dict)  # fast's allocated tensors: name -> position
 
     def __post_init__(self) -> None:
-        if not self.launches:
-            self.launches = [None] * len(self.chain)
+        if not self.raws:
+            self.raws = [None] * len(self.chain)
 
     def chain_for(self, dropout: Any) -> tuple[Plan, ...]:
         """The plans with this call's Dropout (its seed and offset), in the plans that apply dropout."""
@@ -126,6 +132,21 @@ class DispatchCache:
                     self.entries.popitem(last=False)
         return entry
 
+    def get(self, key: tuple[Any, ...]) -> Any:
+        """The entry stored under ``key`` (a hit), or None."""
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.entries.move_to_end(key)
+                self.hits += 1
+            return entry
+
+    def put(self, key: tuple[Any, ...], entry: Any) -> None:
+        with self.lock:
+            self.entries[key] = entry
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
@@ -133,8 +154,10 @@ class DispatchCache:
 
 
 CACHE = DispatchCache()
+TORCH_CALLS = DispatchCache()  # iokernels.torch: a torch call's signature -> the Dispatch its first call used
 
 
 def clear_dispatch_cache() -> None:
     """Forget every call signature's plans (the next call of each plans again)."""
     CACHE.clear()
+    TORCH_CALLS.clear()

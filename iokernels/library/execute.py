@@ -28,19 +28,18 @@ def clear_graphs() -> None:
 
 
 def execute(chain: Sequence[Plan], inputs: dict[str, Any], scale: float, graph: bool, outputs: tuple[str, ...],
-            launches: list[Any] | None = None) -> dict[str, Any]:
+            raws: list[Any] | None = None) -> dict[str, Any]:
     """Run the plans in order on the current stream (each takes its inputs from ``inputs`` and from the
-    previous plan's buffers); return the last plan's ``outputs``. ``launches``: one slot per plan for its
-    prepared launches (``launch.GpuRun.launches``, at this ``scale`` on the current device), kept by the
+    previous plan's buffers); return the last plan's ``outputs``. ``raws``: one slot per plan for its
+    prepared launches (``launch.GpuRun.raw``, at this ``scale`` on the current device), kept by the
     caller's dispatch cache and filled here at a plan's first run (not by the counting build)."""
     if graph:
         return _replay(list(chain), inputs, scale, outputs)
     available = dict(inputs)
     for i, plan in enumerate(chain):
-        run = launch.run_plan(plan, _plan_inputs(plan, available), scale=scale,
-                              launches=None if launches is None else launches[i])
-        if launches is not None and run.launches is not None:
-            launches[i] = run.launches
+        run = launch.run_plan(plan, _plan_inputs(plan, available), scale=scale, raw=None if raws is None else raws[i])
+        if raws is not None and run.raw is not None:
+            raws[i] = run.raw
         buffers = run.buffers
         available = {**_passed_on(buffers), **inputs}  # the rest of this plan's buffers are released
     return {n: buffers[n] for n in outputs if n in buffers}

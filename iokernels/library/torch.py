@@ -21,7 +21,7 @@ except ImportError as exc:  # an optional dependency: say how to get it
 from ..plan import normalize_causal
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
-from .torch_ops import check_tensors, signed_seed
+from .torch_ops import backward, check_tensors, forward, forward_dropout, signed_seed
 
 ALGORITHMS = ("flash", "two_pass", "standard")
 
@@ -109,7 +109,45 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     mask = attn_mask if mask is None else mask
     if mask is not None and not isinstance(mask, torch.Tensor):  # numpy or cupy: on q's device
         mask = torch.as_tensor(mask, device=q.device if isinstance(q, torch.Tensor) else None)
-    check_tensors(q, k, v, mask)
+    raw = (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout)
+    try:
+        options = OPTIONS.get(raw)
+    except TypeError:  # an unhashable option: checked below, and refused
+        options = raw = None
+    if options is None:
+        options = _checked_options(*(raw or (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram,
+                                             deterministic, dropout_p, dropout)))
+        if raw is not None and not isinstance(dropout, Dropout):  # a Dropout is one call's: not kept
+            if len(OPTIONS) >= MAX_OPTIONS:
+                OPTIONS.clear()
+            OPTIONS[raw] = options
+    p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic = options
+    if not _plain_eager(q, k, v):  # traced (one node each way), fake or meta tensors (the fake implementation),
+        # a dispatch mode that should see the operator, or what the operator's checks refuse
+        check_tensors(q, k, v, mask)
+        out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm,
+                                                      schedule, sram, deterministic)
+        return out
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
+        return EagerAttention.apply(q, k, v, mask, options)
+    return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram)[0]
+
+
+def _plain_eager(q: Any, k: Any, v: Any) -> bool:
+    """Whether the call may skip the dispatcher: plain CUDA tensors, not traced, no dispatch mode active."""
+    return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and q.device.type == "cuda" and not torch.compiler.is_compiling() and not _dispatch_modes())
+
+
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+OPTIONS: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a call's options as given -> as checked
+MAX_OPTIONS = 1024
+
+
+def _checked_options(is_causal: Any, causal: Any, enable_gqa: Any, algorithm: Any, schedule: Any, scale: Any,
+                     sram: Any, deterministic: Any, dropout_p: Any, dropout: Any) -> tuple[Any, ...]:
+    """The options as the implementation takes them: (p, seed, offset, causal, scale, algorithm, schedule,
+    sram, deterministic); TypeError/ValueError for what is wrong."""
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     if is_causal and normalize_causal(causal):
@@ -119,6 +157,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
         raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     algorithm, schedule, scale, sram, deterministic = _options(algorithm, schedule, scale, sram, deterministic)
     p, seed, offset = _dropout(dropout, dropout_p)
-    out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule,
-                                                  sram, deterministic)
-    return out
+    return p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic
+
+
+class EagerAttention(torch.autograd.Function):
+    """The eager call with gradients: the operator's forward and backward implementations
+    (:func:`iokernels.library.torch_ops.forward`, ``backward``) without the dispatcher's cost per call."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                options: tuple[Any, ...]) -> torch.Tensor:
+        p, seed, offset, causal, scale, algorithm, schedule, sram, _ = options
+        drop = forward_dropout(p, seed, offset)
+        out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.drop, ctx.options = drop, options
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        _, _, _, causal, scale, algorithm, _, sram, deterministic = ctx.options
+        dq, dk, dv = backward(dout, q, k, v, out, lse, mask, ctx.drop, causal, scale,
+                              "standard" if algorithm == "standard" else "flash", sram, deterministic)
+        return dq, dk, dv, None, None

@@ -33,15 +33,21 @@ own pool. An explicit mask crosses the same way; the library copies it to the ho
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
-from ..plan import D_MAX, D_MIN, D_MULTIPLE
+from ..kernels import launch
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
 from ..plan.dropout import Dropout, next_dropout
 from . import api
+from .dispatch import TORCH_CALLS, device_id
+from .fastpath import run_fast
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cuda", "meta")  # meta: shapes only, through the fake implementations
@@ -207,6 +213,124 @@ def backward_dropout(p: float, rng: torch.Tensor) -> Dropout | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# the implementation: a call signature's first call through the library on cupy views, later calls on raw
+# addresses (the library's fast path: torch.empty outputs, torch's current stream, one launch per stage)
+
+TORCH_DTYPES = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
+                np.dtype(np.uint16): torch.bfloat16}  # storage dtypes: uint16 holds bfloat16 bits
+
+
+def mask_signature(mask: torch.Tensor | None) -> tuple[Any, ...] | None:
+    return None if mask is None else (mask.shape, mask.stride(), mask.dtype)
+
+
+def raw_stream(device: torch.device) -> int:
+    """torch's current stream on ``device`` as a raw handle (torch.cuda.current_stream costs ~10 µs a call)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(device.index) if get is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+@functools.cache
+def torch_empty(device: torch.device) -> Any:
+    """The fast path's allocator on ``device``: (tensor, address) from torch's caching allocator."""
+    def empty(shape: tuple[int, ...], dtype: np.dtype) -> tuple[torch.Tensor, int]:
+        try:
+            t = torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=device)
+        except torch.OutOfMemoryError as exc:  # the library's DeviceMemoryError (fastpath.run_fast)
+            raise MemoryError(str(exc)) from exc
+        return t, t.data_ptr()
+    return empty
+
+
+def dense_mask(mask: torch.Tensor, spec: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> torch.Tensor:
+    """The mask as the kernels read it (masks.dense_mask, in torch on the device): (1 or prod(lead), n_q, n_k),
+    uint8 for a boolean mask, float32 for an additive one, contiguous; a view when it already is."""
+    m = mask.expand(*((1,) * len(lead) if spec.shared else lead), n_q, n_k)
+    m = m.reshape(1 if spec.shared else math.prod(lead), n_q, n_k)
+    if spec.kind == "bool":
+        return m.contiguous().view(torch.uint8) if m.dtype == torch.bool else m.to(torch.uint8).contiguous()
+    return m.to(torch.float32).contiguous()
+
+
+def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> Any:
+    """The Dispatch of a signature whose fast path is ready on the current device, else None."""
+    if key is None or launch.counting_active():
+        return None
+    call = TORCH_CALLS.get(key)
+    if call is None or device.index != device_id():  # raw launches go to the current device's context
+        return None
+    return call
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None,
+            causal: str, scale: float | None, algorithm: str, schedule: str | None, sram: int | None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, lse) of :func:`iokernels.attention` on CUDA tensors (the operator's forward, and the eager call's)."""
+    try:
+        key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device,
+               mask_signature(mask), dropout is not None, causal, scale, algorithm, schedule, sram)
+    except AttributeError:  # not tensors: check_tensors says so
+        key = None
+    call = None if key is None else fast_call(key, q.device)
+    if call is not None:
+        plan = call.chain[0]
+        m = None if mask is None else dense_mask(mask, plan.mask, call.lead, call.n_q, call.n_k)
+        given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if m is None else m.data_ptr())
+        arrays = run_fast(call, given, torch_empty(q.device), raw_stream(q.device), dropout)
+        out = call.outputs
+        if "lse" in out:
+            return arrays[out["O"]], arrays[out["lse"]]
+        lse = arrays[out["m"]] + torch.log(arrays[out["l"]])
+        return arrays[out["O"]], lse.view(*call.lead, call.n_q)
+    check_tensors(q, k, v, mask)
+    options = {"algorithm": algorithm, "causal": normalize_causal(causal), "scale": scale, "sram": sram,
+               "bfloat16": q.dtype == torch.bfloat16, "dropout": dropout}
+    with torch_stream(q.device) as (cp, allocator):
+        arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v)]
+        mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
+        o, lse = api.attention_arrays(*arrays, schedule=schedule, return_lse=True, mask=mask_array, **options)
+        result = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
+        call = api.forward_call(*arrays, schedule=schedule, block_mask=None, mask=mask_array, **options)
+    if key is not None and call.fast is not None and all(t.is_contiguous() for t in (q, k, v)):
+        TORCH_CALLS.put(key, call)
+    return result
+
+
+def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+             lse: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None, causal: str, scale: float | None,
+             algorithm: str, sram: int | None, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of :func:`iokernels.attention_backward` on CUDA tensors (the operator's and the eager call's)."""
+    try:
+        key = ("bwd", dout.shape, dout.stride(), dout.dtype, q.shape, q.stride(), k.shape, k.stride(), v.shape,
+               v.stride(), out.stride(), lse.stride(), q.dtype, q.device, mask_signature(mask), dropout is not None,
+               causal, scale, algorithm, sram, deterministic)
+    except AttributeError:
+        key = None
+    call = None if key is None else fast_call(key, q.device)
+    if call is not None:
+        plan = call.chain[0]
+        m = None if mask is None else dense_mask(mask, plan.mask, call.lead, call.n_q, call.n_k)
+        given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                 0 if m is None else m.data_ptr())
+        arrays = run_fast(call, given, torch_empty(q.device), raw_stream(q.device), dropout)
+        return tuple(arrays[call.outputs[n]] for n in ("dQ", "dK", "dV"))
+    check_tensors(q, k, v, mask)
+    check_backward_tensors(dout, q, out, lse)
+    options = {"algorithm": algorithm, "causal": normalize_causal(causal), "scale": scale, "sram": sram,
+               "deterministic": deterministic, "bfloat16": q.dtype == torch.bfloat16, "dropout": dropout}
+    with torch_stream(q.device) as (cp, allocator):
+        arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v, out, dout.to(q.dtype), lse)]
+        mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
+        grads = api.attention_backward_arrays(*arrays, mask=mask_array, **options)
+        result = tuple(allocator.tensor(g, q.dtype) for g in grads)
+        call = api.backward_call(*arrays, block_mask=None, mask=mask_array, **options)
+    if key is not None and call.fast is not None and dout.dtype == q.dtype and \
+            all(t.is_contiguous() for t in (dout, q, k, v, out, lse)):
+        TORCH_CALLS.put(key, call)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
 # the operators
 
 @torch.library.custom_op("iokernels::attention_fwd", mutates_args=(), schema=FWD_SCHEMA)
@@ -214,16 +338,9 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
                   dropout_seed: int, dropout_offset: int, causal: str, scale: float | None, algorithm: str,
                   schedule: str | None, sram: int | None, deterministic: bool
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    check_tensors(q, k, v, mask)
     drop = forward_dropout(dropout_p, dropout_seed, dropout_offset)
-    with torch_stream(q.device) as (cp, allocator):
-        arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v)]
-        mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
-        o, lse = api.attention_arrays(*arrays, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
-                                      sram=sram, return_lse=True, bfloat16=q.dtype == torch.bfloat16,
-                                      mask=mask_array, dropout=drop)
-        out, lse_t = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
-    return out, lse_t, rng_tensor(drop)
+    out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram)
+    return out, lse, rng_tensor(drop)
 
 
 @attention_fwd.register_fake
@@ -240,17 +357,8 @@ def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   lse: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, rng: torch.Tensor, causal: str,
                   scale: float | None, algorithm: str, sram: int | None, deterministic: bool
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    check_tensors(q, k, v, mask)
-    check_backward_tensors(dout, q, out, lse)
-    drop = backward_dropout(dropout_p, rng)
-    with torch_stream(q.device) as (cp, allocator):
-        arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v, out, dout.to(q.dtype), lse)]
-        mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
-        grads = api.attention_backward_arrays(*arrays, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
-                                              deterministic=deterministic, bfloat16=q.dtype == torch.bfloat16,
-                                              mask=mask_array, dropout=drop)
-        dq, dk, dv = (allocator.tensor(g, q.dtype) for g in grads)
-    return dq, dk, dv
+    return backward(dout, q, k, v, out, lse, mask, backward_dropout(dropout_p, rng), causal, scale, algorithm, sram,
+                    deterministic)
 
 
 @attention_bwd.register_fake

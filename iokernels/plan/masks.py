@@ -19,7 +19,9 @@ Patterns (:func:`pattern`, ``--block-sparse DENSITY --block-pattern``) on the ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -203,34 +205,50 @@ class ExplicitMask:
         return {"kind": self.kind, "shared": self.shared}
 
 
-def explicit_mask(mask: object, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[ExplicitMask, np.ndarray]:
-    """A user's mask (a numpy array, bool or float, broadcastable to (*lead, n_q, n_k)) as the plan's
-    :class:`ExplicitMask` and the array the kernels read: uint8 or float32 of shape (1 or prod(lead), n_q, n_k).
-    TypeError for a dtype that is neither bool nor float, ValueError for a shape that does not broadcast."""
-    a = np.asarray(mask)
-    if a.dtype == np.bool_:
+def mask_layout(dtype: Any, shape: tuple[int, ...], lead: tuple[int, ...], n_q: int, n_k: int
+                ) -> tuple[ExplicitMask, tuple[int, ...]]:
+    """The plan's :class:`ExplicitMask` of a mask of ``dtype`` and ``shape`` (bool or float, broadcastable to
+    (*lead, n_q, n_k)) and the shape of the array the kernels read, (1 or prod(lead), n_q, n_k). Reads no
+    values. TypeError for a dtype that is neither bool nor float, ValueError for a shape that does not broadcast."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
         kind = "bool"
-    elif a.dtype.kind == "f":
+    elif dtype.kind == "f":
         kind = "additive"
     else:
-        raise TypeError(f"mask must be a boolean or floating-point array, got dtype {a.dtype}")
-    want = (*lead, n_q, n_k)
-    if a.ndim < 2 or a.ndim > len(want):
-        raise ValueError(f"mask of shape {a.shape} is not broadcastable to {want}")
+        raise TypeError(f"mask must be a boolean or floating-point array, got dtype {dtype}")
+    shape, want = tuple(shape), (*lead, n_q, n_k)
+    if len(shape) < 2 or len(shape) > len(want):
+        raise ValueError(f"mask of shape {shape} is not broadcastable to {want}")
     try:
-        full = np.broadcast_shapes(a.shape, want)
+        full = np.broadcast_shapes(shape, want)
     except ValueError:
         full = None
     if full != want:
-        raise ValueError(f"mask of shape {a.shape} is not broadcastable to {want}")
-    if kind == "additive" and np.any(np.isnan(a)):
+        raise ValueError(f"mask of shape {shape} is not broadcastable to {want}")
+    shared = all(x == 1 for x in shape[:-2])
+    return ExplicitMask(kind, shared), (1 if shared else math.prod(lead), n_q, n_k)
+
+
+def dense_mask(xp: Any, mask: Any, spec: ExplicitMask, lead: tuple[int, ...], n_q: int, n_k: int) -> Any:
+    """The array the kernels read (:func:`mask_layout`'s shape, uint8 or float32, C-contiguous) of a mask
+    already checked by :func:`mask_layout`, in the mask's own array module ``xp`` (numpy, or cupy on the
+    device: no copy when the mask already has that layout)."""
+    dense = xp.broadcast_to(mask, ((1,) * len(lead) if spec.shared else lead) + (n_q, n_k))
+    dense = dense.reshape(1 if spec.shared else math.prod(lead), n_q, n_k)
+    if spec.kind == "bool" and dense.dtype == np.bool_ and dense.flags.c_contiguous:
+        return dense.view(np.uint8)
+    return xp.ascontiguousarray(dense, dtype=spec.dtype)
+
+
+def explicit_mask(mask: object, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[ExplicitMask, np.ndarray]:
+    """A user's host mask (a numpy array, bool or float, broadcastable to (*lead, n_q, n_k)) as the plan's
+    :class:`ExplicitMask` and the array the kernels read (:func:`dense_mask`), its values checked: an additive
+    mask holding NaN or +inf is refused (ValueError), as are the dtypes and shapes :func:`mask_layout` refuses."""
+    a = np.asarray(mask)
+    spec, _ = mask_layout(a.dtype, a.shape, lead, n_q, n_k)
+    if spec.kind == "additive" and np.any(np.isnan(a)):
         raise ValueError("an additive mask must not hold NaN")
-    if kind == "additive" and np.any(np.isposinf(a)):
+    if spec.kind == "additive" and np.any(np.isposinf(a)):
         raise ValueError("an additive mask must not hold +inf")
-    bh = int(np.prod(lead, dtype=np.int64))
-    lead_shape = a.shape[:-2]
-    shared = all(x == 1 for x in lead_shape)
-    spec = ExplicitMask(kind, shared)
-    dense = np.broadcast_to(a, ((1,) * len(lead) if shared else lead) + (n_q, n_k))
-    out = np.ascontiguousarray(dense.reshape(1 if shared else bh, n_q, n_k), dtype=spec.dtype)
-    return spec, out
+    return spec, dense_mask(np, a, spec, lead, n_q, n_k)

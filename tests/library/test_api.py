@@ -246,7 +246,7 @@ class _NumpyCupy:
         return np.asarray(x)
 
 
-def _reference_run(plan, inputs, scale=None, launches=None):
+def _reference_run(plan, inputs, scale=None, raw=None):
     from types import SimpleNamespace
 
     from iokernels import simulate
@@ -265,7 +265,7 @@ def _reference_run(plan, inputs, scale=None, launches=None):
     cast = {n: x.astype(launch.tensor_dtype(plan, n)) for n, x in out.items()}
     for name, x in cast.items():
         assert x.shape == launch.tensor_shape(plan, name), name
-    return SimpleNamespace(buffers={**inputs, **cast}, launches=None)
+    return SimpleNamespace(buffers={**inputs, **cast}, raw=None)
 
 
 @pytest.fixture

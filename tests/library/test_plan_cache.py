@@ -10,7 +10,7 @@ import pytest
 
 import iokernels
 from iokernels.kernels import launch
-from iokernels.library import api, dispatch
+from iokernels.library import api, dispatch, fastpath
 from iokernels.plan import make_plan
 from iokernels.plan.dropout import Dropout
 
@@ -41,14 +41,15 @@ def planned(monkeypatch):
         state.count += 1
         return choose(*args, **kwargs)
 
-    def execute(chain, inputs, scale, graph, outputs, launches=None):
-        state.runs.append((tuple(chain), scale, launches))
+    def execute(chain, inputs, scale, graph, outputs, raws=None):
+        state.runs.append((tuple(chain), scale, raws))
         return {n: np.zeros(launch.tensor_shape(chain[-1], n), launch.tensor_dtype(chain[-1], n))
                 for n in outputs if n in launch.plan_tensors(chain[-1])}
 
     monkeypatch.setattr(api, "choose_plan", counted)
     monkeypatch.setattr(api, "execute", execute)
     monkeypatch.setattr(api, "require_cupy", _HostCupy)
+    monkeypatch.setattr(fastpath, "require_cupy", _HostCupy)
     monkeypatch.setattr(launch, "free_device_bytes", lambda: (80 * 1024**3, 80 * 1024**3))
     dispatch.clear_dispatch_cache()
     yield state

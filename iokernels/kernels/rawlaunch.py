@@ -1,0 +1,175 @@
+"""Kernel launches on raw device addresses: one stage's parameter block built once, its buffer slots set and
+the driver's ``cuLaunchKernel`` called through ctypes at each launch.
+
+A cached call (:class:`iokernels.kernels.launch.RawPlan`) pays about a microsecond per stage here, where
+cupy's launch converts every argument again (about 7 µs a launch on the H200 host, measured in
+``results/h200/overhead/``). Without the driver library (``libcuda.so.1``) the stage falls back to cupy's
+launch of the same function on the same stream. :func:`fill_nan` is the debug poisoning of
+``launch.DEBUG_POISON`` on raw addresses (an asynchronous memset on the stream).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+CUDA_ERROR_INVALID_CONTEXT = 201
+# NaN bit patterns, per storage itemsize (float16 and bfloat16 share the 2-byte size: both have one)
+NAN_WORDS = {np.dtype(np.float16): (0x7E00, 2), np.dtype(np.uint16): (0x7FC0, 2),
+             np.dtype(np.float32): (0x7FC00000, 4)}
+_CTYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
+           np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
+           np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
+_DRIVER: list[Any] = []  # [the ctypes library or None], loaded once
+
+
+def driver() -> Any:
+    """The CUDA driver library through ctypes (None where it cannot be loaded), with the prototypes used here."""
+    if not _DRIVER:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            lib = None
+        if lib is not None:
+            u, p = ctypes.c_uint, ctypes.c_void_p
+            lib.cuLaunchKernel.argtypes = [p, u, u, u, u, u, u, u, p, p, p]
+            lib.cuLaunchKernel.restype = ctypes.c_int
+            lib.cuMemsetD16Async.argtypes = [ctypes.c_uint64, ctypes.c_ushort, ctypes.c_size_t, p]
+            lib.cuMemsetD16Async.restype = ctypes.c_int
+            lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, p]
+            lib.cuMemsetD32Async.restype = ctypes.c_int
+            lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        _DRIVER.append(lib)
+    return _DRIVER[0]
+
+
+class CudaError(RuntimeError):
+    """A driver call returned an error code."""
+
+
+def _check(code: int, what: str) -> None:
+    if code:
+        text = ctypes.c_char_p()
+        lib = driver()
+        if lib is not None:
+            lib.cuGetErrorString(code, ctypes.byref(text))
+        raise CudaError(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
+
+
+def _make_current(device: int) -> None:
+    """Make ``device``'s primary context current on this thread (a thread that never used the runtime has none)."""
+    from cupy.cuda import runtime
+
+    runtime.setDevice(device)
+    runtime.free(0)  # a runtime call that binds the primary context
+
+
+def scalar_slot(value: Any) -> Any:
+    """A ctypes value of a kernel argument's type (numpy scalars: their own width)."""
+    dtype = np.asarray(value).dtype
+    if dtype not in _CTYPES:
+        raise TypeError(f"kernel argument {value!r} of dtype {dtype}: no parameter type for it")
+    return _CTYPES[dtype](value.item() if hasattr(value, "item") else value)
+
+
+class RawStage:
+    """One kernel launch whose parameters are built once: ``args`` holds, in the kernel's order, ints for the
+    buffers (the index of the address in the pointer list each launch gets) and numpy scalars for the
+    constants; ``dropout``: four more parameters from the call's Dropout (``Dropout.kernel_args``) follow
+    them. ``function``: the compiled function (a cupy RawKernel) on ``device``."""
+
+    __slots__ = (
+        "block",
+        "buffers",
+        "constants",
+        "device",
+        "drops",
+        "function",
+        "grid",
+        "handle",
+        "lock",
+        "params",
+        "slots",
+        "smem",
+    )
+
+    def __init__(self, function: Any, device: int, grid: Sequence[int], block: Sequence[int], smem: int,
+                 args: Sequence[Any], dropout: bool) -> None:
+        self.function, self.device, self.smem = function, device, int(smem)
+        self.grid = tuple(int(x) for x in (*grid, 1, 1)[:3])
+        self.block = tuple(int(x) for x in (*block, 1, 1)[:3])
+        self.slots: list[Any] = []
+        self.buffers: list[tuple[Any, int]] = []  # (slot, pointer index)
+        self.constants: list[Any] = []  # the argument values in order, buffers as None (cupy's fallback)
+        for a in args:
+            if isinstance(a, int) and not isinstance(a, (bool, np.integer)):
+                slot = ctypes.c_uint64(0)
+                self.buffers.append((slot, a))
+                self.constants.append(None)
+            else:
+                slot = scalar_slot(a)
+                self.constants.append(a)
+            self.slots.append(slot)
+        self.drops = [ctypes.c_uint32(0), ctypes.c_float(0), ctypes.c_uint64(0), ctypes.c_uint32(0)] if dropout \
+            else []
+        self.slots += self.drops
+        self.params = (ctypes.c_void_p * len(self.slots))(*(ctypes.addressof(s) for s in self.slots))
+        kernel = getattr(function, "kernel", None)  # cupy's Function on the current device (the plan's)
+        self.handle = getattr(kernel, "ptr", None) if driver() is not None else None
+        self.lock = threading.Lock()  # one parameter block: concurrent launches of this stage take turns
+
+    def launch(self, pointers: Sequence[int], stream: int, dropout: Any = None) -> None:
+        """Enqueue on ``stream`` (a raw CUstream handle) with the buffers at ``pointers``."""
+        if self.handle is None:
+            self._cupy_launch(pointers, stream, dropout)
+            return
+        lib = driver()
+        with self.lock:
+            for slot, i in self.buffers:
+                slot.value = pointers[i]
+            if self.drops:
+                for slot, value in zip(self.drops, dropout.kernel_args(), strict=True):
+                    slot.value = value.item()
+            args = (self.handle, *self.grid, *self.block, self.smem, stream, self.params, None)
+            code = lib.cuLaunchKernel(*args)
+            if code == CUDA_ERROR_INVALID_CONTEXT:  # a thread without a current context (autograd's workers)
+                _make_current(self.device)
+                code = lib.cuLaunchKernel(*args)
+        _check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
+
+    def _cupy_launch(self, pointers: Sequence[int], stream: int, dropout: Any) -> None:
+        import cupy as cp
+
+        values = [np.uint64(pointers[i]) if c is None else c
+                  for c, i in zip(self.constants, self._indices(), strict=True)]
+        if self.drops:
+            values += list(dropout.kernel_args())
+        with cp.cuda.ExternalStream(stream):
+            self.function(self.grid, self.block, tuple(values), shared_mem=self.smem)
+
+    def _indices(self) -> list[int]:
+        found = iter(i for _, i in self.buffers)
+        return [next(found) if c is None else -1 for c in self.constants]
+
+
+def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int) -> None:
+    """Fill ``count`` elements of ``dtype`` at ``pointer`` with NaN, asynchronously on ``stream``; integer
+    buffers are left as they are."""
+    word = NAN_WORDS.get(np.dtype(dtype))
+    if word is None or not count:
+        return
+    lib = driver()
+    if lib is None:
+        import cupy as cp
+
+        mem = cp.cuda.UnownedMemory(pointer, count * word[1], None)
+        array = cp.ndarray((count,), np.uint16 if word[1] == 2 else np.uint32, cp.cuda.MemoryPointer(mem, 0))
+        with cp.cuda.ExternalStream(stream):
+            array.fill(word[0])
+        return
+    setter = lib.cuMemsetD16Async if word[1] == 2 else lib.cuMemsetD32Async
+    _check(setter(pointer, word[0], count, stream), "NaN fill")

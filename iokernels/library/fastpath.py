@@ -1,0 +1,84 @@
+"""The library's fast path: a call whose signature has run once (its ``Dispatch`` holds a prepared
+``kernels.launch.RawPlan``) allocates its outputs and launches on raw addresses on the current stream,
+nothing else: no checks (the signature's first call made them), no memory query (a failed allocation
+raises :class:`DeviceMemoryError`), no copies (masks stay on the device). Shared by ``api`` (cupy arrays)
+and ``torch_ops`` (torch tensors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels import launch
+from ..kernels.runtime import require_cupy
+from ..plan import Plan
+from .dispatch import Dispatch
+from .memory import DeviceMemoryError
+
+
+def module_of(x: Any) -> str:
+    mod = type(x).__module__.split(".")[0]
+    if mod not in ("numpy", "cupy"):
+        raise TypeError(f"expected numpy or cupy arrays, got {type(x).__module__}.{type(x).__name__}")
+    return mod
+
+
+def mask_spec(mask: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> Any:
+    """The plan's ExplicitMask of a numpy or cupy mask (None without one), from its dtype and shape alone."""
+    if mask is None:
+        return None
+    from ..plan.masks import mask_layout
+
+    module_of(mask)
+    spec, _ = mask_layout(mask.dtype, mask.shape, lead, n_q, n_k)
+    return spec
+
+
+def mask_array(mask: Any, spec: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> Any:
+    """The device array the kernels read of a mask (None without one): a numpy mask is checked (no NaN or
+    +inf in an additive mask) and copied up; a cupy mask stays on the device, unread by the host (no copy
+    when it already has the kernels' layout)."""
+    if mask is None:
+        return None
+    from ..plan.masks import dense_mask, explicit_mask
+
+    if module_of(mask) == "numpy":  # checked before cupy is touched
+        host = explicit_mask(mask, lead, n_q, n_k)[1]
+        return require_cupy().asarray(host)
+    return dense_mask(require_cupy(), mask, spec, lead, n_q, n_k)
+
+
+FWD_INPUTS = ("Q", "K", "V", "mask")  # the fast path's input tuple (the mask's slot only with a mask)
+BWD_INPUTS = ("Q", "K", "V", "dO", "O", "lse", "mask")
+
+
+def fast_ok(arrays: list[Any], chain: tuple[Plan, ...], expand: bool) -> bool:
+    """Whether a call can run on raw addresses: one plan, no expanded K/V, every input a contiguous cupy array."""
+    return len(chain) == 1 and not expand and all(module_of(x) == "cupy" and x.flags.c_contiguous for x in arrays)
+
+
+def prepare_fast(call: Dispatch, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]]) -> None:
+    """Fill ``call.fast`` (after the call's first run, which compiled its kernels)."""
+    raw = launch.prepare_raw(call.chain[0], call.scale, inputs, shapes)
+    start = len(raw.inputs)
+    call.outputs = {n: i for i, n in enumerate(raw.names[start:start + len(raw.allocations)])}
+    call.fast = raw
+
+
+def cupy_empty(cp: Any) -> Any:
+    """The allocator of the fast path for cupy arrays: (array, address) from cupy's pool."""
+    def empty(shape: tuple[int, ...], dtype: Any) -> tuple[Any, int]:
+        a = cp.empty(shape, dtype)
+        return a, a.data.ptr
+    return empty
+
+
+def run_fast(call: Dispatch, given: tuple[int, ...], empty: Any, stream: int, dropout: Any) -> list[Any]:
+    """``call.fast`` on inputs at addresses ``given``, outputs from ``empty``; a failed allocation raises
+    :class:`DeviceMemoryError` (before anything is launched)."""
+    try:
+        return call.fast.run(given, empty, stream, dropout)
+    except MemoryError as exc:  # cupy's OutOfMemoryError, torch's (translated by its caller)
+        plan = call.chain[0]
+        free, total = launch.free_device_bytes()
+        raise DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
+                                f"batch/heads {call.lead}", call.needed_bytes, free, total) from exc
