@@ -338,15 +338,15 @@ class RawPlan:
         for stage in self.stages:
             stage.launch(pointers, stream, dropout)
 
-    def run(self, given: tuple[int, ...], allocate: Callable[[tuple[int, ...], np.dtype], tuple[Any, int]],
+    def run(self, given: tuple[int, ...], allocate: Callable[[int, tuple[int, ...], np.dtype], tuple[Any, int]],
             stream: int, dropout: Any) -> list[Any]:
-        """Allocate the outputs and workspace (``allocate(shape, dtype)`` gives an array and its address;
-        NaN-filled first with :data:`DEBUG_POISON`), launch on the caller's inputs at addresses ``given``, and
-        return the allocated arrays in ``allocations`` order."""
+        """Allocate the outputs and workspace (``allocate(position, shape, dtype)`` gives an array and its
+        address; NaN-filled first with :data:`DEBUG_POISON`), launch on the caller's inputs at addresses
+        ``given``, and return the allocated arrays in ``allocations`` order."""
         pointers = [given[i] for i in self.inputs]
         arrays = []
-        for shape, dtype in self.allocations:
-            array, pointer = allocate(shape, dtype)
+        for position, (shape, dtype) in enumerate(self.allocations):
+            array, pointer = allocate(position, shape, dtype)
             arrays.append(array)
             pointers.append(pointer)
             if DEBUG_POISON:
@@ -378,7 +378,7 @@ def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[
     stages = []
     for stage in plan.stages:
         layout, dropout = stage_arg_layout(plan, stage, scale)
-        args = [index[a] if a.__class__ is str else a for a in layout] + [np.uint64(0)]  # no counters
+        args = [index[a] if a.__class__ is str else a for a in layout]
         stages.append(rawlaunch.RawStage(kernel_function(plan, stage, False), device, stage.grid, (stage.threads,),
                                          stage.smem_bytes, args, dropout))
     return RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(constants.values()),

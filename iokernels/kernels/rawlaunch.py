@@ -79,81 +79,68 @@ def scalar_slot(value: Any) -> Any:
 class RawStage:
     """One kernel launch whose parameters are built once: ``args`` holds, in the kernel's order, ints for the
     buffers (the index of the address in the pointer list each launch gets) and numpy scalars for the
-    constants; ``dropout``: four more parameters from the call's Dropout (``Dropout.kernel_args``) follow
-    them. ``function``: the compiled function (a cupy RawKernel) on ``device``."""
+    constants; with ``dropout``, the four parameters of the call's Dropout (``Dropout.kernel_args``) follow
+    them; the counters' address, null (the plain build), comes last. ``function``: the compiled function (a
+    cupy RawKernel) on ``device``."""
 
-    __slots__ = (
-        "block",
-        "buffers",
-        "constants",
-        "device",
-        "drops",
-        "function",
-        "grid",
-        "handle",
-        "lock",
-        "params",
-        "slots",
-        "smem",
-    )
+    __slots__ = ("buffers", "device", "drops", "function", "launcher", "lock", "params", "params_slots", "prefix",
+                 "values")
 
     def __init__(self, function: Any, device: int, grid: Sequence[int], block: Sequence[int], smem: int,
                  args: Sequence[Any], dropout: bool) -> None:
-        self.function, self.device, self.smem = function, device, int(smem)
-        self.grid = tuple(int(x) for x in (*grid, 1, 1)[:3])
-        self.block = tuple(int(x) for x in (*block, 1, 1)[:3])
-        self.slots: list[Any] = []
+        self.function, self.device = function, device
+        slots: list[Any] = []
         self.buffers: list[tuple[Any, int]] = []  # (slot, pointer index)
-        self.constants: list[Any] = []  # the argument values in order, buffers as None (cupy's fallback)
+        self.values: list[Any] = []  # the arguments in order, a buffer as its index (cupy's fallback)
         for a in args:
             if isinstance(a, int) and not isinstance(a, (bool, np.integer)):
                 slot = ctypes.c_uint64(0)
                 self.buffers.append((slot, a))
-                self.constants.append(None)
             else:
                 slot = scalar_slot(a)
-                self.constants.append(a)
-            self.slots.append(slot)
+            self.values.append(a)
+            slots.append(slot)
         self.drops = [ctypes.c_uint32(0), ctypes.c_float(0), ctypes.c_uint64(0), ctypes.c_uint32(0)] if dropout \
             else []
-        self.slots += self.drops
-        self.params = (ctypes.c_void_p * len(self.slots))(*(ctypes.addressof(s) for s in self.slots))
+        slots += [*self.drops, ctypes.c_uint64(0)]  # the counters: none
+        self.params = (ctypes.c_void_p * len(slots))(*(ctypes.addressof(s) for s in slots))
+        self.params_slots = slots
         kernel = getattr(function, "kernel", None)  # cupy's Function on the current device (the plan's)
-        self.handle = getattr(kernel, "ptr", None) if driver() is not None else None
+        handle = getattr(kernel, "ptr", None)
+        lib = driver()
+        self.launcher = None if lib is None or handle is None else lib.cuLaunchKernel
+        self.prefix = (handle, *(int(x) for x in (*grid, 1, 1)[:3]), *(int(x) for x in (*block, 1, 1)[:3]), int(smem))
         self.lock = threading.Lock()  # one parameter block: concurrent launches of this stage take turns
 
     def launch(self, pointers: Sequence[int], stream: int, dropout: Any = None) -> None:
         """Enqueue on ``stream`` (a raw CUstream handle) with the buffers at ``pointers``."""
-        if self.handle is None:
+        if self.launcher is None:
             self._cupy_launch(pointers, stream, dropout)
             return
-        lib = driver()
         with self.lock:
             for slot, i in self.buffers:
                 slot.value = pointers[i]
             if self.drops:
                 for slot, value in zip(self.drops, dropout.kernel_args(), strict=True):
                     slot.value = value.item()
-            args = (self.handle, *self.grid, *self.block, self.smem, stream, self.params, None)
-            code = lib.cuLaunchKernel(*args)
-            if code == CUDA_ERROR_INVALID_CONTEXT:  # a thread without a current context (autograd's workers)
+            code = self.launcher(*self.prefix, stream, self.params, None)
+            if code == CUDA_ERROR_INVALID_CONTEXT:  # a thread without a current context
                 _make_current(self.device)
-                code = lib.cuLaunchKernel(*args)
-        _check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
+                code = self.launcher(*self.prefix, stream, self.params, None)
+        if code:
+            _check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
 
     def _cupy_launch(self, pointers: Sequence[int], stream: int, dropout: Any) -> None:
         import cupy as cp
 
-        values = [np.uint64(pointers[i]) if c is None else c
-                  for c, i in zip(self.constants, self._indices(), strict=True)]
+        values = [np.uint64(pointers[a]) if isinstance(a, int) and not isinstance(a, (bool, np.integer)) else a
+                  for a in self.values]
         if self.drops:
             values += list(dropout.kernel_args())
+        values.append(np.uint64(0))
+        _, gx, gy, gz, bx, by, bz, smem = self.prefix
         with cp.cuda.ExternalStream(stream):
-            self.function(self.grid, self.block, tuple(values), shared_mem=self.smem)
-
-    def _indices(self) -> list[int]:
-        found = iter(i for _, i in self.buffers)
-        return [next(found) if c is None else -1 for c in self.constants]
+            self.function((gx, gy, gz), (bx, by, bz), tuple(values), shared_mem=smem)
 
 
 def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int) -> None:

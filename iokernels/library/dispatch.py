@@ -133,13 +133,9 @@ class DispatchCache:
         return entry
 
     def get(self, key: tuple[Any, ...]) -> Any:
-        """The entry stored under ``key`` (a hit), or None."""
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None:
-                self.entries.move_to_end(key)
-                self.hits += 1
-            return entry
+        """The entry stored under ``key``, or None (no lock and no reordering: one dictionary read, atomic;
+        entries stored with :meth:`put` leave in the order they came)."""
+        return self.entries.get(key)
 
     def put(self, key: tuple[Any, ...], entry: Any) -> None:
         with self.lock:

@@ -6,6 +6,7 @@ and ``torch_ops`` (torch tensors)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..kernels import launch
@@ -64,9 +65,10 @@ def prepare_fast(call: Dispatch, inputs: tuple[str, ...], shapes: dict[str, tupl
     call.fast = raw
 
 
+@functools.cache
 def cupy_empty(cp: Any) -> Any:
     """The allocator of the fast path for cupy arrays: (array, address) from cupy's pool."""
-    def empty(shape: tuple[int, ...], dtype: Any) -> tuple[Any, int]:
+    def empty(position: int, shape: tuple[int, ...], dtype: Any) -> tuple[Any, int]:
         a = cp.empty(shape, dtype)
         return a, a.data.ptr
     return empty
@@ -77,8 +79,13 @@ def run_fast(call: Dispatch, given: tuple[int, ...], empty: Any, stream: int, dr
     :class:`DeviceMemoryError` (before anything is launched)."""
     try:
         return call.fast.run(given, empty, stream, dropout)
-    except MemoryError as exc:  # cupy's OutOfMemoryError, torch's (translated by its caller)
-        plan = call.chain[0]
-        free, total = launch.free_device_bytes()
-        raise DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
-                                f"batch/heads {call.lead}", call.needed_bytes, free, total) from exc
+    except MemoryError as exc:  # cupy's OutOfMemoryError (torch's: its caller translates it)
+        raise memory_error(call) from exc
+
+
+def memory_error(call: Dispatch) -> DeviceMemoryError:
+    """The error of a fast call whose outputs did not fit."""
+    plan = call.chain[0]
+    free, total = launch.free_device_bytes()
+    return DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
+                             f"batch/heads {call.lead}", call.needed_bytes, free, total)

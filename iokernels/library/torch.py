@@ -130,7 +130,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
         return out
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
         return EagerAttention.apply(q, k, v, mask, options)
-    return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram)[0]
+    return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram,
+                   keep_lse=False)[0]
 
 
 def _plain_eager(q: Any, k: Any, v: Any) -> bool:

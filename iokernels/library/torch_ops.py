@@ -33,10 +33,10 @@ own pool. An explicit mask crosses the same way; the library copies it to the ho
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,8 +46,8 @@ from ..kernels import launch
 from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
 from ..plan.dropout import Dropout, next_dropout
 from . import api
-from .dispatch import TORCH_CALLS, device_id
-from .fastpath import run_fast
+from .dispatch import TORCH_CALLS, Dispatch, device_id
+from .fastpath import memory_error
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cuda", "meta")  # meta: shapes only, through the fake implementations
@@ -230,16 +230,68 @@ def raw_stream(device: torch.device) -> int:
     return get(device.index) if get is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-@functools.cache
-def torch_empty(device: torch.device) -> Any:
-    """The fast path's allocator on ``device``: (tensor, address) from torch's caching allocator."""
-    def empty(shape: tuple[int, ...], dtype: np.dtype) -> tuple[torch.Tensor, int]:
-        try:
-            t = torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=device)
-        except torch.OutOfMemoryError as exc:  # the library's DeviceMemoryError (fastpath.run_fast)
-            raise MemoryError(str(exc)) from exc
+@dataclass(frozen=True)
+class TorchCall:
+    """A torch call signature's fast path: the library's Dispatch (its RawPlan) and how each of its allocations is
+    made in torch: ``like``, the input tensor (by position) whose shape and dtype it has (``torch.empty_like``,
+    the cheapest allocation torch offers from Python), else ``dtypes``'s dtype and the plan's shape."""
+
+    call: Dispatch
+    like: tuple[int | None, ...]
+    dtypes: tuple[torch.dtype, ...]
+    lse: int | None  # the position of lse among the allocations
+
+
+LIKE = {"O": 0, "dQ": 0, "dK": 1, "dV": 2}  # outputs shaped like an input (q, k, v, in the call's order)
+
+
+def torch_call(call: Dispatch, tensors: tuple[torch.Tensor, ...]) -> TorchCall:
+    like = []
+    for name, position in sorted(call.outputs.items(), key=lambda item: item[1]):
+        shape, dtype = call.fast.allocations[position]
+        j = LIKE.get(name)
+        same = j is not None and tuple(tensors[j].shape) == tuple(shape) and TORCH_DTYPES[dtype] == tensors[j].dtype
+        like.append(j if same else None)
+    return TorchCall(call, tuple(like), tuple(TORCH_DTYPES[dtype] for _, dtype in call.fast.allocations),
+                     call.outputs.get("lse"))
+
+
+SCRATCH: dict[tuple[Any, ...], torch.Tensor] = {}  # (device, shape) -> an lse no one reads (forward without grad)
+MAX_SCRATCH = 32
+
+
+def scratch(device: torch.device, shape: tuple[int, ...]) -> torch.Tensor:
+    """A float32 buffer for a forward's lse when no backward will read it: kept, and written by every such call
+    (on any stream: nothing reads it), so that call allocates one tensor, not two."""
+    t = SCRATCH.get((device, shape))
+    if t is None:
+        if len(SCRATCH) >= MAX_SCRATCH:
+            SCRATCH.clear()
+        t = SCRATCH[(device, shape)] = torch.empty(shape, dtype=torch.float32, device=device)
+    return t
+
+
+def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[int, ...], dropout: Any,
+              keep_lse: bool = True) -> list[torch.Tensor]:
+    """The fast path on torch tensors: allocations from torch (``torch.empty_like`` where it can), the launches on
+    torch's current stream; ``keep_lse=False``: the lse goes to a scratch buffer (:func:`scratch`)."""
+    device = tensors[0].device
+    like, dtypes, lse = entry.like, entry.dtypes, (None if keep_lse else entry.lse)
+
+    def allocate(position: int, shape: tuple[int, ...], dtype: np.dtype) -> tuple[torch.Tensor, int]:
+        j = like[position]
+        if j is not None:
+            t = torch.empty_like(tensors[j])
+        elif position == lse:
+            t = scratch(device, shape)
+        else:
+            t = torch.empty(shape, dtype=dtypes[position], device=device)
         return t, t.data_ptr()
-    return empty
+
+    try:
+        return entry.call.fast.run(given, allocate, raw_stream(device), dropout)
+    except torch.OutOfMemoryError as exc:
+        raise memory_error(entry.call) from exc
 
 
 def dense_mask(mask: torch.Tensor, spec: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> torch.Tensor:
@@ -252,34 +304,35 @@ def dense_mask(mask: torch.Tensor, spec: Any, lead: tuple[int, ...], n_q: int, n
     return m.to(torch.float32).contiguous()
 
 
-def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> Any:
-    """The Dispatch of a signature whose fast path is ready on the current device, else None."""
+def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> TorchCall | None:
+    """The fast path of a signature that has one, on the current device, else None."""
     if key is None or launch.counting_active():
         return None
-    call = TORCH_CALLS.get(key)
-    if call is None or device.index != device_id():  # raw launches go to the current device's context
+    entry = TORCH_CALLS.get(key)
+    if entry is None or device.index != device_id():  # raw launches go to the current device's context
         return None
-    return call
+    return entry
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None,
-            causal: str, scale: float | None, algorithm: str, schedule: str | None, sram: int | None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, lse) of :func:`iokernels.attention` on CUDA tensors (the operator's forward, and the eager call's)."""
+            causal: str, scale: float | None, algorithm: str, schedule: str | None, sram: int | None,
+            keep_lse: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(O, lse) of :func:`iokernels.attention` on CUDA tensors (the operator's forward, and the eager call's);
+    ``keep_lse=False`` (a call no backward follows): lse may be None."""
     try:
         key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device,
                mask_signature(mask), dropout is not None, causal, scale, algorithm, schedule, sram)
     except AttributeError:  # not tensors: check_tensors says so
         key = None
-    call = None if key is None else fast_call(key, q.device)
-    if call is not None:
-        plan = call.chain[0]
-        m = None if mask is None else dense_mask(mask, plan.mask, call.lead, call.n_q, call.n_k)
+    entry = None if key is None else fast_call(key, q.device)
+    if entry is not None:
+        call = entry.call
+        m = None if mask is None else dense_mask(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
         given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if m is None else m.data_ptr())
-        arrays = run_fast(call, given, torch_empty(q.device), raw_stream(q.device), dropout)
+        arrays = run_torch(entry, (q, k, v), given, dropout, keep_lse)
         out = call.outputs
-        if "lse" in out:
-            return arrays[out["O"]], arrays[out["lse"]]
+        if "lse" in out or not keep_lse:
+            return arrays[out["O"]], arrays[out["lse"]] if keep_lse else None
         lse = arrays[out["m"]] + torch.log(arrays[out["l"]])
         return arrays[out["O"]], lse.view(*call.lead, call.n_q)
     check_tensors(q, k, v, mask)
@@ -292,7 +345,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         result = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
         call = api.forward_call(*arrays, schedule=schedule, block_mask=None, mask=mask_array, **options)
     if key is not None and call.fast is not None and all(t.is_contiguous() for t in (q, k, v)):
-        TORCH_CALLS.put(key, call)
+        TORCH_CALLS.put(key, torch_call(call, (q, k, v)))
     return result
 
 
@@ -306,13 +359,13 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                causal, scale, algorithm, sram, deterministic)
     except AttributeError:
         key = None
-    call = None if key is None else fast_call(key, q.device)
-    if call is not None:
-        plan = call.chain[0]
-        m = None if mask is None else dense_mask(mask, plan.mask, call.lead, call.n_q, call.n_k)
+    entry = None if key is None else fast_call(key, q.device)
+    if entry is not None:
+        call = entry.call
+        m = None if mask is None else dense_mask(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
         given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), out.data_ptr(), lse.data_ptr(),
                  0 if m is None else m.data_ptr())
-        arrays = run_fast(call, given, torch_empty(q.device), raw_stream(q.device), dropout)
+        arrays = run_torch(entry, (q, k, v), given, dropout)
         return tuple(arrays[call.outputs[n]] for n in ("dQ", "dK", "dV"))
     check_tensors(q, k, v, mask)
     check_backward_tensors(dout, q, out, lse)
@@ -326,7 +379,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         call = api.backward_call(*arrays, block_mask=None, mask=mask_array, **options)
     if key is not None and call.fast is not None and dout.dtype == q.dtype and \
             all(t.is_contiguous() for t in (dout, q, k, v, out, lse)):
-        TORCH_CALLS.put(key, call)
+        TORCH_CALLS.put(key, torch_call(call, (q, k, v)))
     return result
 
 
