@@ -318,16 +318,22 @@ def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float
        shared_mem=stage.smem_bytes)
 
 
+WORKSPACE_ALIGN = 256  # bytes: each workspace tensor's offset in the one block a fast call allocates for them
+
+
 @dataclass(frozen=True)
 class RawPlan:
     """A plan's launches prepared once for raw device addresses (:mod:`.rawlaunch`): every buffer the plan
-    touches in ``names`` order, which is the caller's ``inputs`` (those the plan reads), then the buffers a run
-    allocates (``allocations``: shape and storage dtype each; outputs and workspace), then the plan's own
-    constants (the block mask's tile grid, on the device once). :meth:`launch` enqueues every stage."""
+    touches in ``names`` order, which is the caller's ``inputs`` (those the plan reads), then the outputs a run
+    allocates (``allocations``: shape and storage dtype each), then its workspace (the other tensors it writes,
+    at ``workspace`` offsets in one block), then the plan's own constants (the block mask's tile grid, on the
+    device once). :meth:`launch` enqueues every stage; :meth:`run` allocates and launches."""
 
     names: tuple[str, ...]
     inputs: tuple[int, ...]  # positions, in the caller's input tuple, of the inputs the plan reads
     allocations: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    workspace: tuple[tuple[int, int, np.dtype], ...]  # (byte offset, elements, storage dtype) per tensor
+    workspace_bytes: int
     constants: tuple[Any, ...]  # device arrays, kept alive here
     constant_pointers: tuple[int, ...]
     stages: tuple[Any, ...]  # rawlaunch.RawStage
@@ -338,11 +344,12 @@ class RawPlan:
         for stage in self.stages:
             stage.launch(pointers, stream, dropout)
 
-    def run(self, given: tuple[int, ...], allocate: Callable[[int, tuple[int, ...], np.dtype], tuple[Any, int]],
+    def run(self, given: tuple[int, ...], allocate: Callable[[int | None, tuple[int, ...], np.dtype], tuple[Any, int]],
             stream: int, dropout: Any) -> list[Any]:
-        """Allocate the outputs and workspace (``allocate(position, shape, dtype)`` gives an array and its
-        address; NaN-filled first with :data:`DEBUG_POISON`), launch on the caller's inputs at addresses
-        ``given``, and return the allocated arrays in ``allocations`` order."""
+        """Allocate the outputs and the workspace block (``allocate(position, shape, dtype)`` gives an array and
+        its address; position None for the workspace, uint8; NaN-filled first with :data:`DEBUG_POISON`),
+        launch on the caller's inputs at addresses ``given``, and return the outputs in ``allocations`` order.
+        The workspace block is released on return: the allocators reuse it only after the stream's work."""
         pointers = [given[i] for i in self.inputs]
         arrays = []
         for position, (shape, dtype) in enumerate(self.allocations):
@@ -351,38 +358,52 @@ class RawPlan:
             pointers.append(pointer)
             if DEBUG_POISON:
                 rawlaunch.fill_nan(pointer, dtype, math.prod(shape), stream)
+        if self.workspace:
+            _block, base = allocate(None, (self.workspace_bytes,), np.dtype(np.uint8))  # alive until launched
+            for offset, elements, dtype in self.workspace:
+                pointers.append(base + offset)
+                if DEBUG_POISON:
+                    rawlaunch.fill_nan(base + offset, dtype, elements, stream)
         pointers += self.constant_pointers
         self.launch(pointers, stream, dropout)
         return arrays
 
 
-def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]] | None = None
-                ) -> RawPlan:
+def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]] | None = None,
+                outputs: tuple[str, ...] | None = None) -> RawPlan:
     """``plan``'s :class:`RawPlan` at ``scale`` on the current device (compiling what is not yet): ``inputs``
-    the names of the caller's input tuple ("mask" for an explicit mask), ``shapes`` the shape each allocated
-    tensor is returned in (default: the plan's; the same element count)."""
+    the names of the caller's input tuple ("mask" for an explicit mask), ``outputs`` the tensors a run returns
+    (default: every one it writes; the rest is workspace), ``shapes`` the shape each is returned in (default:
+    the plan's; the same element count)."""
     cp = require_cupy()
     device = cp.cuda.Device().id
     tensors = plan_tensors(plan)
     read = [n for n in inputs if n in tensors or (n == "mask" and plan.mask is not None)]
-    allocated = [n for n in tensors if n not in read]
+    written = [n for n in tensors if n not in read]
+    returned = [n for n in written if outputs is None or n in outputs]
+    scratch = [n for n in written if n not in returned]
     constants = {"block_mask": cp.asarray(plan.block_grid())} if plan.block_mask is not None else {}
-    names = (*read, *allocated, *constants)
+    names = (*read, *returned, *scratch, *constants)
     index = {n: i for i, n in enumerate(names)}
     allocations = []
-    for n in allocated:
+    for n in returned:
         shape = tensor_shape(plan, n) if shapes is None or n not in shapes else tuple(shapes[n])
         if math.prod(shape) != math.prod(tensor_shape(plan, n)):
             raise ValueError(f"{n}: shape {shape} does not hold the plan's {tensor_shape(plan, n)}")
         allocations.append((shape, tensor_dtype(plan, n)))
+    workspace, offset = [], 0
+    for n in scratch:
+        elements, dtype = math.prod(tensor_shape(plan, n)), tensor_dtype(plan, n)
+        workspace.append((offset, elements, dtype))
+        offset += -(-elements * dtype.itemsize // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
     stages = []
     for stage in plan.stages:
         layout, dropout = stage_arg_layout(plan, stage, scale)
         args = [index[a] if a.__class__ is str else a for a in layout]
         stages.append(rawlaunch.RawStage(kernel_function(plan, stage, False), device, stage.grid, (stage.threads,),
                                          stage.smem_bytes, args, dropout))
-    return RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(constants.values()),
-                   tuple(c.data.ptr for c in constants.values()), tuple(stages))
+    return RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(workspace), offset,
+                   tuple(constants.values()), tuple(c.data.ptr for c in constants.values()), tuple(stages))
 
 
 def current_stream() -> int:

@@ -31,7 +31,8 @@ def driver() -> Any:
     """The CUDA driver library through ctypes (None where it cannot be loaded), with the prototypes used here."""
     if not _DRIVER:
         try:
-            lib = ctypes.CDLL("libcuda.so.1")
+            lib = ctypes.PyDLL("libcuda.so.1")  # PyDLL keeps the GIL across a call (a launch takes microseconds;
+            # handing the GIL back and forth from autograd's worker thread cost more than the launch)
         except OSError:
             lib = None
         if lib is not None:

@@ -46,7 +46,9 @@ from .dispatch import device_id as _device_id
 from .execute import execute
 from .fastpath import (
     BWD_INPUTS,
+    BWD_OUTPUTS,
     FWD_INPUTS,
+    FWD_OUTPUTS,
     cupy_empty,
     fast_ok,
     mask_array,
@@ -427,7 +429,7 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
         inputs["mask"] = device_mask
     out = execute(chain, inputs, call.scale, graph, ("O", "lse", "m", "l") if return_lse else ("O",), call.raws)
     if call.fast_ok and call.fast is None and not launch.counting_active():
-        prepare_fast(call, FWD_INPUTS, {"O": (*lead, n_q, d), "lse": (*lead, n_q)})
+        prepare_fast(call, FWD_INPUTS, {"O": (*lead, n_q, d), "lse": (*lead, n_q)}, FWD_OUTPUTS)
     result = _forward_result(call, out, return_lse, return_dropout, drop)
     if call.module == "numpy":
         return tuple(cp.asnumpy(x) if i < 1 + return_lse else x for i, x in enumerate(result)) \
@@ -576,7 +578,7 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
         inputs["lse"] = _to_device(cp, lse, (bh, n_q))
     out = execute(chain, inputs, call.scale, graph, ("dQ", "dK", "dV"), call.raws)
     if call.fast_ok and call.fast is None and not launch.counting_active():
-        prepare_fast(call, BWD_INPUTS, {"dQ": (*lead, n_q, d), "dK": kv_shape, "dV": kv_shape})
+        prepare_fast(call, BWD_INPUTS, {"dQ": (*lead, n_q, d), "dK": kv_shape, "dV": kv_shape}, BWD_OUTPUTS)
     dk, dv = out["dK"], out["dV"]
     if expand:
         dk, dv = (_group_sum(cp, x, group, dtype) for x in (dk, dv))

@@ -63,9 +63,9 @@ class Dispatch:
 
 
 def array_key(x: Any) -> tuple[Any, ...]:
-    """What a call reads of an array before it launches: type, shape, dtype, strides (contiguity).
-    AttributeError for what is not a numpy or cupy array."""
-    return (type(x), x.shape, x.dtype, x.strides)
+    """What a call reads of an array before it launches: type, shape, dtype, strides (contiguity), and the device
+    of a cupy array (None for numpy's). AttributeError for what is not a numpy or cupy array."""
+    return (type(x), x.shape, x.dtype, x.strides, getattr(x.data, "device_id", None))
 
 
 def dropout_present(dropout: Any) -> bool:

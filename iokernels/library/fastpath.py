@@ -50,6 +50,8 @@ def mask_array(mask: Any, spec: Any, lead: tuple[int, ...], n_q: int, n_k: int) 
 
 FWD_INPUTS = ("Q", "K", "V", "mask")  # the fast path's input tuple (the mask's slot only with a mask)
 BWD_INPUTS = ("Q", "K", "V", "dO", "O", "lse", "mask")
+FWD_OUTPUTS = ("O", "lse", "m", "l")  # what a fast call may return (the rest of what it writes: one workspace block)
+BWD_OUTPUTS = ("dQ", "dK", "dV")
 
 
 def fast_ok(arrays: list[Any], chain: tuple[Plan, ...], expand: bool) -> bool:
@@ -57,9 +59,10 @@ def fast_ok(arrays: list[Any], chain: tuple[Plan, ...], expand: bool) -> bool:
     return len(chain) == 1 and not expand and all(module_of(x) == "cupy" and x.flags.c_contiguous for x in arrays)
 
 
-def prepare_fast(call: Dispatch, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]]) -> None:
+def prepare_fast(call: Dispatch, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
+                 outputs: tuple[str, ...]) -> None:
     """Fill ``call.fast`` (after the call's first run, which compiled its kernels)."""
-    raw = launch.prepare_raw(call.chain[0], call.scale, inputs, shapes)
+    raw = launch.prepare_raw(call.chain[0], call.scale, inputs, shapes, outputs)
     start = len(raw.inputs)
     call.outputs = {n: i for i, n in enumerate(raw.names[start:start + len(raw.allocations)])}
     call.fast = raw
@@ -68,7 +71,7 @@ def prepare_fast(call: Dispatch, inputs: tuple[str, ...], shapes: dict[str, tupl
 @functools.cache
 def cupy_empty(cp: Any) -> Any:
     """The allocator of the fast path for cupy arrays: (array, address) from cupy's pool."""
-    def empty(position: int, shape: tuple[int, ...], dtype: Any) -> tuple[Any, int]:
+    def empty(position: int | None, shape: tuple[int, ...], dtype: Any) -> tuple[Any, int]:
         a = cp.empty(shape, dtype)
         return a, a.data.ptr
     return empty

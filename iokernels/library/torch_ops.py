@@ -221,7 +221,7 @@ TORCH_DTYPES = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch
 
 
 def mask_signature(mask: torch.Tensor | None) -> tuple[Any, ...] | None:
-    return None if mask is None else (mask.shape, mask.stride(), mask.dtype)
+    return None if mask is None else (mask.shape, mask.stride(), mask.dtype, mask.device)
 
 
 def raw_stream(device: torch.device) -> int:
@@ -278,9 +278,11 @@ def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[
     device = tensors[0].device
     like, dtypes, lse = entry.like, entry.dtypes, (None if keep_lse else entry.lse)
 
-    def allocate(position: int, shape: tuple[int, ...], dtype: np.dtype) -> tuple[torch.Tensor, int]:
-        j = like[position]
-        if j is not None:
+    def allocate(position: int | None, shape: tuple[int, ...], dtype: np.dtype) -> tuple[torch.Tensor, int]:
+        j = None if position is None else like[position]
+        if position is None:  # the workspace block
+            t = torch.empty(shape, dtype=torch.uint8, device=device)
+        elif j is not None:
             t = torch.empty_like(tensors[j])
         elif position == lse:
             t = scratch(device, shape)
@@ -320,8 +322,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     """(O, lse) of :func:`iokernels.attention` on CUDA tensors (the operator's forward, and the eager call's);
     ``keep_lse=False`` (a call no backward follows): lse may be None."""
     try:
-        key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device,
-               mask_signature(mask), dropout is not None, causal, scale, algorithm, schedule, sram)
+        key = ("fwd", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
+               v.stride(), v.dtype, v.device, mask_signature(mask), dropout is not None, causal, scale, algorithm,
+               schedule, sram)
     except AttributeError:  # not tensors: check_tensors says so
         key = None
     entry = None if key is None else fast_call(key, q.device)
@@ -354,9 +357,8 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              algorithm: str, sram: int | None, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`iokernels.attention_backward` on CUDA tensors (the operator's and the eager call's)."""
     try:
-        key = ("bwd", dout.shape, dout.stride(), dout.dtype, q.shape, q.stride(), k.shape, k.stride(), v.shape,
-               v.stride(), out.stride(), lse.stride(), q.dtype, q.device, mask_signature(mask), dropout is not None,
-               causal, scale, algorithm, sram, deterministic)
+        key = ("bwd", *(x for t in (dout, q, k, v, out, lse) for x in (t.shape, t.stride(), t.dtype, t.device)),
+               mask_signature(mask), dropout is not None, causal, scale, algorithm, sram, deterministic)
     except AttributeError:
         key = None
     entry = None if key is None else fast_call(key, q.device)
