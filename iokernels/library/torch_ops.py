@@ -357,7 +357,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              algorithm: str, sram: int | None, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`iokernels.attention_backward` on CUDA tensors (the operator's and the eager call's)."""
     try:
-        key = ("bwd", *(x for t in (dout, q, k, v, out, lse) for x in (t.shape, t.stride(), t.dtype, t.device)),
+        key = ("bwd", dout.shape, dout.stride(), dout.dtype, dout.device, q.shape, q.stride(), q.dtype, q.device,
+               k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(), v.dtype, v.device, out.shape,
+               out.stride(), out.dtype, out.device, lse.shape, lse.stride(), lse.dtype, lse.device,
                mask_signature(mask), dropout is not None, causal, scale, algorithm, sram, deterministic)
     except AttributeError:
         key = None
