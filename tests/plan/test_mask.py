@@ -192,3 +192,26 @@ def sp_simplify(x):
     import sympy as sp
 
     return sp.simplify(x)
+
+
+def test_dense_mask_views_a_mask_already_in_the_kernels_layout():
+    from iokernels.plan.masks import dense_mask, mask_layout
+
+    a = np.random.default_rng(0).random((2, 3, 10, 20)) > 0.5
+    spec, shape = mask_layout(a.dtype, a.shape, (2, 3), 10, 20)
+    dense = dense_mask(np, a, spec, (2, 3), 10, 20)
+    assert shape == dense.shape == (6, 10, 20) and dense.dtype == np.uint8 and np.shares_memory(dense, a)
+    assert np.array_equal(dense.astype(bool), a.reshape(6, 10, 20))
+
+
+def test_dense_mask_broadcasts_and_widens():
+    from iokernels.plan.masks import dense_mask, mask_layout
+
+    a = np.arange(20, dtype=np.float16).reshape(1, 20)  # one row for every query, every batch-head
+    spec, shape = mask_layout(a.dtype, a.shape, (2, 3), 10, 20)
+    dense = dense_mask(np, a, spec, (2, 3), 10, 20)
+    assert spec.shared and shape == dense.shape == (1, 10, 20) and dense.dtype == np.float32
+    assert np.array_equal(dense[0], np.broadcast_to(a.astype(np.float32), (10, 20)))
+    b = np.ones((3, 1, 20), dtype=bool)  # per head: broadcast over the batch
+    spec, shape = mask_layout(b.dtype, b.shape, (2, 3), 10, 20)
+    assert not spec.shared and dense_mask(np, b, spec, (2, 3), 10, 20).shape == shape == (6, 10, 20)

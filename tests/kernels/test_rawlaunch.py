@@ -1,0 +1,59 @@
+"""Raw launches without a GPU: the parameter types of kernel arguments, and RawPlan.run's pointer list (inputs
+in the plan's order, outputs, the one workspace block at aligned offsets, constants) and its allocations."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from iokernels.kernels import launch, rawlaunch
+
+
+@pytest.mark.parametrize("value, ctype", [
+    (np.int32(-3), ctypes.c_int32), (np.uint32(7), ctypes.c_uint32), (np.float32(0.5), ctypes.c_float),
+    (np.uint64(2**63 + 1), ctypes.c_uint64), (np.int64(-2**40), ctypes.c_int64)])
+def test_scalar_slots_keep_the_arguments_width_and_value(value, ctype):
+    slot = rawlaunch.scalar_slot(value)
+    assert type(slot) is ctype and slot.value == value.item()
+
+
+def test_an_argument_of_no_kernel_type_is_refused():
+    with pytest.raises(TypeError, match="no parameter type"):
+        rawlaunch.scalar_slot(np.complex64(1))
+
+
+class _Stage:
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, pointers, stream, dropout):
+        self.calls.append((list(pointers), stream, dropout))
+
+
+def test_run_allocates_outputs_and_one_aligned_workspace_block(monkeypatch):
+    monkeypatch.setattr(launch, "DEBUG_POISON", False)
+    stage = _Stage()
+    f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+    raw = launch.RawPlan(names=("K", "Q", "O", "D", "dQacc", "block_mask"), inputs=(1, 0),
+                         allocations=(((2, 3), f16),), workspace=((0, 10, f32), (256, 70, f32)), workspace_bytes=768,
+                         constants=("grid",), constant_pointers=(9000,), stages=(stage,))
+    made = []
+
+    def allocate(position, shape, dtype):
+        made.append((position, shape, dtype))
+        return f"array{len(made)}", 1000 * len(made)
+
+    out = raw.run((11, 22), allocate, stream=5, dropout="drop")
+    assert out == ["array1"]  # the outputs only
+    assert made == [(0, (2, 3), f16), (None, (768,), np.dtype(np.uint8))]
+    assert stage.calls == [([22, 11, 1000, 2000, 2256, 9000], 5, "drop")]
+
+
+def test_poisoning_fills_every_output_and_workspace_tensor(monkeypatch):
+    monkeypatch.setattr(launch, "DEBUG_POISON", True)
+    fills = []
+    monkeypatch.setattr(rawlaunch, "fill_nan", lambda pointer, dtype, count, stream: fills.append((pointer, count)))
+    f32 = np.dtype(np.float32)
+    raw = launch.RawPlan(("Q", "O", "D"), (0,), (((4, 2), f32),), ((0, 3, f32),), 256, (), (), (_Stage(),))
+    raw.run((1,), lambda position, shape, dtype: (None, 500 if position == 0 else 700), 0, None)
+    assert fills == [(500, 8), (700, 3)]
