@@ -40,10 +40,14 @@ def test_cupy_call_and_graph_modes():
         for p in configs.PASSES:
             for mode in clocks.MODES:
                 r = rows[(impl, p, "float16", mode)]
+                if (impl, mode) == ("cupy_standard", "graph") and r["status"] == "unsupported":
+                    assert "capture" in r["note"], r  # cupy 14 refuses cuBLAS calls while a stream captures
+                    continue
                 assert r["status"] == "ok" and r["tflops"] > 0 and r["loop"] >= 1, r
                 assert ("graph" in r["method"]) == (mode == "graph")
                 assert rows[(impl, p, "bfloat16", mode)]["status"] == "unsupported"
-    assert any(r["peer"] == "cupy_standard" and r["mode"] == "graph" for r in doc["ratios"])
+    graph_ok = rows[("cupy_standard", "fwd", "float16", "graph")]["status"] == "ok"
+    assert any(r["peer"] == "cupy_standard" and r["mode"] == "graph" for r in doc["ratios"]) == graph_ok
     assert "io-cupy graph" in suite.render(doc)
 
 
@@ -122,7 +126,10 @@ def test_cli_json_tiny_both_modes():
     ok = [r for r in doc["rows"] if r["status"] == "ok"]
     assert ok and all(r["tflops"] > 0 for r in ok)
     assert {(r["impl"], r["mode"]) for r in ok} >= {("iokernels_cupy", "call"), ("iokernels_cupy", "graph"),
-                                                   ("cupy_standard", "call"), ("cupy_standard", "graph")}
+                                                   ("cupy_standard", "call")}
+    for r in doc["rows"]:  # cupy 14 refuses cuBLAS calls during stream capture: labelled, with the reason
+        if (r["impl"], r["mode"]) == ("cupy_standard", "graph") and r["status"] != "ok":
+            assert r["status"] == "unsupported" and "capture" in r["note"], r
 
 
 def test_overhead_tiny():
