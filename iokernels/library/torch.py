@@ -80,8 +80,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     scale, algorithm, schedule and sram as :func:`iokernels.attention`; deterministic as
     :func:`iokernels.attention_backward`. attn_mask (or mask, the same; pass one): a boolean (False
     hides the key, as SDPA's) or floating tensor (added to the scores) on q's device, broadcastable to
-    (..., N_q, N_k); it gets no gradient (the library checks its values on the host, so a masked
-    call is not capturable in a CUDA graph). dropout_p (or dropout, the same; pass one): the probability p
+    (..., N_q, N_k); it gets no gradient, and stays on the device (a masked call is capturable in a
+    CUDA graph; NaN or +inf in an additive mask give NaN rows, as in SDPA). dropout_p (or dropout, the same; pass one): the probability p
     in [0, 1) of dropping an attention probability (pass 0 for evaluation): each call draws the
     library's next Philox offset (:mod:`iokernels.plan.dropout`) inside the operator, and its backward
     regenerates the same mask; a :class:`iokernels.plan.dropout.Dropout` as dropout is used as given.

@@ -22,12 +22,14 @@ a new one at each call; the backward takes rng and regenerates the same mask. ``
 the forward only hands it on. ``algorithm`` of the backward: "standard" or "flash". lse and rng carry no
 gradient; the mask gets none.
 
-The CUDA implementation runs :func:`iokernels.attention` / :func:`iokernels.attention_backward` on cupy
-views of the tensors' memory (raw pointers, no DLPack, no copy of contiguous tensors) on torch's current
-stream, with every buffer the call allocates (outputs and workspace) taken from torch's caching allocator
-(``torch.empty``), so the outputs are torch tensors and a ``torch.cuda.graph`` capture allocates from its
-own pool. An explicit mask crosses the same way; the library copies it to the host for its value checks
-(NaN, +inf), so a call with a mask is not capturable in a CUDA graph.
+The implementation (:func:`forward`, :func:`backward`; the operators' CUDA kernels, and what an eager call of
+:func:`iokernels.torch.attention` runs without the dispatcher) takes a call signature's first call through
+:func:`iokernels.attention` / :func:`iokernels.attention_backward` on cupy views of the tensors' memory (raw
+pointers, no DLPack, no copy of contiguous tensors), with every buffer it allocates from torch's caching
+allocator; later calls of that signature allocate the outputs with ``torch.empty_like``/``torch.empty`` and
+launch the prepared kernels on raw addresses (:mod:`iokernels.library.fastpath`), on torch's current stream.
+A ``torch.cuda.graph`` capture allocates from its own pool. An explicit mask stays on the device (converted
+there to the kernels' layout when it is not in it), so masked calls are capturable too.
 """
 
 from __future__ import annotations
