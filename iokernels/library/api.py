@@ -325,12 +325,12 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     attention do not take it (flash runs "q_outer" when no schedule is given). Rows that see no key
     give 0 and lse −inf.
 
-    mask: an explicit mask, a numpy or cupy array broadcastable to (..., N_q, N_k): boolean (False
-    hides the key) or floating point (added to scale * q kᵀ; −inf hides the key). A numpy mask's
-    values are checked (NaN and +inf are refused); a cupy mask stays on the device, unread by the host
-    (NaN or +inf in it give NaN rows, as in torch's SDPA). Flash "q_outer" (forward) and "kv_outer" (backward) read it, one element per computed
-    score and batch-head (counted and modelled); a mask with no leading dims (or all 1) is stored
-    once and shared. It combines with causal and block_mask. Rows that see no key give 0 and lse −inf.
+    mask: an explicit mask, a numpy or cupy array broadcastable to (..., N_q, N_k): boolean (False hides the
+    key) or floating point (added to scale * q kᵀ; −inf hides the key). A numpy mask's values are checked (NaN
+    and +inf are refused); a cupy mask stays on the device, unread by the host (NaN or +inf in it give NaN rows,
+    as in torch's SDPA). Flash "q_outer" (forward) and "kv_outer" (backward) read it, one element per computed
+    score and batch-head (counted and modelled); a mask with no leading dims (or all 1) is stored once and
+    shared. It combines with causal and block_mask. Rows that see no key give 0 and lse −inf.
 
     dropout: dropout on the attention probabilities, ``softmax(...) ∘ Z`` with Z 0 where an element
     is dropped and 1/(1 − p) where kept (the paper's P^dropped): a probability p in [0, 1) (0, the

@@ -76,15 +76,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     traces it as one node each way.
 
     is_causal: torch's causal mask, the top-left alignment (causal="top_left"). causal: as
-    :func:`iokernels.attention` (True is bottom-right; the two agree for N_q = N_k); pass one of them.
-    scale, algorithm, schedule and sram as :func:`iokernels.attention`; deterministic as
-    :func:`iokernels.attention_backward`. attn_mask (or mask, the same; pass one): a boolean (False
-    hides the key, as SDPA's) or floating tensor (added to the scores) on q's device, broadcastable to
-    (..., N_q, N_k); it gets no gradient, and stays on the device (a masked call is capturable in a
-    CUDA graph; NaN or +inf in an additive mask give NaN rows, as in SDPA). dropout_p (or dropout, the same; pass one): the probability p
-    in [0, 1) of dropping an attention probability (pass 0 for evaluation): each call draws the
-    library's next Philox offset (:mod:`iokernels.plan.dropout`) inside the operator, and its backward
-    regenerates the same mask; a :class:`iokernels.plan.dropout.Dropout` as dropout is used as given.
+    :func:`iokernels.attention` (True is bottom-right; the two agree for N_q = N_k); pass one of them. scale,
+    algorithm, schedule and sram as :func:`iokernels.attention`; deterministic as
+    :func:`iokernels.attention_backward`. attn_mask (or mask, the same; pass one): a boolean (False hides the
+    key, as SDPA's) or floating tensor (added to the scores) on q's device, broadcastable to (..., N_q, N_k); it
+    gets no gradient, and stays on the device (a masked call is capturable in a CUDA graph; NaN or +inf in an
+    additive mask give NaN rows, as in SDPA). dropout_p (or dropout, the same; pass one): the probability p in
+    [0, 1) of dropping an attention probability (pass 0 for evaluation): each call draws the library's next
+    Philox offset (:mod:`iokernels.plan.dropout`) inside the operator, and its backward regenerates the same
+    mask; a :class:`iokernels.plan.dropout.Dropout` as dropout is used as given.
 
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
