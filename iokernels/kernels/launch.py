@@ -211,7 +211,7 @@ class GpuRun:
     buffers: dict[str, Any]
     counts: Counts | None = None
     workspace_bytes: int = 0
-    raw: RawPlan | None = None  # the plain build's prepared launches, for the next run
+    raw: rawlaunch.RawPlan | None = None  # the plain build's prepared launches, for the next run
 
 
 @dataclass
@@ -321,57 +321,9 @@ def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float
 WORKSPACE_ALIGN = 256  # bytes: each workspace tensor's offset in the one block a fast call allocates for them
 
 
-@dataclass(frozen=True)
-class RawPlan:
-    """A plan's launches prepared once for raw device addresses (:mod:`.rawlaunch`): every buffer the plan
-    touches in ``names`` order, which is the caller's ``inputs`` (those the plan reads), then the outputs a run
-    allocates (``allocations``: shape and storage dtype each), then its workspace (the other tensors it writes,
-    at ``workspace`` offsets in one block), then the plan's own constants (the block mask's tile grid, on the
-    device once). :meth:`launch` enqueues every stage; :meth:`run` allocates and launches."""
-
-    names: tuple[str, ...]
-    inputs: tuple[int, ...]  # positions, in the caller's input tuple, of the inputs the plan reads
-    allocations: tuple[tuple[tuple[int, ...], np.dtype], ...]
-    workspace: tuple[tuple[int, int, np.dtype], ...]  # (byte offset, elements, storage dtype) per tensor
-    workspace_bytes: int
-    constants: tuple[Any, ...]  # device arrays, kept alive here
-    constant_pointers: tuple[int, ...]
-    stages: tuple[Any, ...]  # rawlaunch.RawStage
-
-    def launch(self, pointers: list[int], stream: int, dropout: Any) -> None:
-        """Enqueue the plain build on ``stream`` with the buffers at ``pointers`` (``names`` order, constants
-        included), ``dropout`` the plan's Dropout (or None)."""
-        for stage in self.stages:
-            stage.launch(pointers, stream, dropout)
-
-    def run(self, given: tuple[int, ...], allocate: Callable[[int | None, tuple[int, ...], np.dtype], tuple[Any, int]],
-            stream: int, dropout: Any) -> list[Any]:
-        """Allocate the outputs and the workspace block (``allocate(position, shape, dtype)`` gives an array and
-        its address; position None for the workspace, uint8; NaN-filled first with :data:`DEBUG_POISON`),
-        launch on the caller's inputs at addresses ``given``, and return the outputs in ``allocations`` order.
-        The workspace block is released on return: the allocators reuse it only after the stream's work."""
-        pointers = [given[i] for i in self.inputs]
-        arrays = []
-        for position, (shape, dtype) in enumerate(self.allocations):
-            array, pointer = allocate(position, shape, dtype)
-            arrays.append(array)
-            pointers.append(pointer)
-            if DEBUG_POISON:
-                rawlaunch.fill_nan(pointer, dtype, math.prod(shape), stream)
-        if self.workspace:
-            _block, base = allocate(None, (self.workspace_bytes,), np.dtype(np.uint8))  # alive until launched
-            for offset, elements, dtype in self.workspace:
-                pointers.append(base + offset)
-                if DEBUG_POISON:
-                    rawlaunch.fill_nan(base + offset, dtype, elements, stream)
-        pointers += self.constant_pointers
-        self.launch(pointers, stream, dropout)
-        return arrays
-
-
 def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]] | None = None,
-                outputs: tuple[str, ...] | None = None) -> RawPlan:
-    """``plan``'s :class:`RawPlan` at ``scale`` on the current device (compiling what is not yet): ``inputs``
+                outputs: tuple[str, ...] | None = None) -> rawlaunch.RawPlan:
+    """``plan``'s :class:`.rawlaunch.RawPlan` at ``scale`` on the current device (compiling what is not yet): ``inputs``
     the names of the caller's input tuple ("mask" for an explicit mask), ``outputs`` the tensors a run returns
     (default: every one it writes; the rest is workspace), ``shapes`` the shape each is returned in (default:
     the plan's; the same element count)."""
@@ -402,7 +354,7 @@ def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[
         args = [index[a] if a.__class__ is str else a for a in layout]
         stages.append(rawlaunch.RawStage(kernel_function(plan, stage, False), device, stage.grid, (stage.threads,),
                                          stage.smem_bytes, args, dropout))
-    return RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(workspace), offset,
+    return rawlaunch.RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(workspace), offset,
                    tuple(constants.values()), tuple(c.data.ptr for c in constants.values()), tuple(stages))
 
 
@@ -427,7 +379,7 @@ def counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
 
 
 def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None,
-             poison_outputs: bool | None = None, raw: RawPlan | None = None) -> GpuRun:
+             poison_outputs: bool | None = None, raw: rawlaunch.RawPlan | None = None) -> GpuRun:
     """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's
     storage dtype (see :func:`to_device`); outputs and workspace are allocated by :func:`allocate`
     (``poison_outputs``: filled with NaN first; None: :data:`DEBUG_POISON`).

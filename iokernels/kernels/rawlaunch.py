@@ -11,8 +11,10 @@ launch of the same function on the same stream. :func:`fill_nan` is the debug po
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -161,3 +163,52 @@ def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int) -> None:
         return
     setter = lib.cuMemsetD16Async if word[1] == 2 else lib.cuMemsetD32Async
     _check(setter(pointer, word[0], count, stream), "NaN fill")
+
+
+@dataclass(frozen=True)
+class RawPlan:
+    """A plan's launches prepared once for raw device addresses (``launch.prepare_raw``): every buffer the plan
+    touches in ``names`` order, which is the caller's ``inputs`` (those the plan reads), then the outputs a run
+    allocates (``allocations``: shape and storage dtype each), then its workspace (the other tensors it writes,
+    at ``workspace`` offsets in one block), then the plan's own constants (the block mask's tile grid, on the
+    device once). :meth:`launch` enqueues every stage; :meth:`run` allocates and launches."""
+
+    names: tuple[str, ...]
+    inputs: tuple[int, ...]  # positions, in the caller's input tuple, of the inputs the plan reads
+    allocations: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    workspace: tuple[tuple[int, int, np.dtype], ...]  # (byte offset, elements, storage dtype) per tensor
+    workspace_bytes: int
+    constants: tuple[Any, ...]  # device arrays, kept alive here
+    constant_pointers: tuple[int, ...]
+    stages: tuple[Any, ...]  # RawStage
+
+    def launch(self, pointers: list[int], stream: int, dropout: Any) -> None:
+        """Enqueue the plain build on ``stream`` with the buffers at ``pointers`` (``names`` order, constants
+        included), ``dropout`` the plan's Dropout (or None)."""
+        for stage in self.stages:
+            stage.launch(pointers, stream, dropout)
+
+    def run(self, given: tuple[int, ...], allocate: Callable[[int | None, tuple[int, ...], np.dtype], tuple[Any, int]],
+            stream: int, dropout: Any, poison: bool = False) -> list[Any]:
+        """Allocate the outputs and the workspace block (``allocate(position, shape, dtype)`` gives an array and
+        its address; position None for the workspace, uint8; NaN-filled first with ``poison``,
+        ``launch.DEBUG_POISON`` for the library's calls),
+        launch on the caller's inputs at addresses ``given``, and return the outputs in ``allocations`` order.
+        The workspace block is released on return: the allocators reuse it only after the stream's work."""
+        pointers = [given[i] for i in self.inputs]
+        arrays = []
+        for position, (shape, dtype) in enumerate(self.allocations):
+            array, pointer = allocate(position, shape, dtype)
+            arrays.append(array)
+            pointers.append(pointer)
+            if poison:
+                fill_nan(pointer, dtype, math.prod(shape), stream)
+        if self.workspace:
+            _block, base = allocate(None, (self.workspace_bytes,), np.dtype(np.uint8))  # alive until launched
+            for offset, elements, dtype in self.workspace:
+                pointers.append(base + offset)
+                if poison:
+                    fill_nan(base + offset, dtype, elements, stream)
+        pointers += self.constant_pointers
+        self.launch(pointers, stream, dropout)
+        return arrays

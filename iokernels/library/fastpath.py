@@ -81,7 +81,7 @@ def run_fast(call: Dispatch, given: tuple[int, ...], empty: Any, stream: int, dr
     """``call.fast`` on inputs at addresses ``given``, outputs from ``empty``; a failed allocation raises
     :class:`DeviceMemoryError` (before anything is launched)."""
     try:
-        return call.fast.run(given, empty, stream, dropout)
+        return call.fast.run(given, empty, stream, dropout, launch.DEBUG_POISON)
     except MemoryError as exc:  # cupy's OutOfMemoryError (torch's: its caller translates it)
         raise memory_error(call) from exc
 

@@ -293,7 +293,7 @@ def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[
         return t, t.data_ptr()
 
     try:
-        return entry.call.fast.run(given, allocate, raw_stream(device), dropout)
+        return entry.call.fast.run(given, allocate, raw_stream(device), dropout, launch.DEBUG_POISON)
     except torch.OutOfMemoryError as exc:
         raise memory_error(entry.call) from exc
 

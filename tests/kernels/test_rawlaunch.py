@@ -6,7 +6,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from iokernels.kernels import launch, rawlaunch
+from iokernels.kernels import rawlaunch
 
 
 @pytest.mark.parametrize("value, ctype", [
@@ -30,11 +30,10 @@ class _Stage:
         self.calls.append((list(pointers), stream, dropout))
 
 
-def test_run_allocates_outputs_and_one_aligned_workspace_block(monkeypatch):
-    monkeypatch.setattr(launch, "DEBUG_POISON", False)
+def test_run_allocates_outputs_and_one_aligned_workspace_block():
     stage = _Stage()
     f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
-    raw = launch.RawPlan(names=("K", "Q", "O", "D", "dQacc", "block_mask"), inputs=(1, 0),
+    raw = rawlaunch.RawPlan(names=("K", "Q", "O", "D", "dQacc", "block_mask"), inputs=(1, 0),
                          allocations=(((2, 3), f16),), workspace=((0, 10, f32), (256, 70, f32)), workspace_bytes=768,
                          constants=("grid",), constant_pointers=(9000,), stages=(stage,))
     made = []
@@ -50,10 +49,9 @@ def test_run_allocates_outputs_and_one_aligned_workspace_block(monkeypatch):
 
 
 def test_poisoning_fills_every_output_and_workspace_tensor(monkeypatch):
-    monkeypatch.setattr(launch, "DEBUG_POISON", True)
     fills = []
     monkeypatch.setattr(rawlaunch, "fill_nan", lambda pointer, dtype, count, stream: fills.append((pointer, count)))
     f32 = np.dtype(np.float32)
-    raw = launch.RawPlan(("Q", "O", "D"), (0,), (((4, 2), f32),), ((0, 3, f32),), 256, (), (), (_Stage(),))
-    raw.run((1,), lambda position, shape, dtype: (None, 500 if position == 0 else 700), 0, None)
+    raw = rawlaunch.RawPlan(("Q", "O", "D"), (0,), (((4, 2), f32),), ((0, 3, f32),), 256, (), (), (_Stage(),))
+    raw.run((1,), lambda position, shape, dtype: (None, 500 if position == 0 else 700), 0, None, poison=True)
     assert fills == [(500, 8), (700, 3)]
