@@ -1,10 +1,10 @@
 """Kernel launches on raw device addresses: one stage's parameter block built once, its buffer slots set and
 the driver's ``cuLaunchKernel`` called through ctypes at each launch.
 
-A cached call (:class:`iokernels.kernels.launch.RawPlan`) pays about a microsecond per stage here, where
-cupy's launch converts every argument again (about 7 µs a launch on the H200 host, measured in
-``results/h200/overhead/``). Without the driver library (``libcuda.so.1``) the stage falls back to cupy's
-launch of the same function on the same stream. :func:`fill_nan` is the debug poisoning of
+A cached call (:class:`RawPlan`, prepared by ``launch.prepare_raw``) sets a few slots and calls the driver
+per stage, where cupy's launch converts every argument again (7.4–8.1 µs a launch on the H200's host,
+``results/h200/bench/host-probe/pieces-7fd39ff.txt``). Without the driver library (``libcuda.so.1``) the
+stage falls back to cupy's launch of the same function on the same stream. :func:`fill_nan` is the debug poisoning of
 ``launch.DEBUG_POISON`` on raw addresses (an asynchronous memset on the stream).
 """
 

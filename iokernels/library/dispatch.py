@@ -27,7 +27,7 @@ CACHE_SIZE = 256  # call signatures kept (least recently used dropped first)
 @dataclass
 class Dispatch:
     """One call signature's decisions. ``raws``: one slot per plan of ``chain``, the plan's prepared kernel
-    launches (``kernels.launch.RawPlan``), filled at its first run on the device. ``fast``: for a call that
+    launches (``kernels.rawlaunch.RawPlan``), filled at its first run on the device. ``fast``: for a call that
     can run on raw addresses (one plan, no expanded K/V, contiguous device inputs: ``fast_ok``), that plan's
     RawPlan with the library's input order and the outputs in the caller's shapes, filled after its first
     run; later calls allocate the outputs and launch it, nothing else (``api``'s fast paths)."""
@@ -45,7 +45,7 @@ class Dispatch:
     scale: float  # the softmax scale the kernels take
     fast_ok: bool = False
     raws: list[Any] = field(default_factory=list)
-    fast: Any = None  # kernels.launch.RawPlan
+    fast: Any = None  # kernels.rawlaunch.RawPlan
     outputs: dict[str, int] = field(default_factory=dict)  # fast's allocated tensors: name -> position
 
     def __post_init__(self) -> None:

@@ -1,5 +1,5 @@
 """The library's fast path: a call whose signature has run once (its ``Dispatch`` holds a prepared
-``kernels.launch.RawPlan``) allocates its outputs and launches on raw addresses on the current stream,
+``kernels.rawlaunch.RawPlan``) allocates its outputs and launches on raw addresses on the current stream,
 nothing else: no checks (the signature's first call made them), no memory query (a failed allocation
 raises :class:`DeviceMemoryError`), no copies (masks stay on the device). Shared by ``api`` (cupy arrays)
 and ``torch_ops`` (torch tensors)."""
