@@ -81,10 +81,10 @@ def scalar_slot(value: Any) -> Any:
 
 class RawStage:
     """One kernel launch whose parameters are built once: ``args`` holds, in the kernel's order, ints for the
-    buffers (the index of the address in the pointer list each launch gets) and numpy scalars for the
-    constants; with ``dropout``, the four parameters of the call's Dropout (``Dropout.kernel_args``) follow
-    them; the counters' address, null (the plain build), comes last. ``function``: the compiled function (a
-    cupy RawKernel) on ``device``."""
+    buffers (the index of the address in the pointer list each launch gets), numpy scalars for the
+    constants and bytes for a structure passed by value (a tensor map); with ``dropout``, the four
+    parameters of the call's Dropout (``Dropout.kernel_args``) follow them; the counters' address, null
+    (the plain build), comes last. ``function``: the compiled function (a cupy RawKernel) on ``device``."""
 
     __slots__ = ("buffers", "device", "drops", "function", "launcher", "lock", "params", "params_slots", "prefix",
                  "values")
@@ -99,6 +99,8 @@ class RawStage:
             if isinstance(a, int) and not isinstance(a, (bool, np.integer)):
                 slot = ctypes.c_uint64(0)
                 self.buffers.append((slot, a))
+            elif isinstance(a, bytes):  # a structure passed by value (a TMA tensor map, tensormap.py)
+                slot = (ctypes.c_ubyte * len(a)).from_buffer_copy(a)
             else:
                 slot = scalar_slot(a)
             self.values.append(a)
@@ -135,6 +137,9 @@ class RawStage:
 
     def _cupy_launch(self, pointers: Sequence[int], stream: int, dropout: Any) -> None:
         import cupy as cp
+
+        if any(isinstance(a, bytes) for a in self.values):
+            raise RuntimeError("a kernel that takes a structure by value (a tensor map) needs the driver library")
 
         values = [np.uint64(pointers[a]) if isinstance(a, int) and not isinstance(a, (bool, np.integer)) else a
                   for a in self.values]
