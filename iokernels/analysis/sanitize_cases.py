@@ -116,8 +116,8 @@ def _research_configs(quick: bool) -> Iterator[Factory]:
 def _fast_forward_configs(quick: bool) -> Iterator[Factory]:
     # the kernels make_plan picks (make_fast_plan_within: wgmma, its B_c = 64 fallback, mma), with
     # grouped-query K/V or not
-    options = ({"kernel": "wgmma"}, {"kernel": "mma"}) if quick else (
-        {"kernel": "wgmma"}, {"kernel": "wgmma", **WGMMA_FALLBACK}, {"kernel": "mma"})
+    options = ({"kernel": "wgmma"}, {"kernel": "mma"}, {"kernel": "tma"}) if quick else (
+        {"kernel": "wgmma"}, {"kernel": "wgmma", **WGMMA_FALLBACK}, {"kernel": "mma"}, {"kernel": "tma"})
     for dtype in FAST_DTYPES:
         for d in FAST_HEAD_DIMS:
             for option in options:

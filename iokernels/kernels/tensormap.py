@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .driver import driver
 
 MAP_BYTES = 128
 MAP_ALIGN = 64
@@ -67,8 +70,6 @@ def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequenc
                  swizzle: int) -> bytes:
     """The 128-byte map (checked by :func:`check_tiled`; out-of-bounds elements read as zero)."""
     check_tiled(pointer, dtype, dims, strides, box, swizzle)
-    from .rawlaunch import driver
-
     lib = driver()
     if lib is None:
         raise RuntimeError("tensor maps need the CUDA driver library (libcuda.so.1)")
@@ -93,3 +94,20 @@ def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int) 
     """The map of a (bh, n, d) row-major tensor at ``pointer`` loaded as boxes of ``rows`` x 64 elements,
     128-byte swizzled; box (slab s, first row r, head z) is at coordinates (64 s, r, z)."""
     return encode_tiled(pointer, dtype, *attention_args(pointer, dtype, bh, n, d, rows))
+
+
+@dataclass(frozen=True)
+class MapArg:
+    """A kernel parameter that is the TMA tensor map of one of the launch's buffers (kernels/tma.cuh): the
+    buffer (its name in a stage's layout, its index in the launch's pointers once prepared), the map's dtype,
+    the tensor's (bh, n, d) and the rows of one box (tensormap.attention_map)."""
+
+    buffer: int | str
+    dtype: str
+    bh: int
+    n: int
+    d: int
+    rows: int
+
+    def encode(self, pointer: int) -> bytes:
+        return attention_map(pointer, self.dtype, self.bh, self.n, self.d, self.rows)

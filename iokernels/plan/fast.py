@@ -31,12 +31,14 @@ from .units import cdiv, itemsize
 
 FAST_DTYPES = ("float16", "bfloat16")
 FAST_HEAD_DIMS = (64, 128)
-FAST_KERNELS = ("wgmma", "mma")
+FAST_KERNELS = ("wgmma", "mma", "tma")
 # kernel -> (stage kernel name, default (B_r, B_c) per d); both run 2 B_r threads per block (a warp
 # per 16 rows, or a warpgroup per 64)
 _KERNELS = {
     "wgmma": ("flash_wgmma_fwd", {64: (128, 64), 128: (128, 128)}),
     "mma": ("flash_tc_fwd", {64: (64, 64), 128: (64, 64)}),
+    # sm_90a, a producer warpgroup beside the 2 consumer warpgroups (kernels/flash_tma.cu; opt-in, issue #21)
+    "tma": ("flash_tma_fwd", {64: (128, 64), 128: (128, 128)}),
 }
 # (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
 FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
@@ -84,7 +86,10 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     name, defaults = _KERNELS[kernel]
     block_r = defaults[d][0] if block_r is None else block_r
     block_c = defaults[d][1] if block_c is None else block_c
-    if kernel == "wgmma":
+    if kernel == "tma":
+        if block_r != 128 or block_c not in (64, 128):
+            raise ValueError(f"tma tiles: block_r 128 and block_c in (64, 128), got {block_r!r}, {block_c!r}")
+    elif kernel == "wgmma":
         if block_r not in (64, 128, 192, 256) or block_c not in (64, 128):
             raise ValueError(f"wgmma tiles: block_r in (64, 128, 192, 256) and block_c in (64, 128), "
                              f"got {block_r!r}, {block_c!r}")
@@ -94,7 +99,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
                 raise ValueError(f"{label} must be a multiple of 16 from 16 to {top}, got {value!r}")
     buffers = fast_buffers(d, itemsize(dtype), block_r, block_c)
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
-    stage = Stage("main", name, (tr, 1, batch * heads), 2 * block_r, layout(buffers))
+    threads = 2 * block_r + (128 if kernel == "tma" else 0)  # tma: and the producer warpgroup
+    stage = Stage("main", name, (tr, 1, batch * heads), threads, layout(buffers))
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads,
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,),

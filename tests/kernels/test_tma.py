@@ -62,3 +62,39 @@ def test_the_tma_probe_compiles_for_sm_90a(rows, d):
         pytest.skip(str(exc))
     assert "cp.async.bulk.tensor.3d" in result.ptx and "mbarrier.try_wait.parity" in result.ptx
     assert result.cubin
+
+
+def _tma_variants():
+    from iokernels.plan.dropout import Dropout
+    from iokernels.plan.fast import make_fast_plan
+    from iokernels.plan.variants import with_causal, with_dropout
+
+    for d, bc in ((64, 64), (64, 128), (128, 64), (128, 128)):
+        for dtype in ("float16", "bfloat16"):
+            plan = make_fast_plan(N_q=300, N_k=200, d=d, dtype=dtype, batch=2, heads=2, kernel="tma", block_c=bc)
+            yield plan
+            yield with_causal(plan, "bottom_right")
+            yield with_dropout(plan, Dropout(0.1, 1, 0))
+
+
+@pytest.mark.parametrize("plan", list(_tma_variants()), ids=lambda p: f"d{p.d}-Bc{dict(p.tiles)['Bc']}-{p.dtype}"
+                         f"{'-causal' if p.causal else ''}{'-dropout' if p.dropout else ''}")
+@pytest.mark.parametrize("counting", [False, True], ids=["plain", "counting"])
+def test_the_tma_forward_compiles_without_spills(plan, counting):
+    """Each variant of kernels/flash_tma.cu: sm_90a, the TMA copies and the register reallocation in its PTX,
+    ptxas honouring setmaxnreg (no C7508 warning), and no register spills in the plain build (the counting
+    build of d 128, B_c 128 with dropout spills 44 bytes: it only counts)."""
+    nvrtc = pytest.importorskip("iokernels.kernels.nvrtc")
+    from iokernels.kernels.sources import build_source
+    from iokernels.kernels.stages import kernel_ref
+
+    ref = kernel_ref(plan, plan.stages[0])
+    try:
+        result = nvrtc.compile_to_cubin(build_source(ref.source, ref.define_dict, counting), arch="sm_90a",
+                                        name=ref.source, name_expressions=[ref.name_expression])
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    res = result.resources_of(ref.name_expression)
+    assert "cp.async.bulk.tensor.3d" in result.ptx and "setmaxnreg.inc" in result.ptx
+    assert counting or (res.spill_stores == 0 and res.spill_loads == 0), res
+    assert "C7508" not in result.log and "setmaxnreg" not in result.log.lower(), result.log
