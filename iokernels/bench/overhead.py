@@ -82,7 +82,7 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], *, calls: int = 200,
 
 
 def render(doc: dict) -> str:
-    from .suite import CELL
+    from .suite import CELL, note_lines
 
     h, env = doc["header"], doc["header"]["environment"]
     torch_part = f"  torch {env['torch']}" if env.get("torch") else ""
@@ -105,14 +105,5 @@ def render(doc: dict) -> str:
     widths = [max(len(x), *(len(b[i]) for b in body)) if body else len(x) for i, x in enumerate(head)]
     lines += ["  ".join(c.ljust(w) if i < 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
               .rstrip() for row in [head, ["-" * w for w in widths], *body]]
-    notes: dict[tuple[str, str, str], list[str]] = {}
-    for r in doc["overhead"]:
-        if r["status"] != "ok" and r["note"]:
-            notes.setdefault((r["impl"], r["status"], r["note"]), []).append(f"d={r['d']} N={r['N']} {r['dtype']} "
-                                                                            f"{r['pass']}")
-    if notes:
-        lines += ["", "notes:"]
-        for (impl, status, note), where in notes.items():
-            at = ", ".join(where) if len(where) <= 3 else f"{len(where)} configurations, e.g. {where[0]}"
-            lines.append(f"  {impl} {status}: {note} [{at}]")
+    lines += note_lines(doc["overhead"], lambda r: f"d={r['d']} N={r['N']} {r['dtype']} {r['pass']}")
     return "\n".join(lines)

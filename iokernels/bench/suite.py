@@ -360,14 +360,20 @@ def render(doc: dict) -> str:
             body = [[str(n), *(_cell(index.get(("long", first["d"], n, first["dtype"], first["causal"], p, mode,
                                                 name))) for name, mode, _ in columns)] for n in ns]
             lines += ["", f"{p}:", *_table(["N", *(head for _, _, head in columns)], body, 1)]
-    notes: dict[tuple[str, str, str], list[str]] = {}
-    for r in doc["rows"]:
-        if r["status"] != "ok" and r["note"]:
-            where = f"{r['table']} d={r['d']} N={r['N']} {r['dtype']} {r['pass']} {r.get('mode', 'call')}"
-            notes.setdefault((r["impl"], r["status"], r["note"]), []).append(where)
-    if notes:
-        lines += ["", "notes:"]
-        for (impl, status, note), where in notes.items():
-            at = ", ".join(where) if len(where) <= 3 else f"{len(where)} configurations, e.g. {where[0]}"
-            lines.append(f"  {impl} {status}: {note} [{at}]")
+    lines += note_lines(doc["rows"], lambda r: f"{r['table']} d={r['d']} N={r['N']} {r['dtype']} {r['pass']} "
+                                               f"{r.get('mode', 'call')}")
     return "\n".join(lines)
+
+
+def note_lines(rows: list[dict], where: Callable[[dict], str]) -> list[str]:
+    """The "notes:" block under a table: each reason a row was not measured, once, with where it happened
+    (``where(row)``; the first three places, else the count and one example)."""
+    notes: dict[tuple[str, str, str], list[str]] = {}
+    for r in rows:
+        if r["status"] != "ok" and r["note"]:
+            notes.setdefault((r["impl"], r["status"], r["note"]), []).append(where(r))
+    lines = ["", "notes:"] if notes else []
+    for (impl, status, note), places in notes.items():
+        at = ", ".join(places) if len(places) <= 3 else f"{len(places)} configurations, e.g. {places[0]}"
+        lines.append(f"  {impl} {status}: {note} [{at}]")
+    return lines

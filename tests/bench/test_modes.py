@@ -3,7 +3,6 @@ set, modes "call" and "graph" side by side, ratios to the strongest peer, every 
 timing function, ``--mode``/``--overhead`` parsing and errors, and the host-overhead report."""
 
 import ast
-import contextlib
 import json
 from pathlib import Path
 
@@ -13,38 +12,9 @@ from click.testing import CliRunner
 from iokernels.bench import clocks, configs, implementations, overhead, suite
 from iokernels.cli import cli
 
+from .fakes import FakeClock
+
 BENCH = Path(__file__).resolve().parents[2] / "iokernels" / "bench"
-
-
-class Clock:
-    """A call 'takes' ``seconds``; a graph replay ``graph_factor`` of that. Loops and captures are counted."""
-
-    name = "fake"
-
-    def __init__(self, seconds, graph_factor=0.5):
-        self.seconds, self.graph_factor, self.loops, self.captures, self.syncs = seconds, graph_factor, [], 0, 0
-
-    def on(self):
-        return contextlib.nullcontext()
-
-    def synchronize(self):
-        self.syncs += 1
-
-    def loop_seconds(self, fn, loop):
-        for _ in range(loop):
-            fn()
-        self.loops.append(loop)
-        return self.seconds * (self.graph_factor if getattr(fn, "replay", False) else 1.0)
-
-    def capture(self, fn):
-        self.captures += 1
-        fn()
-
-        def replay():
-            fn()
-
-        replay.replay = True
-        return replay
 
 
 class Fake(implementations.Impl):
@@ -58,7 +28,7 @@ class Fake(implementations.Impl):
     def setup(self, problem, direction):
         flops = problem.flops("fwd") * (3.5 if direction == "fwdbwd" else 1) if direction == "fwdbwd" \
             else problem.flops(direction)
-        clock = Clock(flops / (self.tflops * 1e12), self.graph_factor)
+        clock = FakeClock(flops / (self.tflops * 1e12), self.graph_factor)
         if self.capture_error is not None:
             def refuse(fn, error=self.capture_error):
                 raise error
@@ -178,7 +148,7 @@ def test_only_clocks_times_anything():
 
 def test_time_runner_refuses_an_unknown_mode():
     with pytest.raises(ValueError, match="mode"):
-        clocks.time_runner(clocks.Runner(call=lambda: None, clock=Clock(0.001)), TIMING, "eager")
+        clocks.time_runner(clocks.Runner(call=lambda: None, clock=FakeClock(0.001)), TIMING, "eager")
 
 
 def test_our_implementations_are_public_calls():
@@ -274,7 +244,7 @@ def test_mode_both_json_carries_both(monkeypatch):
 def test_host_seconds_times_only_the_call(monkeypatch):
     ticks = iter(range(10**6))
     monkeypatch.setattr(clocks.time, "perf_counter", lambda: next(ticks) * 1e-6)
-    clock = Clock(0.0)
+    clock = FakeClock(0.0)
     calls = []
     times = clocks.host_seconds(clocks.Runner(call=lambda: calls.append(1), clock=clock), calls=120, warmup=7,
                                 chunk=50)

@@ -2,7 +2,6 @@
 unavailable, too slow) with fake implementations, CLI errors and JSON. The modes, the strongest peer, the
 single timing method and ``--overhead``: tests/bench/test_modes.py."""
 
-import contextlib
 import json
 import types
 
@@ -11,6 +10,8 @@ from click.testing import CliRunner
 
 from iokernels.bench import clocks, configs, implementations, suite
 from iokernels.cli import cli
+
+from .fakes import FakeClock
 
 # ---------------------------------------------------------------------------------------------
 # FLOPs and configurations
@@ -95,38 +96,6 @@ def test_parsers():
 
 # ---------------------------------------------------------------------------------------------
 # outcomes, with fake implementations
-
-
-class FakeClock:
-    """Each call 'takes' the seconds its implementation says (deterministic); a graph replay takes
-    ``graph_factor`` of that; loops and captures are counted."""
-
-    name = "fake"
-
-    def __init__(self, seconds, graph_factor=0.5):
-        self.seconds, self.graph_factor, self.loops, self.captures = seconds, graph_factor, [], 0
-
-    def on(self):
-        return contextlib.nullcontext()
-
-    def synchronize(self):
-        pass
-
-    def loop_seconds(self, fn, loop):
-        for _ in range(loop):
-            fn()
-        self.loops.append(loop)
-        return self.seconds * (self.graph_factor if getattr(fn, "replay", False) else 1.0)
-
-    def capture(self, fn):
-        self.captures += 1
-        fn()
-
-        def replay():
-            fn()
-
-        replay.replay = True
-        return replay
 
 
 class Fake(implementations.Impl):

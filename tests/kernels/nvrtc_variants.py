@@ -7,12 +7,13 @@ each distinct (source, defines, architecture) once, in both builds.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 
 import pytest
 
-from iokernels.kernels.sources import SOURCE_ARCHS, CompileVariant
+from iokernels.kernels.sources import SOURCE_ARCHS, CompileVariant, build_source
 from iokernels.kernels.stages import plan_kernels
 
 try:
@@ -24,9 +25,21 @@ except ImportError:
 
 ARCHS = ("sm_80", "sm_90")
 U64_ATOMIC = re.compile(r"\b(?:atom|red)(?:\.\w+)*\.global\.add\.u64\b")
+ARCH_BRANCH = "__CUDA_ARCH__ >= 900"  # code that differs between sm_80 and sm_90 (bwd.cuh's vector atomics)
+
+
 def ALL_ARCHS(source: str) -> tuple[str, ...]:
-    """Every architecture a source compiles for: sm_80 and sm_90, or the one an arch-specific source is for."""
-    return SOURCE_ARCHS.get(source, ARCHS)
+    """The architectures whose code differs for a source: the one an arch-specific source is for; sm_80 and
+    sm_90 where the source (with its headers) has an sm_90-only branch; else sm_90 alone (the same code: one
+    compile check per source and define set)."""
+    if source in SOURCE_ARCHS:
+        return SOURCE_ARCHS[source]
+    return ARCHS if ARCH_BRANCH in _text(source) else ("sm_90",)
+
+
+@functools.cache
+def _text(source: str) -> str:
+    return build_source(source, {}, False) if source.endswith(".cu") else ""
 
 
 def ONE_ARCH(source: str) -> tuple[str, ...]:

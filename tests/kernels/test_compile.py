@@ -2,7 +2,8 @@
 architecture), both builds.
 
 The variants are the union of the package's own (``iokernels.kernels.sources.COMPILE_VARIANTS``, every source,
-for each of its architectures: sm_80 and sm_90, or the one an arch-specific source is for) and of each variant
+for each architecture whose code differs: sm_80 too where the source has an sm_90-only branch, else sm_90, or
+the one an arch-specific source is for) and of each variant
 family (causal, block-sparse, explicit masks, dropout, standard attention's masks, the tensor-core dropout
 kernels: for one architecture, sm_90 or the source's own), merged by (source, defines, architecture) with every
 template instance any of them names, so that nothing is compiled twice. Each case asserts, for the counting and
