@@ -18,8 +18,9 @@
 #             and explicit masks                                                                 -> io/
 #   kbench    iokernels kernel-bench: every kernel stage, plain and counting builds, beside a copy's
 #             bandwidth and cupy.matmul                                                          -> kernel-bench/
-#   bench     iokernels bench: TFLOP/s of ours beside torch SDPA and cupy/cuBLAS in the same run;
-#             BENCH_SETS (default "main long causal dropout")                                    -> bench/
+#   bench     iokernels bench: TFLOP/s of ours beside torch SDPA, FlexAttention and cupy/cuBLAS in the same
+#             run, call and graph modes; host µs per call; BENCH_SETS (default "main overhead"; also long,
+#             causal, dropout)                                                                   -> bench/
 #   sweeps    iokernels sweep: N, d, M, the block-size study, M < d², block-sparse density, with
 #             exponent fits and plots (scripts/sweeps_post.py writes NAME.txt and NAME.png)       -> sweeps/
 #   paper     issue #19's research results: compare at its defaults (batch x heads that fill the GPU), float32
@@ -31,7 +32,7 @@
 #             (default 65536; forward only; set it empty for none); PROFILE_D: the head dim (64) -> profile/
 #
 # Rough H200 times: tests 5-6 min (6 groups), slow 20 s, sanitize 6 min, io 1-2 min, kbench 1 min,
-# bench main 4 min + long 4 min + causal 1 min + dropout 2 min, sweeps 3 min, profile 3-4 min. Pick
+# bench main 5 min + overhead 1 min (long, causal, dropout: up to 6, 5, 5 min), sweeps 3 min, profile 3-4 min. Pick
 # parts so that one call stays within its time limit. Other variables: TEST_LIMIT, SLOW_LIMIT, SAN_LIMIT
 # (seconds per pytest / sanitizer process), DEVICE (the folder name), COMMIT (written to env.txt beside
 # `git rev-parse HEAD`, for copies whose .git is stale), PACK=1 (leave only $OUT/suite.tgz).
@@ -233,29 +234,34 @@ if has bench; then
     # skipped and labelled; past --time-budget the rest is skipped and labelled, so the JSON is always
     # written; `timeout` is the hard stop. The research flash kv_outer forward (Algorithm 1, one block
     # per head, tens of ms per call) runs only where it stays under the per-call limit.
+    # Ours through the public calls (iokernels.torch.attention, iokernels.attention on cupy arrays) and every
+    # peer, in call mode beside graph mode (results/h200/bench/README.md).
     COMMON=(--backward --repeats 20 --warmup 3)
-    for set in ${BENCH_SETS:-main long causal dropout}; do
+    for set in ${BENCH_SETS:-main overhead}; do
+        renderer=$BENCH_RENDER
         case $set in
-            main)  # d 64, 128; N 1024 to 16384 with B*H*N = 262144 (16 heads); float16, bfloat16
-                name=bench-main limit=210
-                args=(--d 64,128 --N 1024,4096,16384 --tokens 262144 --heads 16 --dtype float16,bfloat16
-                      --impls all --peers all --max-call-ms 150 --time-budget 140) ;;
-            long)  # heads 48, d 64, batch 1, float16, N = 512 ... LONG_MAX_N: the N² implementations run out
-                   # of memory on the way; N = 131072 would take about 5 minutes of calls
-                name=bench-long limit=290
-                args=(--long-only --long-dtype float16 --long-max-n "${LONG_MAX_N:-65536}" --impls all --peers all
-                      --max-call-ms 1500 --time-budget 230) ;;
+            main)  # d 64, 128; N 512 to 16384 with B*H*N = 262144 (16 heads); float16, bfloat16 (~5 min)
+                name=bench limit=440
+                args=(--mode both --d 64,128 --N 512,1024,4096,16384 --dtype float16,bfloat16 --max-call-ms 2000
+                      --time-budget 400) ;;
+            overhead)  # host microseconds per call, forward and forward+backward (~1 min)
+                name=overhead limit=150 renderer=iokernels.bench.overhead
+                args=(--overhead --d 64 --N 512,4096) ;;
+            long)  # heads 48, d 64, batch 1, float16, N = 512 ... LONG_MAX_N
+                name=bench-long limit=400
+                args=(--mode both --long-only --long-dtype float16 --long-max-n "${LONG_MAX_N:-65536}"
+                      --max-call-ms 1500 --time-budget 360) ;;
             causal)
-                name=bench-causal-fp16 limit=240
-                args=(--causal --d 64,128 --N 4096,16384 --dtype float16 --impls fast --peers flash,cudnn) ;;
+                name=bench-causal limit=300
+                args=(--mode both --causal --d 64,128 --N 4096,16384 --dtype float16,bfloat16 --time-budget 260) ;;
             dropout)  # each implementation draws its own mask: only the times compare
-                name=bench-dropout-fp16 limit=240
-                args=(--dropout 0.1 --d 64,128 --N 4096,16384 --dtype float16 --impls fast
-                      --peers flash,cudnn,efficient --max-call-ms 500) ;;
+                name=bench-dropout limit=300
+                args=(--mode both --dropout 0.1 --d 64,128 --N 4096,16384 --dtype float16 --max-call-ms 500
+                      --time-budget 260) ;;
             *) echo "unknown bench set $set" >&2; status=1; continue ;;
         esac
         run $limit "$DIR/$name.json" "${IOK[@]}" bench "${args[@]}" "${COMMON[@]}" --json
-        render "$BENCH_RENDER" "$DIR/$name.json" "$DIR/$name.txt"
+        render "$renderer" "$DIR/$name.json" "$DIR/$name.txt"
         echo "$name after $((SECONDS - start)) s"
     done
     elapsed bench
