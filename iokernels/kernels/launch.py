@@ -58,7 +58,7 @@ GEMM_SIZES: dict[str, tuple[str, str, str, bool]] = {
 }
 
 INPUTS = {"fwd": ("Q", "K", "V"), "bwd": ("Q", "K", "V", "O", "dO", "lse", "P")}
-BF16_NAN = 0x7FC0
+BF16_NAN = rawlaunch.NAN_WORDS[np.dtype(np.uint16)][0]  # bfloat16 NaN bits
 # Fill every buffer a plan writes with NaN before it runs, so an element no kernel writes shows up as NaN:
 # a debug switch (IOKERNELS_DEBUG_POISON=1, or set this flag), off by default since each fill is a kernel of
 # its own on every call. The kernels write every element of their outputs and workspace (the GPU tests run

@@ -13,7 +13,7 @@ from ..kernels import launch
 from ..kernels.runtime import require_cupy
 from ..plan import Plan
 from .dispatch import Dispatch
-from .memory import DeviceMemoryError
+from .memory import DeviceMemoryError, memory_error
 
 
 def module_of(x: Any) -> str:
@@ -83,12 +83,9 @@ def run_fast(call: Dispatch, given: tuple[int, ...], empty: Any, stream: int, dr
     try:
         return call.fast.run(given, empty, stream, dropout, launch.DEBUG_POISON)
     except MemoryError as exc:  # cupy's OutOfMemoryError (torch's: its caller translates it)
-        raise memory_error(call) from exc
+        raise fast_memory_error(call) from exc
 
 
-def memory_error(call: Dispatch) -> DeviceMemoryError:
+def fast_memory_error(call: Dispatch) -> DeviceMemoryError:
     """The error of a fast call whose outputs did not fit."""
-    plan = call.chain[0]
-    free, total = launch.free_device_bytes()
-    return DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
-                             f"batch/heads {call.lead}", call.needed_bytes, free, total)
+    return memory_error(call.chain, call.needed_bytes, call.lead)

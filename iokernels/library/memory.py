@@ -4,6 +4,7 @@ before it launches anything, and the error it raises (:class:`DeviceMemoryError`
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..kernels import launch
@@ -37,18 +38,22 @@ def needed_bytes(chain: list[Plan], expand: bool, group: int) -> int:
     return peak
 
 
-def require_memory(chain: list[Plan], needed: int, lead: tuple[int, ...]) -> None:
-    free, total = launch.free_device_bytes()
+def memory_error(chain: Sequence[Plan], needed: int, lead: tuple[int, ...], free: int | None = None
+                 ) -> DeviceMemoryError:
+    """The error of a call whose ``needed`` bytes do not fit (``free``: the device's free bytes, read when None)."""
+    free_now, total = launch.free_device_bytes()
+    free = free_now if free is None else free
+    plan = chain[-1]
+    hint = "" if all(p.algorithm == "flash" for p in chain) else \
+        "; standard and two_pass store N_q x N_k scores per head: algorithm='flash' needs O(N) memory"
+    return DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
+                             f"batch/heads {lead}", needed, free, total, hint)
+
+
+def require_memory(chain: Sequence[Plan], needed: int, lead: tuple[int, ...]) -> None:
+    free, _ = launch.free_device_bytes()
     if needed > free:
-        plan = chain[-1]
-        hint = "" if all(p.algorithm == "flash" for p in chain) else \
-            "; standard and two_pass store N_q x N_k scores per head: algorithm='flash' needs O(N) memory"
-        raise DeviceMemoryError(f"{plan.label} at N_q={plan.N_q}, N_k={plan.N_k}, d={plan.d}, {plan.dtype}, "
-                                f"batch/heads {lead}", needed, free, total, hint)
-
-
-# ---------------------------------------------------------------------------------------------
-# running: plain launches, or a CUDA graph captured once per plans and buffers
+        raise memory_error(chain, needed, lead, free)
 
 
 def copied_bytes(arrays: list[Any]) -> int:

@@ -49,7 +49,7 @@ from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
 from ..plan.dropout import Dropout, next_dropout
 from . import api
 from .dispatch import TORCH_CALLS, Dispatch, device_id
-from .fastpath import memory_error
+from .fastpath import fast_memory_error
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cuda", "meta")  # meta: shapes only, through the fake implementations
@@ -295,7 +295,7 @@ def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[
     try:
         return entry.call.fast.run(given, allocate, raw_stream(device), dropout, launch.DEBUG_POISON)
     except torch.OutOfMemoryError as exc:
-        raise memory_error(entry.call) from exc
+        raise fast_memory_error(entry.call) from exc
 
 
 def dense_mask(mask: torch.Tensor, spec: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> torch.Tensor:

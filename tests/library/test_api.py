@@ -5,6 +5,8 @@ import pytest
 
 import iokernels
 
+from .fakes import NumpyCupy
+
 Q = np.zeros((2, 3, 10, 64), np.float32)
 
 
@@ -235,17 +237,6 @@ def test_graph_inside_count_io_is_refused_before_the_gpu():
 # the library's plumbing on the CPU: reshapes, grouped-query expansion and sums, the standard backward's
 # chain, lse. cupy is replaced by numpy and each plan's run by the float64 reference of that plan.
 
-class _NumpyCupy:
-    """The few cupy calls the library makes on its arrays, on numpy arrays."""
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-    @staticmethod
-    def asnumpy(x):
-        return np.asarray(x)
-
-
 def _reference_run(plan, inputs, scale=None, raw=None):
     from types import SimpleNamespace
 
@@ -273,7 +264,7 @@ def reference_device(monkeypatch):
     from iokernels.kernels import launch
     from iokernels.library import api
 
-    monkeypatch.setattr(api, "require_cupy", lambda: _NumpyCupy())
+    monkeypatch.setattr(api, "require_cupy", lambda: NumpyCupy())
     monkeypatch.setattr(launch, "free_device_bytes", lambda: (80 * 1024**3, 80 * 1024**3))
     monkeypatch.setattr(launch, "run_plan", _reference_run)
 

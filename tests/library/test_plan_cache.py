@@ -14,20 +14,7 @@ from iokernels.library import api, dispatch, fastpath
 from iokernels.plan import make_plan
 from iokernels.plan.dropout import Dropout
 
-
-class _HostCupy:
-    """The cupy calls the library makes on its arrays, on numpy arrays."""
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-    @staticmethod
-    def asnumpy(x):
-        return np.asarray(x)
-
-    @staticmethod
-    def get_default_memory_pool():
-        return type("Pool", (), {"used_bytes": lambda self: 0})()
+from .fakes import NumpyCupy
 
 
 @pytest.fixture
@@ -48,8 +35,8 @@ def planned(monkeypatch):
 
     monkeypatch.setattr(api, "choose_plan", counted)
     monkeypatch.setattr(api, "execute", execute)
-    monkeypatch.setattr(api, "require_cupy", _HostCupy)
-    monkeypatch.setattr(fastpath, "require_cupy", _HostCupy)
+    monkeypatch.setattr(api, "require_cupy", NumpyCupy)
+    monkeypatch.setattr(fastpath, "require_cupy", NumpyCupy)
     monkeypatch.setattr(launch, "free_device_bytes", lambda: (80 * 1024**3, 80 * 1024**3))
     dispatch.clear_dispatch_cache()
     yield state
@@ -220,7 +207,7 @@ def test_dropout_presence_matches_what_the_call_draws():
 
 def test_outputs_are_not_poisoned_unless_asked(monkeypatch):
     fills = []
-    monkeypatch.setattr(launch, "require_cupy", _HostCupy)
+    monkeypatch.setattr(launch, "require_cupy", NumpyCupy)
     monkeypatch.setattr(launch, "poison", lambda x, dtype: fills.append(x.shape))
     plan = make_plan("flash", "q_outer", N_q=40, N_k=33, d=64, dtype="float32", sram=96 * 1024)
     inputs = {n: np.zeros(launch.tensor_shape(plan, n), np.float32) for n in ("Q", "K", "V")}
