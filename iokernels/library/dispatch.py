@@ -149,11 +149,26 @@ class DispatchCache:
             self.hits = self.misses = 0
 
 
+def memo_key(arrays: tuple[Any, ...], options: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The key of a cupy call in :data:`CUPY_CALLS`, made from its arguments as given (before any check or
+    normalization): :func:`array_key` of each array, each option with its type (so ``True`` and ``1``, ``0`` and
+    ``0.0`` differ: each spelling is checked once, at its first call), and the current device. None when an array
+    is not an array or an option is unhashable."""
+    try:
+        key = (*map(array_key, arrays), *((type(o), o) for o in options), device_id())
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
 CACHE = DispatchCache()
 TORCH_CALLS = DispatchCache()  # iokernels.torch: a torch call's signature -> the Dispatch its first call used
+CUPY_CALLS = DispatchCache()  # memo_key of a cupy call with no mask, dropout or graph -> its Dispatch with .fast
 
 
 def clear_dispatch_cache() -> None:
     """Forget every call signature's plans (the next call of each plans again)."""
     CACHE.clear()
     TORCH_CALLS.clear()
+    CUPY_CALLS.clear()

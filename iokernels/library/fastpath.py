@@ -12,7 +12,7 @@ from typing import Any
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
 from ..plan import Plan
-from .dispatch import Dispatch
+from .dispatch import CUPY_CALLS, Dispatch
 from .memory import DeviceMemoryError, memory_error
 
 
@@ -89,3 +89,24 @@ def run_fast(call: Dispatch, given: tuple[int, ...], empty: Any, stream: int, dr
 def fast_memory_error(call: Dispatch) -> DeviceMemoryError:
     """The error of a fast call whose outputs did not fit."""
     return memory_error(call.chain, call.needed_bytes, call.lead)
+
+
+def memo_call(key: tuple[Any, ...] | None) -> Dispatch | None:
+    """The Dispatch stored under a cupy call's ``dispatch.memo_key`` (its fast path), or None (none stored, or
+    inside ``count_io``, whose calls take the general path)."""
+    if key is None or launch.counting_active():
+        return None
+    return CUPY_CALLS.get(key)
+
+
+def forward_result(call: Dispatch, out: dict[str, Any], return_lse: bool, return_dropout: bool, drop: Any) -> Any:
+    """O (and lse, and the Dropout) in the caller's shapes, from a run's outputs by name."""
+    lead, n_q, d = call.lead, call.n_q, call.d
+    o = out["O"]
+    result = [o if o.shape == (*lead, n_q, d) else o.reshape((*lead, n_q, d))]
+    if return_lse:
+        lse = out["lse"] if "lse" in out else out["m"] + require_cupy().log(out["l"])
+        result.append(lse if lse.shape == (*lead, n_q) else lse.reshape((*lead, n_q)))
+    if return_dropout:
+        result.append(drop)
+    return result[0] if len(result) == 1 else tuple(result)

@@ -41,6 +41,25 @@ def test_the_fast_path_gives_the_first_calls_outputs(options):
         assert not cp.isnan(b).any() and cp.allclose(a, b, atol=2e-3, rtol=1e-2)
 
 
+def test_the_memo_serves_each_spelling_of_a_call_its_own_outputs():
+    """A cupy call with no mask or dropout is found from its arguments as given (dispatch.CUPY_CALLS) from its
+    third call on: each spelling of the options gets its own entry and the outputs of the checked path."""
+    dispatch.clear_dispatch_cache()
+    q, k, v = _arrays((2, 4, 200, 64))
+    do = _arrays((2, 4, 200, 64), seed=1)[0]
+    for options in ({}, {"causal": True}, {"causal": "top_left"}, {"scale": 0.25}, {"scale": 1}):
+        runs = [iokernels.attention(q, k, v, return_lse=True, **options) for _ in range(4)]
+        grads = [iokernels.attention_backward(q, k, v, runs[0][0], do, runs[0][1], **options) for _ in range(4)]
+        for run in runs[1:]:
+            assert all(cp.array_equal(a, b) for a, b in zip(runs[0], run, strict=True))
+        for g in grads[1:]:
+            assert all(cp.allclose(a, b, atol=2e-3, rtol=1e-2) for a, b in zip(grads[0], g, strict=True))
+    assert len(dispatch.CUPY_CALLS.entries) == 10  # five spellings, forward and backward
+    plain, quarter = iokernels.attention(q, k, v), iokernels.attention(q, k, v, scale=0.25)
+    assert not cp.array_equal(plain, quarter)  # the memo did not hand one spelling another's plan
+    assert not cp.array_equal(iokernels.attention(q, k, v, causal=True), plain)
+
+
 def test_the_fast_path_runs_on_the_callers_stream():
     q, k, v = _arrays((1, 2, 300, 64))
     want = iokernels.attention(q, k, v)

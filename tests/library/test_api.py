@@ -262,9 +262,10 @@ def _reference_run(plan, inputs, scale=None, raw=None):
 @pytest.fixture
 def reference_device(monkeypatch):
     from iokernels.kernels import launch
-    from iokernels.library import api
+    from iokernels.library import api, fastpath
 
     monkeypatch.setattr(api, "require_cupy", lambda: NumpyCupy())
+    monkeypatch.setattr(fastpath, "require_cupy", lambda: NumpyCupy())
     monkeypatch.setattr(launch, "free_device_bytes", lambda: (80 * 1024**3, 80 * 1024**3))
     monkeypatch.setattr(launch, "run_plan", _reference_run)
 

@@ -180,6 +180,22 @@ def test_the_key_holds_the_device_and_every_option(monkeypatch):
     assert dispatch.call_key("fwd", (q, [1.0], v), None) is None  # not an array: no key, checked in full
 
 
+def test_the_memo_key_tells_every_spelling_apart(monkeypatch):
+    q, k, v = _arrays()
+    monkeypatch.setattr(dispatch, "device_id", lambda: 0)
+    base = dispatch.memo_key((q, k, v), ("fwd", "flash", None, True, None))
+    assert base == dispatch.memo_key((q.copy(), k, v), ("fwd", "flash", None, True, None))
+    for options in (("fwd", "flash", None, 1, None), ("fwd", "flash", None, "bottom_right", None),
+                    ("fwd", "flash", None, True, 1.0), ("bwd", "flash", None, True, None)):
+        assert dispatch.memo_key((q, k, v), options) != base
+    assert dispatch.memo_key((q, k, v.astype(np.float16)), ("fwd", "flash", None, True, None)) != base
+    assert dispatch.memo_key((q, k, v[..., ::2]), ("fwd", "flash", None, True, None)) != base
+    monkeypatch.setattr(dispatch, "device_id", lambda: 1)
+    assert dispatch.memo_key((q, k, v), ("fwd", "flash", None, True, None)) != base
+    assert dispatch.memo_key((q, [1.0], v), ("fwd",)) is None  # not an array
+    assert dispatch.memo_key((q, k, v), ("fwd", [1.0])) is None  # an unhashable option: the checked path
+
+
 def test_the_cache_is_a_bounded_lru():
     cache = dispatch.DispatchCache(size=2)
     built = []
