@@ -71,7 +71,7 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="wgmma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
         plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
                   for d, br, bc in WGMMA_TUNING]  # tuning variants
-    if source == "flash_tma.cu":  # opt-in (make_fast_plan(kernel="tma")): its two tile shapes per d
+    if source == "flash_tma.cu":  # the default sm_90 forward: its two tile shapes per d (default, make_plan's fallback)
         from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
 
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma", block_c=bc)
