@@ -19,7 +19,7 @@ from ..plan import (
     with_mask,
 )
 from ..plan.dropout import Dropout
-from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, WGMMA_FALLBACK, make_fast_plan
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_FALLBACK, WGMMA_FALLBACK, make_fast_plan
 from ..plan.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_WGMMA_FALLBACK, make_fast_backward_plan
 from ..plan.masks import ExplicitMask, pattern
 from ..plan.research import FORCED_TILE_PROBLEMS
@@ -114,10 +114,11 @@ def _research_configs(quick: bool) -> Iterator[Factory]:
 
 
 def _fast_forward_configs(quick: bool) -> Iterator[Factory]:
-    # the kernels make_plan picks (make_fast_plan_within: wgmma, its B_c = 64 fallback, mma), with
+    # the kernels make_plan picks (make_fast_plan_within: tma, its B_c = 64 fallback, wgmma's, mma), with
     # grouped-query K/V or not
-    options = ({"kernel": "wgmma"}, {"kernel": "mma"}) if quick else (
-        {"kernel": "wgmma"}, {"kernel": "wgmma", **WGMMA_FALLBACK}, {"kernel": "mma"})
+    options = ({"kernel": "tma"}, {"kernel": "wgmma"}, {"kernel": "mma"}) if quick else (
+        {"kernel": "tma"}, {"kernel": "tma", **TMA_FALLBACK}, {"kernel": "wgmma"},
+        {"kernel": "wgmma", **WGMMA_FALLBACK}, {"kernel": "mma"})
     for dtype in FAST_DTYPES:
         for d in FAST_HEAD_DIMS:
             for option in options:

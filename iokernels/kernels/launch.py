@@ -13,7 +13,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -23,7 +23,7 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
-from . import rawlaunch
+from . import rawlaunch, tensormap
 from .runtime import cubin_cache_dir, require_cupy
 from .sources import COUNTER_SLOTS, SOURCE_ARCHS, build_source
 from .stages import GEMMS, KernelRef, kernel_ref
@@ -43,6 +43,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
     "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
     "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
+    "flash_tma_fwd": ("map:Q", "map:K", "map:V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),  # TMA maps
     **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.plan.fast_bwd)
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
@@ -82,7 +83,7 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
 def stage_tensors(stage: Stage) -> tuple[str, ...]:
     if stage.kernel == "gemm":
         return GEMMS[stage.name][2:]
-    return tuple(a for a in ARGS[stage.kernel] if a in DIMS)
+    return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in DIMS)
 
 
 def plan_tensors(plan: Plan) -> list[str]:
@@ -187,7 +188,7 @@ def _function(ref: KernelRef, counting: bool, device_id: int, smem_bytes: int) -
         else:
             module = cp.RawModule(code=code, options=("-std=c++17",), name_expressions=[ref.name_expression])
             fn = module.get_function(ref.name_expression)
-        if smem_bytes > 48 * 1024:  # above 48 KB a kernel must opt in
+        if smem_bytes > 40 * 1024:  # above 48 KB with its static shared memory (mbarriers), a kernel must opt in
             fn.max_dynamic_shared_size_bytes = smem_bytes
     return fn
 
@@ -253,12 +254,20 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         if params.get("MASK"):  # qk: the explicit mask, before the dropout arguments (common.cuh)
             args.append("mask")
         return tuple(args), bool(params.get("DROPOUT"))  # pv, dv: the dropped P
-    args = [a if a in DIMS else values[a] for a in ARGS[stage.kernel]]
+    tiles = dict(plan.tiles)
+    args = [a if a in DIMS else _map_arg(plan, a[4:], tiles) if a.startswith("map:") else values[a]
+            for a in ARGS[stage.kernel]]
     if params.get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
         args.append("block_mask")
     if params.get("MASK"):  # the explicit mask, after the block mask (common.cuh)
         args.append("mask")
     return tuple(args), bool(params.get("DROPOUT"))
+
+
+def _map_arg(plan: Plan, name: str, tiles: dict[str, int]) -> tensormap.MapArg:
+    """The TMA map of tensor ``name``: boxes of B_r rows for Q, B_c for K and V."""
+    bh, n, d = tensor_shape(plan, name)
+    return tensormap.MapArg(name, plan.dtype, bh, n, d, tiles["Br"] if name == "Q" else tiles["Bc"])
 
 
 def resolve_args(layout: tuple[Any, ...], dropout: bool, buffers: dict[str, Any], plan_dropout: Any) -> list[Any]:
@@ -313,9 +322,33 @@ def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None 
 def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float, counting: bool,
                  counters: Any = None) -> None:
     fn = kernel_function(plan, stage, counting)
+    layout, dropout = stage_arg_layout(plan, stage, scale)
+    if any(isinstance(a, tensormap.MapArg) for a in layout):  # tensor maps: through the driver (raw_args)
+        args, pointers = raw_args(layout, buffers)
+        stage_raw = rawlaunch.RawStage(fn, require_cupy().cuda.Device().id, stage.grid, (stage.threads,),
+                                       stage.smem_bytes, args, dropout)
+        stage_raw.launch(pointers, current_stream(), plan.dropout, counters.data.ptr if counting else 0)
+        return
     args = _stage_args(plan, stage, buffers, scale)
     fn(stage.grid, (stage.threads,), (*args, counters if counting else np.uint64(0)),
        shared_mem=stage.smem_bytes)
+
+
+def raw_args(layout: tuple[Any, ...], buffers: dict[str, Any]) -> tuple[list[Any], list[int]]:
+    """A layout's arguments for a RawStage (buffer names as indices into the returned addresses, maps with
+    theirs) and those addresses, from ``buffers``."""
+    index: dict[str, int] = {}
+    pointers: list[int] = []
+
+    def ref(name: str) -> int:
+        if name not in index:
+            index[name] = len(pointers)
+            pointers.append(buffers[name].data.ptr)
+        return index[name]
+
+    args = [ref(a) if a.__class__ is str else replace(a, buffer=ref(a.buffer)) if isinstance(a, tensormap.MapArg)
+            else a for a in layout]
+    return args, pointers
 
 
 WORKSPACE_ALIGN = 256  # bytes: each workspace tensor's offset in the one block a fast call allocates for them
@@ -351,7 +384,8 @@ def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[
     stages = []
     for stage in plan.stages:
         layout, dropout = stage_arg_layout(plan, stage, scale)
-        args = [index[a] if a.__class__ is str else a for a in layout]
+        args = [index[a] if a.__class__ is str else replace(a, buffer=index[a.buffer])
+                if isinstance(a, tensormap.MapArg) else a for a in layout]
         stages.append(rawlaunch.RawStage(kernel_function(plan, stage, False), device, stage.grid, (stage.threads,),
                                          stage.smem_bytes, args, dropout))
     return rawlaunch.RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(workspace), offset,

@@ -19,58 +19,15 @@ from typing import Any
 
 import numpy as np
 
-CUDA_ERROR_INVALID_CONTEXT = 201
+from .driver import CUDA_ERROR_INVALID_CONTEXT, check, driver, make_current
+from .tensormap import MapArg
+
 # NaN bit patterns, per storage itemsize (float16 and bfloat16 share the 2-byte size: both have one)
 NAN_WORDS = {np.dtype(np.float16): (0x7E00, 2), np.dtype(np.uint16): (0x7FC0, 2),
              np.dtype(np.float32): (0x7FC00000, 4)}
 _CTYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
            np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64,
            np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
-_DRIVER: list[Any] = []  # [the ctypes library or None], loaded once
-
-
-def driver() -> Any:
-    """The CUDA driver library through ctypes (None where it cannot be loaded), with the prototypes used here."""
-    if not _DRIVER:
-        try:
-            lib = ctypes.PyDLL("libcuda.so.1")  # PyDLL keeps the GIL across a call (a launch takes microseconds;
-            # handing the GIL back and forth from autograd's worker thread cost more than the launch)
-        except OSError:
-            lib = None
-        if lib is not None:
-            u, p = ctypes.c_uint, ctypes.c_void_p
-            lib.cuLaunchKernel.argtypes = [p, u, u, u, u, u, u, u, p, p, p]
-            lib.cuLaunchKernel.restype = ctypes.c_int
-            lib.cuMemsetD16Async.argtypes = [ctypes.c_uint64, ctypes.c_ushort, ctypes.c_size_t, p]
-            lib.cuMemsetD16Async.restype = ctypes.c_int
-            lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, p]
-            lib.cuMemsetD32Async.restype = ctypes.c_int
-            lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        _DRIVER.append(lib)
-    return _DRIVER[0]
-
-
-class CudaError(RuntimeError):
-    """A driver call returned an error code."""
-
-
-def _check(code: int, what: str) -> None:
-    if code:
-        text = ctypes.c_char_p()
-        lib = driver()
-        if lib is not None:
-            lib.cuGetErrorString(code, ctypes.byref(text))
-        raise CudaError(f"{what} failed: CUDA error {code} ({(text.value or b'?').decode()})")
-
-
-def _make_current(device: int) -> None:
-    """Make ``device``'s primary context current on this thread (a thread that never used the runtime has none)."""
-    from cupy.cuda import runtime
-
-    runtime.setDevice(device)
-    runtime.free(0)  # a runtime call that binds the primary context
-
-
 def scalar_slot(value: Any) -> Any:
     """A ctypes value of a kernel argument's type (numpy scalars: their own width)."""
     dtype = np.asarray(value).dtype
@@ -81,31 +38,38 @@ def scalar_slot(value: Any) -> Any:
 
 class RawStage:
     """One kernel launch whose parameters are built once: ``args`` holds, in the kernel's order, ints for the
-    buffers (the index of the address in the pointer list each launch gets) and numpy scalars for the
-    constants; with ``dropout``, the four parameters of the call's Dropout (``Dropout.kernel_args``) follow
-    them; the counters' address, null (the plain build), comes last. ``function``: the compiled function (a
-    cupy RawKernel) on ``device``."""
+    buffers (the index of the address in the pointer list each launch gets), numpy scalars for the
+    constants and bytes for a structure passed by value (a tensor map); with ``dropout``, the four
+    parameters of the call's Dropout (``Dropout.kernel_args``) follow them; the counters' address, null
+    (the plain build), comes last. ``function``: the compiled function (a cupy RawKernel) on ``device``."""
 
-    __slots__ = ("buffers", "device", "drops", "function", "launcher", "lock", "params", "params_slots", "prefix",
-                 "values")
+    __slots__ = ("buffers", "counters", "device", "drops", "function", "launcher", "lock", "maps", "params",
+                 "params_slots", "prefix", "values")
 
     def __init__(self, function: Any, device: int, grid: Sequence[int], block: Sequence[int], smem: int,
                  args: Sequence[Any], dropout: bool) -> None:
         self.function, self.device = function, device
         slots: list[Any] = []
         self.buffers: list[tuple[Any, int]] = []  # (slot, pointer index)
+        self.maps: list[list[Any]] = []  # [slot, MapArg, the address its map was encoded for]
         self.values: list[Any] = []  # the arguments in order, a buffer as its index (cupy's fallback)
         for a in args:
             if isinstance(a, int) and not isinstance(a, (bool, np.integer)):
                 slot = ctypes.c_uint64(0)
                 self.buffers.append((slot, a))
+            elif isinstance(a, bytes):  # a structure passed by value (a TMA tensor map, tensormap.py)
+                slot = (ctypes.c_ubyte * len(a)).from_buffer_copy(a)
+            elif isinstance(a, MapArg):  # encoded at launch, again only when its buffer moves
+                slot = (ctypes.c_ubyte * 128)()
+                self.maps.append([slot, a, None])
             else:
                 slot = scalar_slot(a)
             self.values.append(a)
             slots.append(slot)
         self.drops = [ctypes.c_uint32(0), ctypes.c_float(0), ctypes.c_uint64(0), ctypes.c_uint32(0)] if dropout \
             else []
-        slots += [*self.drops, ctypes.c_uint64(0)]  # the counters: none
+        self.counters = ctypes.c_uint64(0)  # the counters' address: none (the plain build)
+        slots += [*self.drops, self.counters]
         self.params = (ctypes.c_void_p * len(slots))(*(ctypes.addressof(s) for s in slots))
         self.params_slots = slots
         kernel = getattr(function, "kernel", None)  # cupy's Function on the current device (the plan's)
@@ -115,32 +79,42 @@ class RawStage:
         self.prefix = (handle, *(int(x) for x in (*grid, 1, 1)[:3]), *(int(x) for x in (*block, 1, 1)[:3]), int(smem))
         self.lock = threading.Lock()  # one parameter block: concurrent launches of this stage take turns
 
-    def launch(self, pointers: Sequence[int], stream: int, dropout: Any = None) -> None:
-        """Enqueue on ``stream`` (a raw CUstream handle) with the buffers at ``pointers``."""
+    def launch(self, pointers: Sequence[int], stream: int, dropout: Any = None, counters: int = 0) -> None:
+        """Enqueue on ``stream`` (a raw CUstream handle) with the buffers at ``pointers`` (``counters``: the
+        counting build's counters, else 0)."""
         if self.launcher is None:
-            self._cupy_launch(pointers, stream, dropout)
+            self._cupy_launch(pointers, stream, dropout, counters)
             return
         with self.lock:
             for slot, i in self.buffers:
                 slot.value = pointers[i]
+            for entry in self.maps:
+                slot, arg, encoded_for = entry
+                if encoded_for != pointers[arg.buffer]:
+                    ctypes.memmove(slot, arg.encode(pointers[arg.buffer]), 128)
+                    entry[2] = pointers[arg.buffer]
+            self.counters.value = counters
             if self.drops:
                 for slot, value in zip(self.drops, dropout.kernel_args(), strict=True):
                     slot.value = value.item()
             code = self.launcher(*self.prefix, stream, self.params, None)
             if code == CUDA_ERROR_INVALID_CONTEXT:  # a thread without a current context
-                _make_current(self.device)
+                make_current(self.device)
                 code = self.launcher(*self.prefix, stream, self.params, None)
         if code:
-            _check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
+            check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
 
-    def _cupy_launch(self, pointers: Sequence[int], stream: int, dropout: Any) -> None:
+    def _cupy_launch(self, pointers: Sequence[int], stream: int, dropout: Any, counters: int) -> None:
         import cupy as cp
+
+        if any(isinstance(a, (bytes, MapArg)) for a in self.values):
+            raise RuntimeError("a kernel that takes a structure by value (a tensor map) needs the driver library")
 
         values = [np.uint64(pointers[a]) if isinstance(a, int) and not isinstance(a, (bool, np.integer)) else a
                   for a in self.values]
         if self.drops:
             values += list(dropout.kernel_args())
-        values.append(np.uint64(0))
+        values.append(np.uint64(counters))
         _, gx, gy, gz, bx, by, bz, smem = self.prefix
         with cp.cuda.ExternalStream(stream):
             self.function((gx, gy, gz), (bx, by, bz), tuple(values), shared_mem=smem)
@@ -162,7 +136,7 @@ def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int) -> None:
             array.fill(word[0])
         return
     setter = lib.cuMemsetD16Async if word[1] == 2 else lib.cuMemsetD32Async
-    _check(setter(pointer, word[0], count, stream), "NaN fill")
+    check(setter(pointer, word[0], count, stream), "NaN fill")
 
 
 @dataclass(frozen=True)

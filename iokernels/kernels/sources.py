@@ -71,6 +71,11 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="wgmma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
         plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
                   for d, br, bc in WGMMA_TUNING]  # tuning variants
+    if source == "flash_tma.cu":  # the default sm_90 forward: its two tile shapes per d (default, make_plan's fallback)
+        from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
+
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma", block_c=bc)
+                 for t in FAST_DTYPES for d in FAST_HEAD_DIMS for bc in (64, 128)]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,
@@ -113,12 +118,13 @@ COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
-                      "flash_wgmma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu")},
+                      "flash_wgmma.cu", "flash_tma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu")},
 }
 
 # Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these
 # real architectures only, on the GPU and in the CPU compile test; any other device cannot use them.
-SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",), "flash_wgmma_bwd.cu": ("sm_90a",)}
+SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",), "flash_wgmma_bwd.cu": ("sm_90a",),
+                                             "flash_tma.cu": ("sm_90a",)}
 
 
 def list_sources() -> list[str]:

@@ -38,6 +38,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "flash_tc_bwd_dkdv": ("flash_tc_bwd.cu", "flash_tc_bwd_dkdv"),
     "flash_tc_bwd_dq": ("flash_tc_bwd.cu", "flash_tc_bwd_dq"),
     "flash_wgmma_fwd": ("flash_wgmma.cu", "flash_wgmma_fwd"),
+    "flash_tma_fwd": ("flash_tma.cu", "flash_tma_fwd"),
     "flash_wgmma_bwd": ("flash_wgmma_bwd.cu", "flash_wgmma_bwd"),
 }
 # kernels that stream whole rows, one block over ROWS_PER_BLOCK rows (no attention tiles)

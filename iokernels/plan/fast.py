@@ -5,23 +5,28 @@
 with a tensor-core kernel's own tiles. Its effective M is the shared memory its buffers take
 (``plan.smem_bytes``); ``make_plan("flash", "fast", ...)`` requires it to fit the M given, like every plan.
 
-Two kernels:
+Three kernels:
 
-- ``"wgmma"`` (``kernels/flash_wgmma.cu``, sm_90a only: H100/H200): warpgroup matrix products (PTX
+- ``"tma"`` (``kernels/flash_tma.cu``, sm_90a only: H100/H200; the default there): the wgmma kernel's matrix
+  products and softmax in two consumer warpgroups (B_r = 128, 64 rows each), fed by a producer warpgroup that only
+  issues bulk tensor copies (TMA: Q once, K and V through a two-stage ring of shared-memory buffers completing on
+  mbarriers), registers moved to the consumers with ``setmaxnreg``; B_c = 128.
+- ``"wgmma"`` (``kernels/flash_wgmma.cu``, sm_90a only): warpgroup matrix products (PTX
   ``wgmma``) reading Q and K from 128-byte-swizzled shared memory, P from registers, V transposed by
   the instruction; B_r = 128 (two warpgroups of 64 rows), B_c = 64 (d = 64) or 128 (d = 128), K and V
-  double-buffered.
+  double-buffered, loaded by the same threads that compute.
 - ``"mma"`` (``kernels/flash_tc.cu``, sm_80 and newer): ``mma.sync`` m16n8k16 with ldmatrix;
   B_r = B_c = 64, 4 warps of 16 query rows.
 
-``kernel=None`` picks ``"wgmma"`` on a compute-capability 9.0 GPU and when no GPU is visible (the
-model's default target is the H200), ``"mma"`` on other GPUs.
+``kernel=None`` picks ``"tma"`` on a compute-capability 9.0 GPU and when no GPU is visible (the
+model's default target is the H200), ``"mma"`` on other GPUs. The three read and write the same bytes
+(the schedule's): the counting builds count each copy where it is issued.
 
 Grouped-query attention (``kv_heads`` < ``heads``): each query head z reads K/V head
 z // (heads / kv_heads); the bytes per query head are those of ordinary attention.
 
-Dropout on P (:func:`iokernels.plan.variants.with_dropout`, the ``DROPOUT`` define) is implemented by the wgmma
-kernel only; ``make_plan("flash", "fast", dropout=...)`` takes no mma plan.
+Dropout on P (:func:`iokernels.plan.variants.with_dropout`, the ``DROPOUT`` define) is implemented by the
+sm_90 kernels (tma, wgmma) only; ``make_plan("flash", "fast", dropout=...)`` takes no mma plan.
 """
 
 from __future__ import annotations
@@ -31,29 +36,35 @@ from .units import cdiv, itemsize
 
 FAST_DTYPES = ("float16", "bfloat16")
 FAST_HEAD_DIMS = (64, 128)
-FAST_KERNELS = ("wgmma", "mma")
+FAST_KERNELS = ("tma", "wgmma", "mma")
+SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
 # kernel -> (stage kernel name, default (B_r, B_c) per d); both run 2 B_r threads per block (a warp
 # per 16 rows, or a warpgroup per 64)
 _KERNELS = {
     "wgmma": ("flash_wgmma_fwd", {64: (128, 64), 128: (128, 128)}),
     "mma": ("flash_tc_fwd", {64: (64, 64), 128: (64, 64)}),
+    # sm_90a, a producer warpgroup beside the 2 consumer warpgroups (kernels/flash_tma.cu)
+    "tma": ("flash_tma_fwd", {64: (128, 128), 128: (128, 128)}),
 }
 # (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
 FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
-# make_plan's wgmma tiles where the defaults do not fit M (then the mma kernel)
+# make_plan's tiles where the defaults do not fit M: tma's, then wgmma's (then the mma kernel)
+TMA_FALLBACK = {"block_r": 128, "block_c": 64}
+# tma's tiles with dropout (d -> B_r, B_c): at d = 128 the counting build of B_c = 128 with Philox would spill
+TMA_DROPOUT_TILES = {64: (128, 128), 128: (128, 64)}
 WGMMA_FALLBACK = {"block_r": 128, "block_c": 64}
 WGMMA_TUNING = ((64, 192, 64), (64, 256, 64), (64, 128, 128), (64, 192, 128), (128, 128, 64), (128, 64, 128))
 
 
 def default_kernel() -> str:
-    """``"wgmma"`` on a compute-capability 9.x GPU or with no GPU visible, else ``"mma"``."""
+    """``"tma"`` on a compute-capability 9.x GPU or with no GPU visible, else ``"mma"``."""
     try:
         import cupy as cp
 
         major = int(cp.cuda.Device().compute_capability[:-1])
     except Exception:  # no cupy, no driver, no device: the model's default target (H200)
-        return "wgmma"
-    return "wgmma" if major == 9 else "mma"
+        return "tma"
+    return "tma" if major == 9 else "mma"
 
 
 def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[tuple[str, int]]:
@@ -68,10 +79,10 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     """The plan of a tensor-core forward kernel for one problem (:class:`iokernels.plan.core.Unsupported`,
     a ValueError, when the kernel does not take the problem).
 
-    ``kernel``: ``"wgmma"`` or ``"mma"`` (default :func:`default_kernel`). ``block_r`` and
+    ``kernel``: ``"tma"``, ``"wgmma"`` or ``"mma"`` (default :func:`default_kernel`). ``block_r`` and
     ``block_c`` override the tiles, for tuning: mma takes multiples of 16 (16 rows per warp), wgmma
-    B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128. ``kv_heads``:
-    grouped-query attention, K and V with that many heads (dividing ``heads``; default ``heads``)."""
+    B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128, tma B_r 128 and B_c 64 or
+    128. ``kv_heads``: grouped-query attention, K and V with that many heads (dividing ``heads``; default ``heads``)."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kernel = default_kernel() if kernel is None else kernel
@@ -84,7 +95,10 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     name, defaults = _KERNELS[kernel]
     block_r = defaults[d][0] if block_r is None else block_r
     block_c = defaults[d][1] if block_c is None else block_c
-    if kernel == "wgmma":
+    if kernel == "tma":
+        if block_r != 128 or block_c not in (64, 128):
+            raise ValueError(f"tma tiles: block_r 128 and block_c in (64, 128), got {block_r!r}, {block_c!r}")
+    elif kernel == "wgmma":
         if block_r not in (64, 128, 192, 256) or block_c not in (64, 128):
             raise ValueError(f"wgmma tiles: block_r in (64, 128, 192, 256) and block_c in (64, 128), "
                              f"got {block_r!r}, {block_c!r}")
@@ -94,26 +108,31 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
                 raise ValueError(f"{label} must be a multiple of 16 from 16 to {top}, got {value!r}")
     buffers = fast_buffers(d, itemsize(dtype), block_r, block_c)
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
-    stage = Stage("main", name, (tr, 1, batch * heads), 2 * block_r, layout(buffers))
+    threads = 2 * block_r + (128 if kernel == "tma" else 0)  # tma: and the producer warpgroup
+    stage = Stage("main", name, (tr, 1, batch * heads), threads, layout(buffers))
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads,
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,),
                 kv_heads=heads if kv_heads is None else kv_heads)
 
 
-def make_fast_plan_within(sram: int, *, wgmma_only: bool = False, **problem) -> Plan:
+def make_fast_plan_within(sram: int, *, dropout: bool = False, **problem) -> Plan:
     """The fastest tensor-core plan whose shared memory fits ``sram`` bytes: the default kernel's
-    default tiles, else (wgmma) B_c = 64, else the mma kernel's tiles. Raises ValueError naming the
-    smallest M that works when none fits (the caller turns it into SramTooSmall). ``wgmma_only``
-    (dropout plans): the wgmma kernel's plans only (Unsupported where the kernel is mma)."""
+    default tiles, else (tma) B_c = 64, else wgmma with B_c = 64, else the mma kernel's tiles. Raises ValueError
+    naming the smallest M that works when none fits (the caller turns it into SramTooSmall). ``dropout``: the
+    sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
-    if wgmma_only and kernel != "wgmma":
-        raise Unsupported("dropout in the tensor-core forward is implemented by the wgmma kernel (sm_90); the "
-                          "mma.sync kernel (flash_tc.cu) has none")
+    if dropout and kernel not in SM90_KERNELS:
+        raise Unsupported("dropout in the tensor-core forward is implemented by the sm_90 kernels (flash_tma.cu, "
+                          "flash_wgmma.cu); the mma.sync kernel (flash_tc.cu) has none")
     options = [{"kernel": kernel}]
-    if kernel == "wgmma":
-        options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if wgmma_only else [{"kernel": "mma"}])
+    if kernel == "tma":
+        if dropout:
+            options = [{"kernel": "tma", "block_r": TMA_DROPOUT_TILES[d][0], "block_c": TMA_DROPOUT_TILES[d][1]}]
+        options += [{"kernel": "tma", **TMA_FALLBACK}]
+    if kernel in SM90_KERNELS:
+        options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
     plans = [make_fast_plan(**problem, **o) for o in options]
     for plan in plans:
         if plan.smem_bytes <= sram:

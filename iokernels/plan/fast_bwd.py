@@ -8,7 +8,7 @@ with one of two kernels for its main stage:
 * ``"mma"`` (``kernels/flash_tc_bwd.cu``, sm_80 and newer): ``mma.sync`` m16n8k16, a warp per 16 keys.
 
 ``kernel=None`` picks ``"wgmma"`` on a compute-capability 9.x GPU and with no GPU visible, else
-``"mma"`` (:func:`iokernels.plan.fast.default_kernel`); the deterministic variant is ``"mma"`` only. Two
+``"mma"`` (:func:`default_backward_kernel`); the deterministic variant is ``"mma"`` only. Two
 variants:
 
 * default (``deterministic=False``), the FlashAttention-2 arrangement of the research backward
@@ -34,8 +34,15 @@ build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks th
 from __future__ import annotations
 
 from .core import Plan, Stage, Unsupported, check_problem, layout, rowwise_stage
-from .fast import default_kernel
+from .fast import SM90_KERNELS, default_kernel
 from .units import ACC_ITEMSIZE, cdiv, itemsize
+
+
+def default_backward_kernel() -> str:
+    """``"wgmma"`` where the forward's default kernel is an sm_90 one (a compute-capability 9.x GPU, or none
+    visible), else ``"mma"``."""
+    return "wgmma" if default_kernel() in SM90_KERNELS else "mma"
+
 
 FAST_BWD_DTYPES = ("float16", "bfloat16")
 FAST_BWD_HEAD_DIMS = (64, 128)
@@ -138,7 +145,7 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if kernel is None:
-        kernel = "mma" if deterministic else default_kernel()
+        kernel = "mma" if deterministic else default_backward_kernel()
     if kernel not in FAST_BWD_KERNELS:
         raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
     if dropout and (kernel != "wgmma" or deterministic):
@@ -215,7 +222,7 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
     kernels out (Unsupported where the kernel is not wgmma). ``dropout``: a plan for dropout
     (:func:`make_fast_backward_plan`'s ``dropout``; wgmma only)."""
     if kernel is None:
-        kernel = "mma" if problem.get("deterministic") else default_kernel()
+        kernel = "mma" if problem.get("deterministic") else default_backward_kernel()
     options: list[dict] = []
     if dropout:
         if kernel != "wgmma" or problem.get("deterministic"):

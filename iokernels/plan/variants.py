@@ -63,7 +63,8 @@ def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
     check_dropout(key, dropout)
     if plan.variant:
         raise Unsupported(f"dropout is not implemented by {plan.label}")
-    if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_wgmma_bwd"):
+    if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_wgmma_bwd",
+                                                                     "flash_tma_fwd"):
         raise Unsupported(f"dropout in flash/fast is implemented by the wgmma kernels (sm_90); the mma.sync kernel "
                           f"{plan.stage('main').kernel} has none")
     stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in DROPOUT_STAGES[key] else s

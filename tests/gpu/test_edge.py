@@ -1,5 +1,5 @@
 """Numerical edge cases on the GPU, for every kernel (research algorithms and schedules, the tensor-core
-forward and backward, mma and wgmma, deterministic), forward and backward where they apply:
+forward (tma, wgmma, mma) and backward (wgmma, mma, deterministic)), forward and backward where they apply:
 
 - N = 1 (one query and/or one key: O is V itself);
 - huge logits (Q, K x 100: logits x 1e4), V near the float16 maximum, tiny magnitudes (1e-6);
@@ -74,7 +74,7 @@ def _fast_forward(kernel: str) -> Kernel:
     def make(n_q, n_k, d, dtype, causal):
         return with_causal(make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=BATCH, heads=HEADS,
                                           kernel=kernel), causal)
-    return Kernel(f"flash/fast/fwd/{kernel}", "fwd", FAST_DTYPES, make, sm90_only=kernel == "wgmma")
+    return Kernel(f"flash/fast/fwd/{kernel}", "fwd", FAST_DTYPES, make, sm90_only=kernel in ("tma", "wgmma"))
 
 
 def _fast_backward(kernel: str, deterministic: bool = False) -> Kernel:
@@ -86,7 +86,7 @@ def _fast_backward(kernel: str, deterministic: bool = False) -> Kernel:
 
 
 KERNELS = [_research(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss if s != "fast"] + [
-    _fast_forward("wgmma"), _fast_forward("mma"),
+    _fast_forward("tma"), _fast_forward("wgmma"), _fast_forward("mma"),
     _fast_backward("wgmma"), _fast_backward("mma"), _fast_backward("mma", deterministic=True)]
 FORWARD = [k for k in KERNELS if k.direction == "fwd"]
 CASES = [pytest.param(k, t, id=f"{k.name}-{t}") for k in KERNELS for t in k.dtypes]

@@ -1,5 +1,5 @@
-"""The tensor-core forward kernels (iokernels.plan.fast: flash_wgmma.cu on sm_90, flash_tc.cu on sm_80+):
-counters == model == simulator and outputs within flash-attention's same-precision tolerance, ragged
+"""The tensor-core forward kernels (iokernels.plan.fast: flash_wgmma.cu and flash_tma.cu on sm_90, flash_tc.cu on
+sm_80+): counters == model == simulator and outputs within flash-attention's same-precision tolerance, ragged
 N and N_q != N_k included, for each kernel and its tile variants."""
 
 import zlib
@@ -19,10 +19,10 @@ cp = pytest.importorskip("cupy")
 
 def _kernels():
     major = int(cp.cuda.Device().compute_capability[:-1])
-    return ["mma"] + (["wgmma"] if major == 9 else [])
+    return ["mma"] + (["wgmma", "tma"] if major == 9 else [])
 
 
-KERNELS = pytest.mark.parametrize("kernel", ["mma", "wgmma"])
+KERNELS = pytest.mark.parametrize("kernel", ["mma", "wgmma", "tma"])
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +67,8 @@ def test_counters_and_outputs(case, kernel):
     _check_outputs(run, host, dtype)
 
 
-VARIANTS = [("mma", *t) for t in FAST_TUNING] + [("wgmma", *t) for t in WGMMA_TUNING]
+VARIANTS = ([("mma", *t) for t in FAST_TUNING] + [("wgmma", *t) for t in WGMMA_TUNING]
+            + [("tma", d, 128, bc) for d in (64, 128) for bc in (64, 128)])
 
 
 @pytest.mark.parametrize("kernel, d, br, bc", VARIANTS)

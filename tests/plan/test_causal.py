@@ -405,7 +405,7 @@ def test_cli_sweep_causal():
 
 
 # ---------------------------------------------------------------------------------------------
-# the tensor-core forward (flash/fast/fwd): the wgmma and the mma.sync kernels take the mask
+# the tensor-core forward (flash/fast/fwd): the tma, wgmma and mma.sync kernels take the mask
 
 
 @pytest.mark.parametrize("causal", CAUSAL_ALIGNMENTS)
@@ -416,8 +416,8 @@ def test_fast_forward_causal_plan_and_bytes(n_q, n_k, causal):
 
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=64, dtype="float16", sram=227 * KB, causal=causal,
                      heads=4, kv_heads=2)
-    (stage,) = plan.stages  # without a GPU the default kernel is wgmma
-    assert stage.kernel == "flash_wgmma_fwd" and dict(stage.params)["CAUSAL"] == (1 if causal == "top_left" else 2)
+    (stage,) = plan.stages  # without a GPU the default kernel is tma
+    assert stage.kernel == "flash_tma_fwd" and dict(stage.params)["CAUSAL"] == (1 if causal == "top_left" else 2)
     inputs = sim.make_inputs(plan, seed=2)
     result = sim.simulate(plan, inputs)
     assert result.counts == model.exact(plan)

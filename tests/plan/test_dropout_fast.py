@@ -15,7 +15,15 @@ from iokernels import model
 from iokernels.kernels.sources import CompileVariant
 from iokernels.plan import Unsupported, make_plan, supports_dropout, with_dropout
 from iokernels.plan.dropout import Dropout
-from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, WGMMA_FALLBACK, make_fast_plan, make_fast_plan_within
+from iokernels.plan.fast import (
+    FAST_DTYPES,
+    FAST_HEAD_DIMS,
+    TMA_DROPOUT_TILES,
+    TMA_FALLBACK,
+    WGMMA_FALLBACK,
+    make_fast_plan,
+    make_fast_plan_within,
+)
 from iokernels.plan.fast_bwd import (
     FAST_BWD_WGMMA_DROPOUT_TILES,
     FAST_BWD_WGMMA_FALLBACK,
@@ -38,7 +46,7 @@ def _fast(direction, **kw):
 def test_fast_plans_take_dropout():
     assert supports_dropout("flash", "fast", "fwd") and supports_dropout("flash", "fast", "bwd")
     fwd, bwd = _fast("fwd"), _fast("bwd")
-    assert fwd.stage("main").kernel == "flash_wgmma_fwd" and bwd.stage("main").kernel == "flash_wgmma_bwd"
+    assert fwd.stage("main").kernel == "flash_tma_fwd" and bwd.stage("main").kernel == "flash_wgmma_bwd"
     for plan in (fwd, bwd):
         assert plan.dropout == DROPOUT
         assert dict(plan.stage("main").params)["DROPOUT"] == 1
@@ -48,9 +56,9 @@ def test_fast_plans_take_dropout():
         for dtype in FAST_DTYPES:
             plan = _fast("bwd", d=d, dtype=dtype)
             assert (plan.tile["Br"], plan.tile["Bc"]) == FAST_BWD_WGMMA_DROPOUT_TILES[d, dtype]
-            # the forward's tiles do not change
-            assert _fast("fwd", d=d, dtype=dtype).tile == make_fast_plan(N_q=300, N_k=200, d=d, dtype=dtype,
-                                                                          kernel="wgmma").tile
+            # the forward's: tma's dropout tiles (d = 128: B_c = 64, whose counting build does not spill)
+            fwd = _fast("fwd", d=d, dtype=dtype)
+            assert (fwd.tile["Br"], fwd.tile["Bc"]) == TMA_DROPOUT_TILES[d]
 
 
 @pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
@@ -84,7 +92,7 @@ def test_mma_kernels_refuse_dropout():
     with pytest.raises(Unsupported, match="wgmma"):
         fit_fast_backward_plan(sram=227 * KB, kernel="mma", dropout=True, N_q=100, d=64, dtype="float16")
     with pytest.raises(Unsupported, match="wgmma"):
-        make_fast_plan_within(227 * KB, wgmma_only=True, kernel="mma", N_q=100, d=64, dtype="float16")
+        make_fast_plan_within(227 * KB, dropout=True, kernel="mma", N_q=100, d=64, dtype="float16")
 
 
 def test_make_plan_never_falls_back_to_mma_with_dropout():
@@ -98,9 +106,9 @@ def test_make_plan_never_falls_back_to_mma_with_dropout():
                 assert not isinstance(exc, Unsupported), exc
                 plain = make_plan("flash", "fast", N_q=300, N_k=200, d=128, dtype="float16", sram=sram,
                                   direction=direction)
-                assert "wgmma" not in plain.stage("main").kernel  # only the mma kernel would fit
+                assert plain.stage("main").kernel.startswith("flash_tc")  # only the mma kernel would fit
                 continue
-            assert "wgmma" in plan.stage("main").kernel
+            assert not plan.stage("main").kernel.startswith("flash_tc")  # an sm_90 kernel
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
@@ -129,7 +137,8 @@ def _compile_plans() -> list:
             for causal in (False, "bottom_right"):
                 for direction in ("fwd", "bwd"):
                     plans.append(_fast(direction, d=d, dtype=dtype, causal=causal))
-            # make_plan's smaller fallbacks (forward B_c = 64; backward 64 x 64)
+            # make_plan's smaller fallbacks (forward B_c = 64, tma's and wgmma's; backward 64 x 64)
+            plans.append(with_dropout(make_fast_plan(N_q=300, d=d, dtype=dtype, kernel="tma", **TMA_FALLBACK), DROPOUT))
             plans.append(with_dropout(make_fast_plan(N_q=300, d=d, dtype=dtype, kernel="wgmma", **WGMMA_FALLBACK),
                                       DROPOUT))
             plans.append(with_dropout(make_fast_backward_plan(N_q=300, d=d, dtype=dtype, kernel="wgmma", dropout=True,
@@ -142,14 +151,15 @@ def dropout_variants() -> dict[str, list[CompileVariant]]:
     return plan_variants(_compile_plans(), "DROPOUT")
 
 
-def test_dropout_variants_cover_both_kernels():
+def test_dropout_variants_cover_the_sm90_kernels():
     variants = dropout_variants()
-    assert set(variants) == {"flash_wgmma.cu", "flash_wgmma_bwd.cu"}
-    for vs in variants.values():
-        assert any("CAUSAL" in v.defines for v in vs) and any("CAUSAL" not in v.defines for v in vs)
+    assert set(variants) == {"flash_tma.cu", "flash_wgmma.cu", "flash_wgmma_bwd.cu"}
+    for source, vs in variants.items():
+        if source != "flash_wgmma.cu":  # the wgmma forward: make_plan's fallback tiles only, without the mask
+            assert any("CAUSAL" in v.defines for v in vs) and any("CAUSAL" not in v.defines for v in vs)
         assert {v.defines["HEAD_D"] for v in vs} == set(FAST_HEAD_DIMS)
         assert all(len(v.name_expressions) == 2 for v in vs)  # float16 and bfloat16
-    assert sum(len(vs) for vs in variants.values()) <= 16  # a few dozen compiles in all
+    assert sum(len(vs) for vs in variants.values()) <= 20  # a few dozen compiles in all
 
 
 @needs_nvrtc

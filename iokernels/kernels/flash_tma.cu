@@ -1,0 +1,283 @@
+// Tensor-core FlashAttention forward for sm_90a with a producer warp (issue #21, step 1 of docs/notes in
+// the issue: TMA loads on mbarriers, warp specialization, register reallocation). The math is
+// flash_wgmma.cu's, line for line (the q_outer loop order and bytes, wgmma products, online softmax in
+// registers, CAUSAL and DROPOUT as there); what moves the tiles differs:
+//
+// A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
+// (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec 40, the consumers take 232) and
+// one of its threads issues every copy: Q_i once, then K_j and V_j into a two-stage ring, each tile as
+// HEAD_D / 64 TMA boxes of 64 columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a
+// time, so rows past N are zero-filled, never read) that land 128-byte swizzled as wgmma reads them. Stage
+// s has a "full" barrier (the producer's expect_tx plus the copies' bytes) and an "empty" one (one arrival
+// per consumer warpgroup, after its product has read the stage). No block-wide barrier runs between the
+// roles: every thread meets again only in iok_flush (the counting build).
+//
+// Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
+// consumers count O and lse as flash_wgmma.cu does; the model is q_outer's.
+#include "common.cuh"
+
+#include "tiles.cuh"
+
+#include "wgmma.cuh"
+
+#include "wg.cuh"
+
+#include "tma.cuh"
+
+#if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
+#error "flash_tma.cu needs BR, BC, HEAD_D and THREADS from the plan"
+#endif
+constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
+static_assert(BR % 64 == 0 && THREADS == CONSUMERS + 128, "a warpgroup per 64 query rows, and the producer's");
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536, "the register file");
+static_assert((BC == 64 || BC == 128) && (HEAD_D == 64 || HEAD_D == 128), "wgmma tile widths");
+
+template <typename T>
+__device__ constexpr bool wg_layout_ok()
+{
+    return layout_ok<5>({{SMEM_Q, BR * HEAD_D * sizeof(T)},
+                         {SMEM_K0, BC * HEAD_D * sizeof(T)},
+                         {SMEM_K1, BC * HEAD_D * sizeof(T)},
+                         {SMEM_V0, BC * HEAD_D * sizeof(T)},
+                         {SMEM_V1, BC * HEAD_D * sizeof(T)}})
+           && SMEM_Q % 1024 == 0 && SMEM_K0 % 1024 == 0 && SMEM_K1 % 1024 == 0 && SMEM_V0 % 1024 == 0
+           && SMEM_V1 % 1024 == 0;
+}
+
+// The copy of a ROWS-row tile from row row0 of head `head` (HEAD_D / 64 boxes of ROWS x 64 on barrier `bar`),
+// counted where it is issued (DESIGN.md's rule 6) as the bytes it reads of tensor TI: its rows inside the
+// tensor's n (the rows past it are zero-filled, nothing read).
+template <int TI, int ROWS, typename T, int... Ts>
+__device__ __forceinline__ void tma_tile(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
+                                         unsigned long long* bar, int row0, int n, int head)
+{
+    constexpr int slot = iok_slot<TI, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) {
+        io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
+    }
+#pragma unroll
+    for (int s = 0; s < HEAD_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
+}
+
+// Grid (ceil(N_q / BR), 1, BH). tmQ: Q (BH, N_q, HEAD_D) of T in boxes of BR rows; tmK, tmV: K, V (BH / kv_group,
+// N_k, HEAD_D) in boxes of BC rows (tensormap.attention_map), query head z reading K/V head z / kv_group
+// (grouped-query attention; 1 for none). O: (BH, N_q, HEAD_D) of T; lse: (BH, N_q) float32.
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 1)
+flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
+              const __grid_constant__ IokTensorMap tmV, T* __restrict__ O, float* __restrict__ lse, int n_q, int n_k,
+              float scale, int kv_group, IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+{
+    static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
+    extern __shared__ __align__(1024) unsigned char smem[];
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_lse> io;
+    if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
+
+    const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;         // accumulator coordinates: row group, thread in group
+#ifdef CAUSAL
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest rows first
+#else
+    const int row0 = blockIdx.x * BR;
+#endif
+    const int rows = min(BR, n_q - row0);
+    const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;
+    const int kv_head = blockIdx.z / kv_group;  // this head's K/V head
+#ifdef CAUSAL
+    const int off = iok_causal_offset(n_q, n_k);
+    // key tiles from the block's last row's last visible key on are masked for all its rows
+    const int tiles = (max(0, min(n_k, row0 + rows + off)) + BC - 1) / BC;
+#else
+    const int tiles = (n_k + BC - 1) / BC;
+#endif
+    const float scale2 = scale * WG_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
+
+    // barriers: Q; per stage of the K and V rings, full (1 arrival + the copies' bytes) and empty (one
+    // arrival per consumer warpgroup)
+    __shared__ __align__(8) unsigned long long bar_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
+    if (threadIdx.x == 0) {
+        iok_mbar_init(&bar_q, 1);
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            iok_mbar_init(&full_k[st], 1);
+            iok_mbar_init(&full_v[st], 1);
+            iok_mbar_init(&empty_k[st], BR / 64);
+            iok_mbar_init(&empty_v[st], BR / 64);
+        }
+        iok_mbar_fence_init();
+    }
+    __syncthreads();  // the last block-wide barrier before the roles part
+
+    if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup: one thread issues every copy
+        iok_regs_dec<PRODUCER_REGS>();
+        if (threadIdx.x == CONSUMERS && tiles > 0) {
+            iok_tma_prefetch_map(&tmQ);
+            iok_tma_prefetch_map(&tmK);
+            iok_tma_prefetch_map(&tmV);
+            iok_mbar_expect_tx(&bar_q, BR * HEAD_D * sizeof(T));
+            tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, row0, n_q, blockIdx.z);
+#pragma unroll 1
+            for (int j = 0; j < tiles; ++j) {
+                const int st = j & 1;
+                const unsigned phase = (j >> 1) & 1;
+                iok_mbar_wait(&empty_k[st], phase ^ 1);  // the consumers are done with this stage's last tile
+                iok_mbar_expect_tx(&full_k[st], BC * HEAD_D * sizeof(T));
+                tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, &full_k[st], j * BC, n_k, kv_head);
+                iok_mbar_wait(&empty_v[st], phase ^ 1);
+                iok_mbar_expect_tx(&full_v[st], BC * HEAD_D * sizeof(T));
+                tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, &full_v[st], j * BC, n_k, kv_head);
+            }
+        }
+        iok_flush(io, iok_counters, smem);
+        return;
+    }
+    iok_regs_inc<CONSUMER_REGS>();
+
+    float s[BC / 2], o[HEAD_D / 2];
+#pragma unroll
+    for (int i = 0; i < BC / 2; ++i) s[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < HEAD_D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
+
+#pragma unroll 1
+    for (int j = 0; j < tiles; ++j) {
+        const int buf = j & 1;
+        const unsigned phase = (j >> 1) & 1;
+        if (j == 0) iok_mbar_wait(&bar_q, 0);
+        iok_mbar_wait(&full_k[buf], phase);  // K_j landed
+        const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
+        const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
+
+        // S = Q Kᵀ (64 x BC per warpgroup): HEAD_D / 16 steps of 16; within a 64-column slab a step
+        // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HEAD_D / 16; ++kk) {
+            const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
+            const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
+            wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
+                             wg_desc(Kt + kkoff, 16, 1024), kk);
+        }
+        wg_commit();
+        const int key0 = j * BC;
+#ifdef DROPOUT
+        // this tile's keep bits, while the product flies (rows g, g + 8 of the warp; keep[h] bit 2n + c:
+        // element 4n + 2h + c)
+        unsigned keep[2];
+        wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
+                            row0 + wg * 64 + warp * 16 + g, key0, t);
+        asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
+#endif
+        wg_wait<0>();
+        wg_fence_regs(s);
+        if ((threadIdx.x & 127) == 0) iok_mbar_arrive(&empty_k[buf]);  // this warpgroup's product has read K_j
+
+        // keys past n_k (ragged last tile) get -inf
+        if (key0 + BC > n_k) {
+#pragma unroll
+            for (int i = 0; i < BC / 2; ++i) {
+                if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
+            }
+        }
+#ifdef CAUSAL
+        // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
+        if (key0 + BC - 1 > row0 + off) {
+            const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
+#pragma unroll
+            for (int i = 0; i < BC / 2; ++i) {
+                if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > row + 8 * ((i >> 1) & 1)) s[i] = neg_inf();
+            }
+        }
+#endif
+
+        // online softmax, rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = m[h];
+#pragma unroll
+            for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+#ifdef CAUSAL
+            // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
+            const float mx_ref = mx == neg_inf() ? 0.0f : mx;
+#else
+            const float mx_ref = mx;
+#endif
+            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
+            m[h] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < BC / 8; ++n) {
+                s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
+                sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
+            }
+            l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
+        }
+#pragma unroll
+        for (int i = 0; i < HEAD_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+
+        // O += P V: P (the S accumulators, rounded to T) is the A operand, 16 keys per step
+        unsigned pa[BC / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+#ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
+                const int bit = 4 * kk + 2 * (r >> 1);
+                pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
+                                       wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
+#else
+                pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+#endif
+            }
+        }
+        iok_mbar_wait(&full_v[buf], phase);  // V_j landed
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) {
+            wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
+        }
+        wg_commit();
+        wg_wait<0>();
+        wg_fence_regs(o);
+        if ((threadIdx.x & 127) == 0) iok_mbar_arrive(&empty_v[buf]);  // and V_j
+    }
+
+    // O = O / l, rounded once; lse = (m + log2 l) ln 2
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#ifdef CAUSAL
+    const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
+#else
+    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#endif
+#ifdef DROPOUT
+    const float out_scale[2] = {inv[0] * dropout_scale, inv[1] * dropout_scale};  // O = (Z ∘ P) V / l
+#else
+    const float (&out_scale)[2] = inv;
+#endif
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = wg * 64 + warp * 16 + g + 8 * h;
+        if (r < rows) {
+            T* orow = O + (q_off + r) * HEAD_D;
+#pragma unroll
+            for (int n = 0; n < HEAD_D / 8; ++n) {
+                iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t),
+                                wg_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
+            }
+            if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
+        }
+    }
+    iok_flush(io, iok_counters, smem);
+}

@@ -1,0 +1,113 @@
+"""Tensor maps for the bulk tensor copy engine (TMA, sm_90): the 128-byte ``CUtensorMap`` a kernel takes by value
+(``const __grid_constant__ IokTensorMap``, kernels/tma.cuh), encoded on the host by the driver's
+``cuTensorMapEncodeTiled`` through ctypes.
+
+:func:`attention_map` is the one layout the attention kernels load: a row-major (BH, N, d) tensor of 2-byte
+elements seen as 3-D {d, N, BH} (innermost first), boxes of ``rows`` x 64 elements (128 bytes, the 128-byte
+swizzle) inside one head, so rows past N are zero-filled instead of read from the next head. A d-wide tile
+is d / 64 boxes, one per slab (column coordinate 64 s). :func:`check_tiled` states the driver's rules, so a
+bad map fails here with a message instead of inside the driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .driver import driver
+
+MAP_BYTES = 128
+MAP_ALIGN = 64
+# CUtensorMapDataType, CUtensorMapSwizzle (cuda.h)
+DATA_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
+ITEMSIZE = {"float16": 2, "float32": 4, "bfloat16": 2}
+SWIZZLE_BYTES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes of the swizzle span -> the enum
+BOX_MAX = 256
+
+
+class TensorMapError(ValueError):
+    """A tensor map the driver would refuse (or did refuse)."""
+
+
+def check_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                swizzle: int) -> None:
+    """The driver's rules for a tiled map (cuTensorMapEncodeTiled): ``dims`` innermost first, ``strides`` in
+    bytes for dims 1.. (dim 0 is contiguous), ``box`` the elements copied per dim, ``swizzle`` 0/32/64/128 bytes."""
+    if dtype not in DATA_TYPES:
+        raise TensorMapError(f"tensor map dtype {dtype!r}: expected one of {', '.join(DATA_TYPES)}")
+    rank = len(dims)
+    if not 1 <= rank <= 5 or len(box) != rank or len(strides) != rank - 1:
+        raise TensorMapError(f"tensor map of rank {rank}: dims, box ({len(box)}) and strides ({len(strides)}, one "
+                             "fewer than dims) must agree, rank 1 to 5")
+    if pointer % 16:
+        raise TensorMapError(f"tensor map base address {pointer:#x} is not 16-byte aligned")
+    if any(not 1 <= n <= 2**32 for n in dims):
+        raise TensorMapError(f"tensor map dims {tuple(dims)}: each must be in 1..2^32")
+    if any(s % 16 or not 0 < s < 2**40 for s in strides):
+        raise TensorMapError(f"tensor map strides {tuple(strides)} (bytes): each a positive multiple of 16 below 2^40")
+    if any(not 1 <= b <= BOX_MAX for b in box):
+        raise TensorMapError(f"tensor map box {tuple(box)}: each extent in 1..{BOX_MAX}")
+    inner = box[0] * ITEMSIZE[dtype]
+    if inner % 16:
+        raise TensorMapError(f"tensor map box inner extent {inner} bytes: must be a multiple of 16")
+    if swizzle not in SWIZZLE_BYTES:
+        raise TensorMapError(f"tensor map swizzle {swizzle}: expected 0, 32, 64 or 128 bytes")
+    if swizzle and inner > swizzle:
+        raise TensorMapError(f"tensor map box inner extent {inner} bytes exceeds the {swizzle}-byte swizzle span")
+
+
+def attention_args(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int
+                   ) -> tuple[list[int], list[int], list[int], int]:
+    """(dims, strides, box, swizzle) of :func:`attention_map`."""
+    itemsize = ITEMSIZE[dtype]
+    if d % 64:
+        raise TensorMapError(f"attention tensor map: d={d} is not a multiple of 64 (one 128-byte box per slab)")
+    return [d, n, bh], [d * itemsize, n * d * itemsize], [64, rows, 1], 64 * itemsize
+
+
+def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                 swizzle: int) -> bytes:
+    """The 128-byte map (checked by :func:`check_tiled`; out-of-bounds elements read as zero)."""
+    check_tiled(pointer, dtype, dims, strides, box, swizzle)
+    lib = driver()
+    if lib is None:
+        raise RuntimeError("tensor maps need the CUDA driver library (libcuda.so.1)")
+    encode = lib.cuTensorMapEncodeTiled
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    encode.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, ctypes.POINTER(u64), ctypes.POINTER(u64),
+                       ctypes.POINTER(u32), ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    encode.restype = ctypes.c_int
+    rank = len(dims)
+    raw = ctypes.create_string_buffer(MAP_BYTES + MAP_ALIGN)  # the driver writes a 64-byte aligned map
+    start = (-ctypes.addressof(raw)) % MAP_ALIGN
+    code = encode(ctypes.addressof(raw) + start, DATA_TYPES[dtype], rank, pointer, (u64 * rank)(*dims),
+                  (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box), (u32 * rank)(*([1] * rank)), 0,
+                  SWIZZLE_BYTES[swizzle], 0, 0)
+    if code:
+        raise TensorMapError(f"cuTensorMapEncodeTiled refused the map (CUDA error {code}): dims {tuple(dims)}, "
+                             f"strides {tuple(strides)}, box {tuple(box)}, swizzle {swizzle}")
+    return raw.raw[start:start + MAP_BYTES]
+
+
+def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int) -> bytes:
+    """The map of a (bh, n, d) row-major tensor at ``pointer`` loaded as boxes of ``rows`` x 64 elements,
+    128-byte swizzled; box (slab s, first row r, head z) is at coordinates (64 s, r, z)."""
+    return encode_tiled(pointer, dtype, *attention_args(pointer, dtype, bh, n, d, rows))
+
+
+@dataclass(frozen=True)
+class MapArg:
+    """A kernel parameter that is the TMA tensor map of one of the launch's buffers (kernels/tma.cuh): the
+    buffer (its name in a stage's layout, its index in the launch's pointers once prepared), the map's dtype,
+    the tensor's (bh, n, d) and the rows of one box (tensormap.attention_map)."""
+
+    buffer: int | str
+    dtype: str
+    bh: int
+    n: int
+    d: int
+    rows: int
+
+    def encode(self, pointer: int) -> bytes:
+        return attention_map(pointer, self.dtype, self.bh, self.n, self.d, self.rows)

@@ -1,0 +1,105 @@
+// The Hopper (sm_90) asynchronous data movement the warp-specialized kernels use (issue #21): tensor maps,
+// the bulk tensor copy engine (TMA) loading 2-D boxes of a (BH, N, d) tensor into shared memory, and the
+// shared-memory transaction barriers (mbarrier) their completion lands on. Host side:
+// iokernels/kernels/tensormap.py encodes the maps; each is passed by value as a
+// `const __grid_constant__ IokTensorMap` kernel parameter.
+//
+// Barrier phases: a fresh barrier is in phase 0; iok_mbar_wait(bar, parity) returns once the phase of that
+// parity has completed, so waiting on parity 1 of a fresh barrier returns at once. A ring of S stages flips
+// the parity each time its index wraps: parity = (iteration / S) & 1 for the consumer's "full" waits,
+// the complement for the producer's "empty" waits.
+//
+// TMA boxes: a map made by tensormap.attention_map loads `rows` rows x 64 columns (128 bytes, 128-byte
+// swizzled: 16-byte chunk c of row r lands at chunk c ^ (r % 8)), which is the slab layout of wg.cuh
+// (wg_off), so wgmma reads the tile as loaded. Rows past the head's N are zero-filled and never read.
+#pragma once
+
+// CUtensorMap (cuda.h, which NVRTC does not ship): 128 opaque bytes, 64-byte aligned.
+struct alignas(64) IokTensorMap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ unsigned iok_smem_addr(const void* p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier ----------------------------------------------------------------------------------------
+
+// One thread initializes; then iok_mbar_fence_init and a block barrier before anyone uses it.
+__device__ __forceinline__ void iok_mbar_init(unsigned long long* bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(iok_smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void iok_mbar_fence_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// The producer's arrival that also announces `bytes` of TMA transactions for this phase.
+__device__ __forceinline__ void iok_mbar_expect_tx(unsigned long long* bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(iok_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+// A plain arrival (a consumer releasing a stage).
+__device__ __forceinline__ void iok_mbar_arrive(unsigned long long* bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(iok_smem_addr(bar)) : "memory");
+}
+// Wait until the phase of `parity` has completed (try_wait may time out: loop).
+__device__ __forceinline__ void iok_mbar_wait(unsigned long long* bar, unsigned parity)
+{
+    asm volatile(
+        "{\n"
+        " .reg .pred done;\n"
+        " IOK_MBAR_WAIT:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        " @!done bra IOK_MBAR_WAIT;\n"
+        "}\n" ::"r"(iok_smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+// ---- TMA -----------------------------------------------------------------------------------------------
+
+// Load the box at element coordinates (c0 innermost, c1, c2) of `map` into shared memory at `dst` (1024-byte
+// aligned for the 128-byte swizzle); its bytes complete on `bar` (announced by iok_mbar_expect_tx).
+__device__ __forceinline__ void iok_tma_load_3d(void* dst, const IokTensorMap* map, unsigned long long* bar, int c0,
+                                                int c1, int c2)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];\n" ::"r"(iok_smem_addr(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(iok_smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+__device__ __forceinline__ void iok_tma_prefetch_map(const IokTensorMap* map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+// Generic-proxy shared-memory accesses (st.shared, ld.shared) ordered with the async proxy (TMA, wgmma).
+__device__ __forceinline__ void iok_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- warp specialization ---------------------------------------------------------------------------------
+
+// Register reallocation (sm_90a; every warp of the warpgroup executes the same one; the kernel needs
+// __launch_bounds__(threads, 1), else ptxas ignores it with warning C7508).
+template <int N>
+__device__ __forceinline__ void iok_regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void iok_regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// Named barriers 1..15 (0 is __syncthreads), `count` threads, a multiple of 32.
+__device__ __forceinline__ void iok_bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void iok_bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}

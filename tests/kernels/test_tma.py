@@ -1,0 +1,100 @@
+"""Tensor maps and TMA without a GPU: the driver's rules for a map (tensormap.check_tiled), the attention map's
+dims, strides and box, a structure parameter of a raw launch, and NVRTC compiling kernels/tma.cuh's PTX for
+sm_90a (tests/kernels/tma_probe.cu; tests/gpu/test_tma.py runs it)."""
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from iokernels.kernels import rawlaunch, tensormap
+from iokernels.kernels.sources import read_source
+
+PROBE = Path(__file__).with_name("tma_probe.cu")
+
+
+def probe_source(rows: int, d: int) -> str:
+    return f"#define ROWS {rows}\n#define HEAD_D {d}\n" + read_source("tma.cuh") + "\n" + PROBE.read_text()
+
+
+def test_the_attention_map_is_one_head_at_a_time():
+    dims, strides, box, swizzle = tensormap.attention_args(0x1000, "float16", bh=6, n=1000, d=128, rows=128)
+    assert dims == [128, 1000, 6] and strides == [256, 1000 * 256] and box == [64, 128, 1] and swizzle == 128
+    tensormap.check_tiled(0x1000, "float16", dims, strides, box, swizzle)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"pointer": 0x1008}, "16-byte aligned"),
+    ({"dtype": "int8"}, "dtype"),
+    ({"box": [64, 300, 1]}, "box"),
+    ({"box": [128, 64, 1]}, "exceeds the 128-byte swizzle"),
+    ({"strides": [200, 1000 * 256]}, "multiple of 16"),
+    ({"dims": [128, 0, 6]}, "dims"),
+    ({"swizzle": 16}, "swizzle"),
+])
+def test_maps_the_driver_would_refuse_fail_here(change, message):
+    args = dict(pointer=0x1000, dtype="float16", dims=[128, 1000, 6], strides=[256, 256000], box=[64, 128, 1],
+                swizzle=128)
+    args.update(change)
+    with pytest.raises(tensormap.TensorMapError, match=message):
+        tensormap.check_tiled(**args)
+
+
+def test_a_head_dim_not_made_of_64_column_slabs_is_refused():
+    with pytest.raises(tensormap.TensorMapError, match="multiple of 64"):
+        tensormap.attention_args(0x1000, "float16", 1, 10, 96, 64)
+
+
+def test_a_structure_argument_is_passed_by_value():
+    blob = bytes(range(128))
+    stage = rawlaunch.RawStage(None, 0, (1,), (128,), 0, [blob, 0, np.int32(3)], dropout=False)
+    slot = ctypes.cast(stage.params[0], ctypes.POINTER(ctypes.c_ubyte * 128)).contents
+    assert bytes(slot) == blob and len(stage.params) == 4  # the map, the buffer, the int, the counters
+
+
+@pytest.mark.parametrize("rows, d", [(64, 64), (128, 128)])
+def test_the_tma_probe_compiles_for_sm_90a(rows, d):
+    nvrtc = pytest.importorskip("iokernels.kernels.nvrtc")
+    try:
+        result = nvrtc.compile_to_cubin(probe_source(rows, d), arch="sm_90a", name="tma_probe.cu")
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    assert "cp.async.bulk.tensor.3d" in result.ptx and "mbarrier.try_wait.parity" in result.ptx
+    assert result.cubin
+
+
+def _tma_variants():
+    from iokernels.plan.dropout import Dropout
+    from iokernels.plan.fast import make_fast_plan
+    from iokernels.plan.variants import with_causal, with_dropout
+
+    for d, bc in ((64, 64), (64, 128), (128, 64), (128, 128)):
+        for dtype in ("float16", "bfloat16"):
+            plan = make_fast_plan(N_q=300, N_k=200, d=d, dtype=dtype, batch=2, heads=2, kernel="tma", block_c=bc)
+            yield plan
+            yield with_causal(plan, "bottom_right")
+            yield with_dropout(plan, Dropout(0.1, 1, 0))
+
+
+@pytest.mark.parametrize("plan", list(_tma_variants()), ids=lambda p: f"d{p.d}-Bc{dict(p.tiles)['Bc']}-{p.dtype}"
+                         f"{'-causal' if p.causal else ''}{'-dropout' if p.dropout else ''}")
+@pytest.mark.parametrize("counting", [False, True], ids=["plain", "counting"])
+def test_the_tma_forward_compiles_without_spills(plan, counting):
+    """Each variant of kernels/flash_tma.cu: sm_90a, the TMA copies and the register reallocation in its PTX,
+    ptxas honouring setmaxnreg (no C7508 warning), and no register spills in the plain build (the counting
+    build of d 128, B_c 128 with dropout spills 44 bytes: it only counts)."""
+    nvrtc = pytest.importorskip("iokernels.kernels.nvrtc")
+    from iokernels.kernels.sources import build_source
+    from iokernels.kernels.stages import kernel_ref
+
+    ref = kernel_ref(plan, plan.stages[0])
+    try:
+        result = nvrtc.compile_to_cubin(build_source(ref.source, ref.define_dict, counting), arch="sm_90a",
+                                        name=ref.source, name_expressions=[ref.name_expression])
+    except ImportError as exc:
+        pytest.skip(str(exc))
+    res = result.resources_of(ref.name_expression)
+    assert "cp.async.bulk.tensor.3d" in result.ptx and "setmaxnreg.inc" in result.ptx
+    assert counting or (res.spill_stores == 0 and res.spill_loads == 0), res
+    assert "C7508" not in result.log and "setmaxnreg" not in result.log.lower(), result.log
