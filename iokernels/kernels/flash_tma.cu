@@ -96,7 +96,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     const float scale2 = scale * WG_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
 
     // barriers: Q; per stage of the K and V rings, full (1 arrival + the copies' bytes) and empty (one
-    // arrival per consumer warpgroup)
+    // arrival per consumer warp, after its wgmma wait: every warp of a warpgroup has finished reading)
     __shared__ __align__(8) unsigned long long bar_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
@@ -104,8 +104,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         for (int st = 0; st < 2; ++st) {
             iok_mbar_init(&full_k[st], 1);
             iok_mbar_init(&full_v[st], 1);
-            iok_mbar_init(&empty_k[st], BR / 64);
-            iok_mbar_init(&empty_v[st], BR / 64);
+            iok_mbar_init(&empty_k[st], CONSUMERS / 32);
+            iok_mbar_init(&empty_v[st], CONSUMERS / 32);
         }
         iok_mbar_fence_init();
     }
@@ -131,153 +131,154 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, &full_v[st], j * BC, n_k, kv_head);
             }
         }
-        iok_flush(io, iok_counters, smem);
-        return;
-    }
-    iok_regs_inc<CONSUMER_REGS>();
+    } else {  // the consumer warpgroups
+        iok_regs_inc<CONSUMER_REGS>();
 
-    float s[BC / 2], o[HEAD_D / 2];
+        float s[BC / 2], o[HEAD_D / 2];
 #pragma unroll
-    for (int i = 0; i < BC / 2; ++i) s[i] = 0.0f;
+        for (int i = 0; i < BC / 2; ++i) s[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < HEAD_D / 2; ++i) o[i] = 0.0f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
+        for (int i = 0; i < HEAD_D / 2; ++i) o[i] = 0.0f;
+        float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
 
 #pragma unroll 1
-    for (int j = 0; j < tiles; ++j) {
-        const int buf = j & 1;
-        const unsigned phase = (j >> 1) & 1;
-        if (j == 0) iok_mbar_wait(&bar_q, 0);
-        iok_mbar_wait(&full_k[buf], phase);  // K_j landed
-        const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
-        const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
+        for (int j = 0; j < tiles; ++j) {
+            const int buf = j & 1;
+            const unsigned phase = (j >> 1) & 1;
+            if (j == 0) iok_mbar_wait(&bar_q, 0);
+            iok_mbar_wait(&full_k[buf], phase);  // K_j landed
+            const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
+            const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
 
-        // S = Q Kᵀ (64 x BC per warpgroup): HEAD_D / 16 steps of 16; within a 64-column slab a step
-        // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
-        wg_fence();
+            // S = Q Kᵀ (64 x BC per warpgroup): HEAD_D / 16 steps of 16; within a 64-column slab a step
+            // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HEAD_D / 16; ++kk) {
-            const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
-            const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
-            wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
-                             wg_desc(Kt + kkoff, 16, 1024), kk);
-        }
-        wg_commit();
-        const int key0 = j * BC;
+            for (int kk = 0; kk < HEAD_D / 16; ++kk) {
+                const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
+                const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
+                wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
+                                 wg_desc(Kt + kkoff, 16, 1024), kk);
+            }
+            wg_commit();
+            const int key0 = j * BC;
 #ifdef DROPOUT
-        // this tile's keep bits, while the product flies (rows g, g + 8 of the warp; keep[h] bit 2n + c:
-        // element 4n + 2h + c)
-        unsigned keep[2];
-        wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
-                            row0 + wg * 64 + warp * 16 + g, key0, t);
-        asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
+            // this tile's keep bits, while the product flies (rows g, g + 8 of the warp; keep[h] bit 2n + c:
+            // element 4n + 2h + c)
+            unsigned keep[2];
+            wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
+                                row0 + wg * 64 + warp * 16 + g, key0, t);
+            asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
 #endif
-        wg_wait<0>();
-        wg_fence_regs(s);
-        if ((threadIdx.x & 127) == 0) iok_mbar_arrive(&empty_k[buf]);  // this warpgroup's product has read K_j
+            wg_wait<0>();
+            wg_fence_regs(s);
+            __syncwarp();
+            if (lane == 0) iok_mbar_arrive(&empty_k[buf]);  // this warp's share of the product has read K_j
 
-        // keys past n_k (ragged last tile) get -inf
-        if (key0 + BC > n_k) {
+            // keys past n_k (ragged last tile) get -inf
+            if (key0 + BC > n_k) {
 #pragma unroll
-            for (int i = 0; i < BC / 2; ++i) {
-                if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
+                for (int i = 0; i < BC / 2; ++i) {
+                    if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
+                }
             }
-        }
 #ifdef CAUSAL
-        // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
-        if (key0 + BC - 1 > row0 + off) {
-            const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
+            // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
+            if (key0 + BC - 1 > row0 + off) {
+                const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
 #pragma unroll
-            for (int i = 0; i < BC / 2; ++i) {
-                if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > row + 8 * ((i >> 1) & 1)) s[i] = neg_inf();
+                for (int i = 0; i < BC / 2; ++i) {
+                    if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > row + 8 * ((i >> 1) & 1)) s[i] = neg_inf();
+                }
             }
-        }
 #endif
 
-        // online softmax, rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
-        float corr[2];
+            // online softmax, rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
+            float corr[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = m[h];
+#pragma unroll
+                for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+#ifdef CAUSAL
+                // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
+                const float mx_ref = mx == neg_inf() ? 0.0f : mx;
+#else
+                const float mx_ref = mx;
+#endif
+                corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
+                m[h] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < BC / 8; ++n) {
+                    s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                    s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
+                    sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
+                }
+                l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
+            }
+#pragma unroll
+            for (int i = 0; i < HEAD_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+
+            // O += P V: P (the S accumulators, rounded to T) is the A operand, 16 keys per step
+            unsigned pa[BC / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; ++kk) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+#ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
+                    const int bit = 4 * kk + 2 * (r >> 1);
+                    pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
+                                           wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
+#else
+                    pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+#endif
+                }
+            }
+            iok_mbar_wait(&full_v[buf], phase);  // V_j landed
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; ++kk) {
+                wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
+            }
+            wg_commit();
+            wg_wait<0>();
+            wg_fence_regs(o);
+            __syncwarp();
+            if (lane == 0) iok_mbar_arrive(&empty_v[buf]);  // and V_j
+        }
+
+        // O = O / l, rounded once; lse = (m + log2 l) ln 2
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float mx = m[h];
-#pragma unroll
-            for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        }
 #ifdef CAUSAL
-            // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
-            const float mx_ref = mx == neg_inf() ? 0.0f : mx;
+        const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
 #else
-            const float mx_ref = mx;
-#endif
-            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
-            m[h] = mx;
-            float sum = 0.0f;
-#pragma unroll
-            for (int n = 0; n < BC / 8; ++n) {
-                s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
-                s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
-                sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
-            }
-            l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
-        }
-#pragma unroll
-        for (int i = 0; i < HEAD_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-
-        // O += P V: P (the S accumulators, rounded to T) is the A operand, 16 keys per step
-        unsigned pa[BC / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-#ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
-                const int bit = 4 * kk + 2 * (r >> 1);
-                pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
-                                       wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
-#else
-                pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-#endif
-            }
-        }
-        iok_mbar_wait(&full_v[buf], phase);  // V_j landed
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
-            wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
-        }
-        wg_commit();
-        wg_wait<0>();
-        wg_fence_regs(o);
-        if ((threadIdx.x & 127) == 0) iok_mbar_arrive(&empty_v[buf]);  // and V_j
-    }
-
-    // O = O / l, rounded once; lse = (m + log2 l) ln 2
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
-#ifdef CAUSAL
-    const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
-#else
-    const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+        const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
 #endif
 #ifdef DROPOUT
-    const float out_scale[2] = {inv[0] * dropout_scale, inv[1] * dropout_scale};  // O = (Z ∘ P) V / l
+        const float out_scale[2] = {inv[0] * dropout_scale, inv[1] * dropout_scale};  // O = (Z ∘ P) V / l
 #else
-    const float (&out_scale)[2] = inv;
+        const float (&out_scale)[2] = inv;
 #endif
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wg * 64 + warp * 16 + g + 8 * h;
-        if (r < rows) {
-            T* orow = O + (q_off + r) * HEAD_D;
+        for (int h = 0; h < 2; ++h) {
+            const int r = wg * 64 + warp * 16 + g + 8 * h;
+            if (r < rows) {
+                T* orow = O + (q_off + r) * HEAD_D;
 #pragma unroll
-            for (int n = 0; n < HEAD_D / 8; ++n) {
-                iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t),
-                                wg_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
+                for (int n = 0; n < HEAD_D / 8; ++n) {
+                    iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t),
+                                    wg_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
+                }
+                if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
             }
-            if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
         }
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters, smem);  // one call site for both roles: its barriers are the same instructions
 }
