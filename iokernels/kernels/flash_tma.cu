@@ -1,7 +1,7 @@
-// Tensor-core FlashAttention forward for sm_90a with a producer warpgroup (issue #21: TMA loads on mbarriers, warp
-// specialization, register reallocation, intra-warpgroup overlap). The math is flash_wgmma.cu's (the q_outer loop
-// order and bytes, wgmma products, online softmax in registers, CAUSAL and DROPOUT as there); what moves the tiles
-// and the order of the products differ:
+// Tensor-core FlashAttention forward for sm_90a with a producer warp (issue #21, step 1 of docs/notes in
+// the issue: TMA loads on mbarriers, warp specialization, register reallocation). The math is
+// flash_wgmma.cu's, line for line (the q_outer loop order and bytes, wgmma products, online softmax in
+// registers, CAUSAL and DROPOUT as there); what moves the tiles differs:
 //
 // A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
 // (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec 40, the consumers take 232) and
@@ -9,10 +9,8 @@
 // HEAD_D / 64 TMA boxes of 64 columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a
 // time, so rows past N are zero-filled, never read) that land 128-byte swizzled as wgmma reads them. Stage
 // s has a "full" barrier (the producer's expect_tx plus the copies' bytes) and an "empty" one (one arrival
-// per consumer warp, after its product has read the stage). A consumer issues S_j = Q K_jᵀ before
-// O += P_{j-1} V_{j-1} and computes the softmax of S_j while that product runs (FlashAttention-3's
-// intra-warpgroup overlap). No block-wide barrier runs between the roles: every thread meets again only in
-// iok_flush (the counting build).
+// per consumer warpgroup, after its product has read the stage). No block-wide barrier runs between the
+// roles: every thread meets again only in iok_flush (the counting build).
 //
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse as flash_wgmma.cu does; the model is q_outer's.
@@ -142,17 +140,19 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
         for (int i = 0; i < HEAD_D / 2; ++i) o[i] = 0.0f;
         float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
-        unsigned pa[BC / 16][4];  // P of the last tile, rounded to T: the A operand of O += P V
-#ifdef DROPOUT
-        unsigned keep[2] = {0u, 0u};  // the tile's keep bits (rows g, g + 8; bit 2n + c: element 4n + 2h + c)
-#endif
 
-        // S = Q K_jᵀ (64 x BC per warpgroup), issued: HEAD_D / 16 steps of 16; within a 64-column slab a step
-        // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
-        auto issue_qk = [&](int j) {
+#pragma unroll 1
+        for (int j = 0; j < tiles; ++j) {
             const int buf = j & 1;
-            iok_mbar_wait(&full_k[buf], (j >> 1) & 1);  // K_j landed
+            const unsigned phase = (j >> 1) & 1;
+            if (j == 0) iok_mbar_wait(&bar_q, 0);
+            iok_mbar_wait(&full_k[buf], phase);  // K_j landed
             const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
+            const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
+
+            // S = Q Kᵀ (64 x BC per warpgroup): HEAD_D / 16 steps of 16; within a 64-column slab a step
+            // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
+            wg_fence();
 #pragma unroll
             for (int kk = 0; kk < HEAD_D / 16; ++kk) {
                 const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
@@ -161,30 +161,22 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                                  wg_desc(Kt + kkoff, 16, 1024), kk);
             }
             wg_commit();
-#ifdef DROPOUT  // the tile's keep bits, while the product flies
+            const int key0 = j * BC;
+#ifdef DROPOUT
+            // this tile's keep bits, while the product flies (rows g, g + 8 of the warp; keep[h] bit 2n + c:
+            // element 4n + 2h + c)
+            unsigned keep[2];
             wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
-                                row0 + wg * 64 + warp * 16 + g, j * BC, t);
+                                row0 + wg * 64 + warp * 16 + g, key0, t);
             asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
 #endif
-        };
-        // O += P V_j, issued: P (pa) is the A operand, 16 keys per step
-        auto issue_pv = [&](int j) {
-            const int buf = j & 1;
-            iok_mbar_wait(&full_v[buf], (j >> 1) & 1);  // V_j landed
-            const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) {
-                wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
-            }
-            wg_commit();
-        };
-        // S_j landed: release K_j, mask, online softmax into s (P, unnormalized) and l; corr: O's rescale
-        auto softmax = [&](int j, float (&corr)[2]) {
+            wg_wait<0>();
             wg_fence_regs(s);
             __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty_k[j & 1]);  // this warp's share of the product has read K_j
-            const int key0 = j * BC;
-            if (key0 + BC > n_k) {  // keys past n_k (ragged last tile) get -inf
+            if (lane == 0) iok_mbar_arrive(&empty_k[buf]);  // this warp's share of the product has read K_j
+
+            // keys past n_k (ragged last tile) get -inf
+            if (key0 + BC > n_k) {
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) {
                     if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
@@ -200,7 +192,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
             }
 #endif
-            // rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
+
+            // online softmax, rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
+            float corr[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float mx = m[h];
@@ -225,14 +219,16 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
                 l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
             }
-        };
-        // P rounded to T (dropped elements 0: element 8 kk + 2r + c, keep[r & 1] bit 2 (2 kk + r / 2) + c)
-        auto pack = [&]() {
+#pragma unroll
+            for (int i = 0; i < HEAD_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+
+            // O += P V: P (the S accumulators, rounded to T) is the A operand, 16 keys per step
+            unsigned pa[BC / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-#ifdef DROPOUT
+#ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
                     const int bit = 4 * kk + 2 * (r >> 1);
                     pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
                                            wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
@@ -241,42 +237,17 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
                 }
             }
-        };
-        // P V_j landed: release V_j
-        auto pv_landed = [&](int j) {
-            wg_fence_regs(o);
-            wg_fence_regs(pa);  // pa was read by the product until here: its registers stay untouched
-            __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty_v[j & 1]);
-        };
-
-        // FlashAttention-3's intra-warpgroup overlap: S_j = Q K_jᵀ is issued before O += P_{j-1} V_{j-1}, and
-        // the softmax of S_j runs while that product flies; O takes S_j's correction once the product landed.
-        if (tiles > 0) {
-            iok_mbar_wait(&bar_q, 0);
-            float corr[2];
+            iok_mbar_wait(&full_v[buf], phase);  // V_j landed
             wg_fence();
-            issue_qk(0);
-            wg_wait<0>();
-            softmax(0, corr);  // O is 0: no rescale
-            pack();
-#pragma unroll 1
-            for (int j = 1; j < tiles; ++j) {
-                wg_fence();
-                issue_qk(j);
-                issue_pv(j - 1);
-                wg_wait<1>();  // S_j landed (P_{j-1} V_{j-1} may fly on)
-                softmax(j, corr);
-                wg_wait<0>();
-                pv_landed(j - 1);
 #pragma unroll
-                for (int i = 0; i < HEAD_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-                pack();
+            for (int kk = 0; kk < BC / 16; ++kk) {
+                wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
             }
-            wg_fence();
-            issue_pv(tiles - 1);
+            wg_commit();
             wg_wait<0>();
-            pv_landed(tiles - 1);
+            wg_fence_regs(o);
+            __syncwarp();
+            if (lane == 0) iok_mbar_arrive(&empty_v[buf]);  // and V_j
         }
 
         // O = O / l, rounded once; lse = (m + log2 l) ln 2
