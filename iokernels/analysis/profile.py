@@ -42,6 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..kernels.launch import copied_tensors
 from ..plan import ALGORITHMS, FLOAT32_TENSORS, Plan, Stage
 from .ncu import (
     CACHE_CONTROL,
@@ -175,6 +176,7 @@ def stage_row(plan: Plan, stage: Stage, launch: dict | None, counted: dict[str, 
         "grid": list(stage.grid), "threads": stage.threads,
         "counted_read_bytes": cr, "counted_write_bytes": cw, "counted_bytes": cr + cw,
         "predicted_read_bytes": pr, "predicted_write_bytes": pw, "predicted_bytes": pr + pw,
+        "copy_engine_read_bytes": sum(counted.get(t, (0, 0))[0] for t in copied_tensors(stage.kernel)),
         "requested_read_bytes": _add(m["req_ld"], m["req_ldgsts"], rmw_req),
         "requested_write_bytes": _add(m["req_st"], rmw_req),
         "l1_read_bytes": _add(m["l1_ld"], rmw_l1), "l1_write_bytes": _add(m["l1_st"], rmw_l1),
@@ -203,10 +205,10 @@ def _derived(row: dict) -> None:
     row["dram_over_counted"] = _ratio(row["dram_bytes"], row["counted_bytes"])
 
 
-_SUMMED = ("counted_read_bytes", "counted_write_bytes", "counted_bytes", "predicted_read_bytes",
-           "predicted_write_bytes", "predicted_bytes", "requested_read_bytes", "requested_write_bytes",
-           "l1_read_bytes", "l1_write_bytes", "dram_read_bytes", "dram_write_bytes", "l2_read_sectors",
-           "l2_write_sectors", "l2_red_sectors", "l2_atom_sectors", "l1_to_l2_read_sectors",
+_SUMMED = ("counted_read_bytes", "counted_write_bytes", "counted_bytes", "copy_engine_read_bytes",
+           "predicted_read_bytes", "predicted_write_bytes", "predicted_bytes", "requested_read_bytes",
+           "requested_write_bytes", "l1_read_bytes", "l1_write_bytes", "dram_read_bytes", "dram_write_bytes",
+           "l2_read_sectors", "l2_write_sectors", "l2_red_sectors", "l2_atom_sectors", "l1_to_l2_read_sectors",
            "l1_to_l2_write_sectors", "duration_ns")
 
 

@@ -86,6 +86,11 @@ def stage_tensors(stage: Stage) -> tuple[str, ...]:
     return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in DIMS)
 
 
+def copied_tensors(kernel: str) -> tuple[str, ...]:
+    """The tensors a kernel takes as TMA maps ("map:" in ARGS): the copy engine reads them, no load instruction."""
+    return tuple(a[4:] for a in ARGS.get(kernel, ()) if a.startswith("map:"))
+
+
 def plan_tensors(plan: Plan) -> list[str]:
     seen: list[str] = []
     for stage in plan.stages:
@@ -546,12 +551,9 @@ def graph_seconds(launch: Callable[[], None], *, warmup: int = 3, repeats: int =
 
 def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, warmup: int = 3, repeats: int = 10,
               scale: float | None = None) -> tuple[float, dict[str, float]]:
-    """Median GPU seconds of the whole plan and of each stage alone (:func:`graph_seconds`).
-
-    The plan runs once first, so every stage reads the intermediate tensors it would in a real run;
-    a stage replayed alone recomputes (or, for accumulating stages, keeps adding to) the same
-    buffers, which changes values but not the work done.
-    """
+    """Median GPU seconds of the whole plan and of each stage alone (:func:`graph_seconds`). The plan runs once first,
+    so every stage reads the intermediate tensors it would in a real run; a stage replayed alone recomputes (or, for
+    accumulating stages, keeps adding to) the same buffers, which changes values but not the work done."""
     scale = reference.default_scale(plan.d) if scale is None else scale
     buffers, _ = allocate(plan, inputs)
     counters = new_counters() if counting else None

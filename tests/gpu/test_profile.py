@@ -29,6 +29,9 @@ each replayed for about five metric passes; caches flushed before each pass). Th
    written and read by one thread per row (4 of 32 bytes: factor 8). The recorded sample (N = 1000)
    shows the same factors for the parts that do not depend on row alignment.
 
+Reads the copy engine makes (TMA, the tensors a kernel takes as tensor maps: Q, K and V of the sm_90 forward,
+``copy_engine_read_bytes``) run no load instruction, so 1. and 2. take them out of the counted reads; the stores of
+those kernels still equal the counters exactly.
 DRAM bytes are reported, not bounded above (that is what the L2 saves); with caches flushed before
 each pass every launch must at least read from DRAM what it reads at all.
 """
@@ -87,20 +90,24 @@ def test_counting_build_equals_model(doc):
 
 
 def test_requested_bytes_equal_counted_exactly(doc):
+    copied = [r for r in stage_rows(doc) if launch.copied_tensors(r["kernel"])]
+    assert copied and all(r["copy_engine_read_bytes"] > 0 for r in copied)  # the TMA forward is among the plans
     for r in doc["rows"]:
         detail = (label(r), {k: v for k, v in r.items() if k.endswith("bytes")})
-        assert r["requested_read_bytes"] == r["counted_read_bytes"], detail
+        assert r["requested_read_bytes"] == r["counted_read_bytes"] - r["copy_engine_read_bytes"], detail
         assert r["requested_write_bytes"] == r["counted_write_bytes"], detail
 
 
 def test_l1_bytes_within_the_sector_bound(doc):
     for r in stage_rows(doc):
         for d in ("read", "write"):
-            f32 = sum(t[f"counted_{d}_bytes"] for t in r["tensors"] if t["tensor"] in FLOAT32_TENSORS)
-            other = r[f"counted_{d}_bytes"] - f32
-            bound = VECTOR_FACTOR * other + F32_FACTOR * f32
+            copied = set(launch.copied_tensors(r["kernel"])) if d == "read" else set()
+            tensors = [t for t in r["tensors"] if t["tensor"] not in copied]  # those moved by instructions
+            f32 = sum(t[f"counted_{d}_bytes"] for t in tensors if t["tensor"] in FLOAT32_TENSORS)
+            counted = sum(t[f"counted_{d}_bytes"] for t in tensors)
+            bound = VECTOR_FACTOR * (counted - f32) + F32_FACTOR * f32
             assert r[f"requested_{d}_bytes"] <= r[f"l1_{d}_bytes"], (label(r), d)
-            assert r[f"counted_{d}_bytes"] <= r[f"l1_{d}_bytes"] <= bound, (label(r), d, r["metrics"])
+            assert counted <= r[f"l1_{d}_bytes"] <= bound, (label(r), d, r["metrics"])
 
 
 def test_standard_forward_l1_bytes_exact(doc):
