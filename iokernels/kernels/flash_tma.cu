@@ -6,7 +6,7 @@
 // A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
 // (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec 40, the consumers take 232) and
 // one of its threads issues every copy: Q_i once, then K_j and V_j into a two-stage ring, each tile as
-// HEAD_D / 64 TMA boxes of 64 columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a
+// TILE_D / 64 TMA boxes of 64 columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a
 // time, so rows past N are zero-filled, never read) that land 128-byte swizzled as wgmma reads them. Stage
 // s has a "full" barrier (the producer's expect_tx plus the copies' bytes) and an "empty" one (one arrival
 // per consumer warpgroup, after its product has read the stage). No block-wide barrier runs between the
@@ -31,21 +31,30 @@ constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
 static_assert(BR % 64 == 0 && THREADS == CONSUMERS + 128, "a warpgroup per 64 query rows, and the producer's");
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536, "the register file");
-static_assert((BC == 64 || BC == 128) && (HEAD_D == 64 || HEAD_D == 128), "wgmma tile widths");
+// TILE_D: the tile's width (64 or 128), HEAD_D the problem's d: a multiple of 8 in (TILE_D - 64, TILE_D] (the plan's
+// HEAD_D_TILE where d is not 64 or 128). The copy engine zero-fills the columns past d, so they add nothing to S or
+// O; those of O are not stored. The row strides of Q, K, V and O are d's (the tensor maps', HEAD_D in the stores).
+#ifdef HEAD_D_TILE
+constexpr int TILE_D = HEAD_D_TILE;
+#else
+constexpr int TILE_D = HEAD_D;
+#endif
+static_assert((BC == 64 || BC == 128) && (TILE_D == 64 || TILE_D == 128), "wgmma tile widths");
+static_assert(HEAD_D % 8 == 0 && TILE_D - 64 < HEAD_D && HEAD_D <= TILE_D, "d within its tile's last slab");
 
 template <typename T>
 __device__ constexpr bool wg_layout_ok()
 {
-    return layout_ok<5>({{SMEM_Q, BR * HEAD_D * sizeof(T)},
-                         {SMEM_K0, BC * HEAD_D * sizeof(T)},
-                         {SMEM_K1, BC * HEAD_D * sizeof(T)},
-                         {SMEM_V0, BC * HEAD_D * sizeof(T)},
-                         {SMEM_V1, BC * HEAD_D * sizeof(T)}})
+    return layout_ok<5>({{SMEM_Q, BR * TILE_D * sizeof(T)},
+                         {SMEM_K0, BC * TILE_D * sizeof(T)},
+                         {SMEM_K1, BC * TILE_D * sizeof(T)},
+                         {SMEM_V0, BC * TILE_D * sizeof(T)},
+                         {SMEM_V1, BC * TILE_D * sizeof(T)}})
            && SMEM_Q % 1024 == 0 && SMEM_K0 % 1024 == 0 && SMEM_K1 % 1024 == 0 && SMEM_V0 % 1024 == 0
            && SMEM_V1 % 1024 == 0;
 }
 
-// The copy of a ROWS-row tile from row row0 of head `head` (HEAD_D / 64 boxes of ROWS x 64 on barrier `bar`),
+// The copy of a ROWS-row tile from row row0 of head `head` (TILE_D / 64 boxes of ROWS x 64 on barrier `bar`),
 // counted where it is issued (DESIGN.md's rule 6) as the bytes it reads of tensor TI: its rows inside the
 // tensor's n (the rows past it are zero-filled, nothing read).
 template <int TI, int ROWS, typename T, int... Ts>
@@ -58,7 +67,7 @@ __device__ __forceinline__ void tma_tile(IokCounters<Ts...>& io, unsigned char* 
         io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
     }
 #pragma unroll
-    for (int s = 0; s < HEAD_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
+    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
 }
 
 // Grid (ceil(N_q / BR), 1, BH). tmQ: Q (BH, N_q, HEAD_D) of T in boxes of BR rows; tmK, tmV: K, V (BH / kv_group,
@@ -117,28 +126,28 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tmQ);
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
-            iok_mbar_expect_tx(&bar_q, BR * HEAD_D * sizeof(T));
+            iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
             tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, row0, n_q, blockIdx.z);
 #pragma unroll 1
             for (int j = 0; j < tiles; ++j) {
                 const int st = j & 1;
                 const unsigned phase = (j >> 1) & 1;
                 iok_mbar_wait(&empty_k[st], phase ^ 1);  // the consumers are done with this stage's last tile
-                iok_mbar_expect_tx(&full_k[st], BC * HEAD_D * sizeof(T));
+                iok_mbar_expect_tx(&full_k[st], BC * TILE_D * sizeof(T));
                 tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, &full_k[st], j * BC, n_k, kv_head);
                 iok_mbar_wait(&empty_v[st], phase ^ 1);
-                iok_mbar_expect_tx(&full_v[st], BC * HEAD_D * sizeof(T));
+                iok_mbar_expect_tx(&full_v[st], BC * TILE_D * sizeof(T));
                 tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, &full_v[st], j * BC, n_k, kv_head);
             }
         }
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
 
-        float s[BC / 2], o[HEAD_D / 2];
+        float s[BC / 2], o[TILE_D / 2];
 #pragma unroll
         for (int i = 0; i < BC / 2; ++i) s[i] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < HEAD_D / 2; ++i) o[i] = 0.0f;
+        for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
         float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
 
 #pragma unroll 1
@@ -150,11 +159,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
             const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
 
-            // S = Q Kᵀ (64 x BC per warpgroup): HEAD_D / 16 steps of 16; within a 64-column slab a step
+            // S = Q Kᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step
             // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < HEAD_D / 16; ++kk) {
+            for (int kk = 0; kk < TILE_D / 16; ++kk) {
                 const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
                 const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
                 wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
@@ -220,7 +229,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
             }
 #pragma unroll
-            for (int i = 0; i < HEAD_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+            for (int i = 0; i < TILE_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
 
             // O += P V: P (the S accumulators, rounded to T) is the A operand, 16 keys per step
             unsigned pa[BC / 16][4];
@@ -241,7 +250,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) {
-                wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
+                wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
             }
             wg_commit();
             wg_wait<0>();
@@ -272,9 +281,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             if (r < rows) {
                 T* orow = O + (q_off + r) * HEAD_D;
 #pragma unroll
-                for (int n = 0; n < HEAD_D / 8; ++n) {
-                    iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t),
-                                    wg_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
+                for (int n = 0; n < TILE_D / 8; ++n) {
+                    if (n * 8 < HEAD_D) {  // the tile's columns past d: not stored
+                        const float a = o[4 * n + 2 * h] * out_scale[h], b = o[4 * n + 2 * h + 1] * out_scale[h];
+                        iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), wg_pack<T>(a, b));
+                    }
                 }
                 if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
             }

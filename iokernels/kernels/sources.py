@@ -76,6 +76,7 @@ def _plan_variants(source: str) -> list[CompileVariant]:
 
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma", block_c=bc)
                  for t in FAST_DTYPES for d in FAST_HEAD_DIMS for bc in (64, 128)]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma") for t in FAST_DTYPES for d in (32, 96)]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,

@@ -4,9 +4,10 @@
 
 :func:`attention_map` is the one layout the attention kernels load: a row-major (BH, N, d) tensor of 2-byte
 elements seen as 3-D {d, N, BH} (innermost first), boxes of ``rows`` x 64 elements (128 bytes, the 128-byte
-swizzle) inside one head, so rows past N are zero-filled instead of read from the next head. A d-wide tile
-is d / 64 boxes, one per slab (column coordinate 64 s). :func:`check_tiled` states the driver's rules, so a
-bad map fails here with a message instead of inside the driver.
+swizzle) inside one head, so rows past N are zero-filled instead of read from the next head. A tile is
+ceil(d / 64) boxes, one per slab (column coordinate 64 s); the columns of the last box past d are zero-filled
+too. :func:`check_tiled` states the driver's rules, so a bad map fails here with a message instead of inside the
+driver.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def attention_args(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int
                    ) -> tuple[list[int], list[int], list[int], int]:
     """(dims, strides, box, swizzle) of :func:`attention_map`."""
     itemsize = ITEMSIZE[dtype]
-    if d % 64:
-        raise TensorMapError(f"attention tensor map: d={d} is not a multiple of 64 (one 128-byte box per slab)")
+    if (d * itemsize) % 16:
+        raise TensorMapError(f"attention tensor map: rows of d={d} {dtype} elements are not a multiple of 16 bytes")
     return [d, n, bh], [d * itemsize, n * d * itemsize], [64, rows, 1], 64 * itemsize
 
 

@@ -38,7 +38,7 @@ from ..plan import (
     supports_dropout,
 )
 from ..plan.dropout import Dropout, next_dropout
-from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_HEAD_DIMS
 from ..plan.units import parse_size
 from ..simulate import reference
 from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, dropout_present, memo_key
@@ -206,7 +206,8 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
     problem, else its research default. Grouped-query attention (``group`` > 1) runs natively where
     the plan takes ``kv_heads`` (the fast forward; the fast backward on sm_90), else on K and V with
     each head repeated ``group`` times (expanded)."""
-    fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES and d in FAST_HEAD_DIMS
+    fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES
+            and d in (TMA_HEAD_DIMS if direction == "fwd" else FAST_HEAD_DIMS)
             and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None
             and (dropout is None or supports_dropout("flash", "fast", direction)))
     schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]

@@ -35,7 +35,10 @@ from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
 from .units import cdiv, itemsize
 
 FAST_DTYPES = ("float16", "bfloat16")
-FAST_HEAD_DIMS = (64, 128)
+FAST_HEAD_DIMS = (64, 128)  # the tile widths; every kernel takes these d
+# the tma kernel's d: every multiple of 8 up to 128, in the tile of the next width (the copy engine zero-fills the
+# columns past d; kernels/flash_tma.cu)
+TMA_HEAD_DIMS = tuple(range(16, 129, 8))
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
 # kernel -> (stage kernel name, default (B_r, B_c) per d); both run 2 B_r threads per block (a warp
@@ -67,6 +70,11 @@ def default_kernel() -> str:
     return "tma" if major == 9 else "mma"
 
 
+def tile_head_dim(d: int) -> int:
+    """The tile width that holds d columns: 64 or 128 (d itself where it is one)."""
+    return 64 if d <= 64 else 128
+
+
 def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[tuple[str, int]]:
     """Shared memory of both kernels: Q_i, and two stages of K_j and V_j."""
     tile = block_c * d * e
@@ -90,11 +98,13 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
         raise ValueError(f"kernel must be one of {FAST_KERNELS}, got {kernel!r}")
     if dtype not in FAST_DTYPES:
         raise Unsupported(f"flash/fast (tensor cores) takes {' or '.join(FAST_DTYPES)}, got {dtype}")
-    if d not in FAST_HEAD_DIMS:
-        raise Unsupported(f"flash/fast (tensor cores) takes d in {FAST_HEAD_DIMS}, got d={d}")
+    if d not in (TMA_HEAD_DIMS if kernel == "tma" else FAST_HEAD_DIMS):
+        raise Unsupported(f"flash/fast (tensor cores) takes d in {FAST_HEAD_DIMS} (the tma kernel on sm_90: a "
+                          f"multiple of 8 from 16 to 128), got d={d} with kernel {kernel}")
+    tile_d = tile_head_dim(d)
     name, defaults = _KERNELS[kernel]
-    block_r = defaults[d][0] if block_r is None else block_r
-    block_c = defaults[d][1] if block_c is None else block_c
+    block_r = defaults[tile_d][0] if block_r is None else block_r
+    block_c = defaults[tile_d][1] if block_c is None else block_c
     if kernel == "tma":
         if block_r != 128 or block_c not in (64, 128):
             raise ValueError(f"tma tiles: block_r 128 and block_c in (64, 128), got {block_r!r}, {block_c!r}")
@@ -106,10 +116,11 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
         for label, value, top in (("block_r", block_r, 256), ("block_c", block_c, 128)):
             if not isinstance(value, int) or value % 16 or not 16 <= value <= top:
                 raise ValueError(f"{label} must be a multiple of 16 from 16 to {top}, got {value!r}")
-    buffers = fast_buffers(d, itemsize(dtype), block_r, block_c)
+    buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
     threads = 2 * block_r + (128 if kernel == "tma" else 0)  # tma: and the producer warpgroup
-    stage = Stage("main", name, (tr, 1, batch * heads), threads, layout(buffers))
+    params = () if tile_d == d else (("HEAD_D_TILE", tile_d),)
+    stage = Stage("main", name, (tr, 1, batch * heads), threads, layout(buffers), params)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads,
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,),
@@ -129,7 +140,8 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, **problem) -> Pla
     options = [{"kernel": kernel}]
     if kernel == "tma":
         if dropout:
-            options = [{"kernel": "tma", "block_r": TMA_DROPOUT_TILES[d][0], "block_c": TMA_DROPOUT_TILES[d][1]}]
+            tiles = TMA_DROPOUT_TILES[tile_head_dim(d)]
+            options = [{"kernel": "tma", "block_r": tiles[0], "block_c": tiles[1]}]
         options += [{"kernel": "tma", **TMA_FALLBACK}]
     if kernel in SM90_KERNELS:
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])

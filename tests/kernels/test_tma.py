@@ -41,9 +41,11 @@ def test_maps_the_driver_would_refuse_fail_here(change, message):
         tensormap.check_tiled(**args)
 
 
-def test_a_head_dim_not_made_of_64_column_slabs_is_refused():
-    with pytest.raises(tensormap.TensorMapError, match="multiple of 64"):
-        tensormap.attention_args(0x1000, "float16", 1, 10, 96, 64)
+def test_a_head_dim_is_boxes_of_64_columns_and_rows_of_16_bytes():
+    dims, strides, box, swizzle = tensormap.attention_args(0x1000, "float16", 3, 10, 96, 64)
+    assert (dims, strides, box, swizzle) == ([96, 10, 3], [192, 1920], [64, 64, 1], 128)  # 2 boxes, the 2nd half d
+    with pytest.raises(tensormap.TensorMapError, match="multiple of 16 bytes"):
+        tensormap.attention_args(0x1000, "float16", 1, 10, 20, 64)
 
 
 def test_a_structure_argument_is_passed_by_value():
@@ -69,7 +71,7 @@ def _tma_variants():
     from iokernels.plan.fast import make_fast_plan
     from iokernels.plan.variants import with_causal, with_dropout
 
-    for d, bc in ((64, 64), (64, 128), (128, 64), (128, 128)):
+    for d, bc in ((64, 64), (64, 128), (128, 64), (128, 128), (32, 128), (96, 128)):  # 32, 96: d inside a wider tile
         for dtype in ("float16", "bfloat16"):
             plan = make_fast_plan(N_q=300, N_k=200, d=d, dtype=dtype, batch=2, heads=2, kernel="tma", block_c=bc)
             yield plan

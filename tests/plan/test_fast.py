@@ -35,7 +35,9 @@ def test_effective_m_is_the_kernels_shared_memory(kernel, d, br, bc):
 
 
 @pytest.mark.parametrize("kwargs, message", [({"d": 64, "dtype": "float32"}, "float16 or bfloat16"),
-                                             ({"d": 96, "dtype": "float16"}, "d in"),
+                                             ({"d": 96, "dtype": "float16", "kernel": "wgmma"}, "d in"),
+                                             ({"d": 136, "dtype": "float16", "kernel": "tma"}, "d in"),
+                                             ({"d": 60, "dtype": "float16", "kernel": "tma"}, "multiple of 8"),
                                              ({"d": 64, "dtype": "int8"}, "dtype"),
                                              ({"d": 64, "dtype": "float16", "kernel": "wmma"}, "kernel"),
                                              ({"d": 64, "dtype": "float16", "kernel": "wgmma", "block_c": 96},
@@ -45,6 +47,17 @@ def test_effective_m_is_the_kernels_shared_memory(kernel, d, br, bc):
 def test_unsupported_problems_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_fast_plan(N_q=128, **kwargs)
+
+
+@pytest.mark.parametrize("d, tile", [(16, 64), (32, 64), (56, 64), (64, 64), (72, 128), (96, 128), (128, 128)])
+def test_the_tma_kernel_takes_d_in_the_next_tile(d, tile):
+    """d a multiple of 8 up to 128: the tile of the next width (64 or 128); shared memory is the tile's, the
+    bytes are d's (the model), and the kernel gets the tile width as HEAD_D_TILE where it differs from d."""
+    plan = make_fast_plan(N_q=300, d=d, dtype="float16", kernel="tma")
+    assert plan.d == d and plan.smem_bytes == (128 + 4 * 128) * tile * 2
+    assert dict(plan.stages[0].params).get("HEAD_D_TILE") == (None if d == tile else tile)
+    same = make_fast_plan(N_q=300, d=tile, dtype="float16", kernel="tma")
+    assert model.exact(plan)["main"]["Q"] == (model.exact(same)["main"]["Q"][0] * d // tile, 0)  # Q once, d columns
 
 
 def test_within_picks_the_largest_tiling_that_fits():
