@@ -143,7 +143,7 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, **problem) -> Pla
             tiles = TMA_DROPOUT_TILES[tile_head_dim(d)]
             options = [{"kernel": "tma", "block_r": tiles[0], "block_c": tiles[1]}]
         options += [{"kernel": "tma", **TMA_FALLBACK}]
-    if kernel in SM90_KERNELS:
+    if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS:  # (the other kernels take no d inside a wider tile)
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
     plans = [make_fast_plan(**problem, **o) for o in options]
     for plan in plans:

@@ -60,6 +60,18 @@ def test_the_tma_kernel_takes_d_in_the_next_tile(d, tile):
     assert model.exact(plan)["main"]["Q"] == (model.exact(same)["main"]["Q"][0] * d // tile, 0)  # Q once, d columns
 
 
+@pytest.mark.parametrize("d", [32, 96])
+def test_make_plan_takes_the_tma_kernel_for_d_inside_a_wider_tile(d):
+    from iokernels.plan import Unsupported, make_plan
+    from iokernels.plan.dropout import Dropout
+
+    for dropout in (None, Dropout(0.1, 1, 0)):
+        plan = make_plan("flash", "fast", N_q=300, d=d, dtype="float16", sram=227 * 1024, dropout=dropout)
+        assert plan.stages[0].kernel == "flash_tma_fwd" and plan.d == d
+    with pytest.raises(Unsupported, match="d in"):
+        make_fast_plan_within(227 * 1024, kernel="mma", N_q=300, d=d, dtype="float16")
+
+
 def test_within_picks_the_largest_tiling_that_fits():
     tiles = [(p.stages[0].kernel, p.tile["Br"], p.tile["Bc"]) for p in
              (make_fast_plan_within(m, N_q=512, d=128, dtype="float16", kernel="wgmma")
