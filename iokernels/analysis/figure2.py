@@ -19,11 +19,8 @@ imported lazily); without them every measured field stays None. GB here is 10^9 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from .. import model
 from ..model.specs import GpuSpec
@@ -322,19 +319,6 @@ def right_panel(problem: Problem, spec: GpuSpec, schedule: str, densities: Seque
 
 # ---------------------------------------------------------------------------------------------
 # the document
-
-def commit() -> str | None:
-    """The git commit of the source tree this package runs from (None outside a checkout); ``IOKERNELS_COMMIT``
-    overrides it, for copies of the tree whose .git is stale (``scripts/gpu_suite.sh`` sets it from COMMIT)."""
-    if os.environ.get("IOKERNELS_COMMIT"):
-        return os.environ["IOKERNELS_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
-                             text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
 
 def build(problem: Problem, spec: GpuSpec, panels: Sequence[str], *, schedule: str = "kv_outer",
           blocks: Sequence[int] | None = None, densities: Sequence[float] = DENSITIES, pattern: str = SPARSE_PATTERN,

@@ -47,6 +47,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..kernels.runtime import source_commit
 from .sanitize_cases import QUICK_SHAPES, SHAPES, Variant, shard, variants
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -316,14 +317,6 @@ def _sanitizer_version(sanitizer: str) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30,
-                              cwd=Path(__file__).resolve().parent.parent).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def tool_row(tool: str, runs: list[ShardRun], expected: set[int], sanitized: bool = True) -> dict:
     """One row of the table from a tool's shard runs: errors, warnings, variants, and whether it passed
     (``sanitized``: each process must have printed a summary line; False for the compile pass)."""
@@ -440,7 +433,7 @@ def main(tools: str, quick: bool, out_dir: str, jobs: int | None, timeout: float
     device = next((line for r in [*compiled, *runs] if r.log.exists()
                    for line in r.log.read_text(errors="replace").splitlines() if line.startswith(f"{MARK} device")), "")
     header = [f"iokernels.analysis.sanitize {'--quick ' if quick else ''}--tools {','.join(chosen)}",
-              f"date: {started.isoformat(timespec='seconds')}, commit {_git_commit()}, "
+              f"date: {started.isoformat(timespec='seconds')}, commit {source_commit() or 'unknown'}, "
               f"wall {time.perf_counter() - t0:.0f} s",
               f"device: {device.removeprefix(f'{MARK} device ')}",
               f"compute-sanitizer: {path}: {_sanitizer_version(path)}",

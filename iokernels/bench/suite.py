@@ -4,12 +4,11 @@ environment, and the rendered tables."""
 from __future__ import annotations
 
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ..kernels.runtime import source_commit
 from . import clocks
 from .clocks import Timing, TooSlow, free_device_memory
 from .configs import FLOP_CONVENTION, PASSES, Problem
@@ -144,26 +143,12 @@ def summarize(ratio_rows: list[dict]) -> list[dict]:
              "median": statistics.median(v), "max": max(v)} for (i, p, d, m), v in groups.items()]
 
 
-def _git_commit() -> str | None:
-    try:
-        root = Path(__file__).resolve().parents[1]
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-        if out.returncode == 0:
-            return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except Exception:
-        pass
-    return None
-
-
 def environment(impls: Sequence[Impl]) -> dict:
     """Device, versions (cupy, CUDA, torch, cuDNN), commit and date."""
     from ..analysis.compare import environment as base
 
     env = base()
-    env["commit"] = _git_commit()
+    env["commit"] = source_commit()
     if any("torch" in i.name for i in impls):
         try:
             import torch

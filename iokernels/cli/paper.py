@@ -6,6 +6,7 @@ import shlex
 
 import click
 
+from ..kernels.runtime import source_commit
 from ..model.specs import current_device_spec, resolve_spec
 from ..plan.masks import PATTERNS
 from ..plan.units import check_dtype, format_bytes, parse_size
@@ -84,7 +85,7 @@ def fig2_cmd(ctx, panels, spec_name, sram, n, d, batch, heads, dtype, schedule, 
                          f"device's per-block limit of {device.smem_per_block_bytes} bytes: give --sram, or "
                          "--predict-only")
     problem = figure2.Problem(N=n, d=d, batch=batch, heads=heads, dtype=check_dtype(dtype), sram=sram_bytes)
-    header = {"commit": figure2.commit(), "command": _command_line(ctx), "environment": environment(),
+    header = {"commit": source_commit(), "command": _command_line(ctx), "environment": environment(),
               "device": None if device is None else device.name}
     measure = dram = None
     if device is None:

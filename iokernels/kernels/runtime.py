@@ -1,9 +1,11 @@
-"""The one place that imports cupy, so that ``import iokernels`` never needs it; and the kernel cache folders."""
+"""The one place that imports cupy, so that ``import iokernels`` never needs it; the kernel cache folders; the
+source commit that results record."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -39,3 +41,22 @@ def cupy_cache_dir() -> Path:
 def cubin_cache_dir() -> Path:
     """Where the sm_90a cubins that cupy's compile path does not take are kept (inside cupy's cache)."""
     return cupy_cache_dir() / "iokernels-arch"
+
+
+def source_commit() -> str | None:
+    """The git commit of the source tree this package runs from, short, with "-dirty" when tracked files are
+    modified (None outside a checkout); ``IOKERNELS_COMMIT`` overrides it, for copies of the tree whose .git is
+    stale (``scripts/gpu_suite.sh`` sets it from COMMIT). Every result file's header takes it from here."""
+    if os.environ.get("IOKERNELS_COMMIT"):
+        return os.environ["IOKERNELS_COMMIT"]
+    root = str(Path(__file__).resolve().parents[1])
+    try:
+        out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
