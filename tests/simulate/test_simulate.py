@@ -13,7 +13,7 @@ KB = 1024
 # (N_q, N_k, d, dtype, M bytes, batch, heads): ragged N, N_q != N_k, batch*heads > 1, every dtype
 CASES = [
     (1, 1, 16, "float32", 8 * KB, 1, 1),
-    (113, 113, 16, "float16", 8 * KB, 1, 1),
+    (113, 113, 16, "float16", 48 * KB, 1, 1),  # 48 KB: the tensor-core forward's least at d 16
     (113, 77, 32, "bfloat16", 48 * KB, 2, 3),
     (77, 113, 64, "float32", 64 * KB, 1, 2),
     (1000, 1000, 64, "float16", 48 * KB, 1, 1),
