@@ -38,7 +38,7 @@ from ..plan import (
     supports_dropout,
 )
 from ..plan.dropout import Dropout, next_dropout
-from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_HEAD_DIMS
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from ..plan.units import parse_size
 from ..simulate import reference
 from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, dropout_present, memo_key
@@ -206,8 +206,7 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
     problem, else its research default. Grouped-query attention (``group`` > 1) runs natively where
     the plan takes ``kv_heads`` (the fast forward; the fast backward on sm_90), else on K and V with
     each head repeated ``group`` times (expanded)."""
-    fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES
-            and d in (TMA_HEAD_DIMS if direction == "fwd" else FAST_HEAD_DIMS)
+    fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES  # the head dims: the plans say
             and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None
             and (dropout is None or supports_dropout("flash", "fast", direction)))
     schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
@@ -409,26 +408,21 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
     if mask is None and block_mask is None and not graph and type(dropout) in (float, int) and dropout == 0:
         memo = memo_key((q, k, v), ("fwd", algorithm, schedule, causal, scale, sram, return_lse, bfloat16,
                                     return_dropout))
-        call = memo_call(memo)
-        if call is not None:
-            arrays = run_fast(call, (q.data.ptr, k.data.ptr, v.data.ptr, 0), cupy_empty(require_cupy()),
-                              launch.current_stream(), None)
-            return forward_result(call, {n: arrays[i] for n, i in call.outputs.items()}, return_lse,
-                                   return_dropout, None)
-    causal = normalize_causal(causal)
-    scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
-    call = forward_call(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
-                        bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout)
-    if memo is not None and call.fast is not None:
-        CUPY_CALLS.put(memo, call)
+    call = memo_call(memo)  # found: checked at its first call, and it has a fast path
+    if call is None:
+        causal = normalize_causal(causal)
+        scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
+        call = forward_call(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
+                            bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout)
+        if memo is not None and call.fast is not None:
+            CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path
-        cp = require_cupy()
-        drop = _forward_dropout(dropout)
+        drop = None if memo is not None else _forward_dropout(dropout)  # a memo's call has no dropout
         device_mask = mask_array(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
         given = (q.data.ptr, k.data.ptr, v.data.ptr, 0 if device_mask is None else device_mask.data.ptr)
-        arrays = run_fast(call, given, cupy_empty(cp), launch.current_stream(), drop)
+        arrays = run_fast(call, given, cupy_empty(require_cupy()), launch.current_stream(), drop)
         return forward_result(call, {n: arrays[i] for n, i in call.outputs.items()}, return_lse, return_dropout,
-                               drop)
+                              drop)
     lead, n_q, n_k, d, group = call.lead, call.n_q, call.n_k, call.d, call.group
     drop = _forward_dropout(dropout)
     chain = call.chain_for(drop)
@@ -552,26 +546,22 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     memo = None  # as attention_arrays's
     if mask is None and block_mask is None and not graph and dropout is None:
         memo = memo_key((q, k, v, o, do, lse), ("bwd", algorithm, causal, scale, sram, deterministic, bfloat16))
-        call = memo_call(memo)
-        if call is not None:
-            arrays = run_fast(call, (q.data.ptr, k.data.ptr, v.data.ptr, do.data.ptr, o.data.ptr, lse.data.ptr, 0),
-                              cupy_empty(require_cupy()), launch.current_stream(), None)
-            return tuple(arrays[call.outputs[n]] for n in ("dQ", "dK", "dV"))
-    causal = normalize_causal(causal)
-    scale = _check_options(scale, deterministic=deterministic, graph=graph)
-    call = backward_call(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
-                         deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask, mask=mask,
-                         dropout=dropout)
-    if memo is not None and call.fast is not None:
-        CUPY_CALLS.put(memo, call)
-    kv_shape = (*k.shape[:-2], call.n_k, call.d)
+    call = memo_call(memo)
+    if call is None:
+        causal = normalize_causal(causal)
+        scale = _check_options(scale, deterministic=deterministic, graph=graph)
+        call = backward_call(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
+                             deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask, mask=mask,
+                             dropout=dropout)
+        if memo is not None and call.fast is not None:
+            CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path
-        cp = require_cupy()
         device_mask = mask_array(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
         given = (q.data.ptr, k.data.ptr, v.data.ptr, do.data.ptr, o.data.ptr, lse.data.ptr,
                  0 if device_mask is None else device_mask.data.ptr)
-        arrays = run_fast(call, given, cupy_empty(cp), launch.current_stream(), _backward_dropout(dropout))
+        arrays = run_fast(call, given, cupy_empty(require_cupy()), launch.current_stream(), _backward_dropout(dropout))
         return tuple(arrays[call.outputs[n]] for n in ("dQ", "dK", "dV"))
+    kv_shape = (*k.shape[:-2], call.n_k, call.d)
     mod, dtype, lead, n_q, n_k, d, group, expand = (call.module, call.dtype, call.lead, call.n_q, call.n_k,
                                                     call.d, call.group, call.expand)
     chain = call.chain_for(_backward_dropout(dropout))
