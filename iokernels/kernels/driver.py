@@ -27,6 +27,10 @@ def driver() -> Any:
             lib.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, p]
             lib.cuMemsetD32Async.restype = ctypes.c_int
             lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+            if hasattr(lib, "cuTensorMapEncodeTiled"):  # CUDA 12 drivers and newer (tensormap.py)
+                u32p, u64p, i = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64), ctypes.c_int
+                lib.cuTensorMapEncodeTiled.argtypes = [p, i, ctypes.c_uint32, p, u64p, u64p, u32p, u32p, i, i, i, i]
+                lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
         _DRIVER.append(lib)
     return _DRIVER[0]
 

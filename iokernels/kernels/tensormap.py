@@ -72,19 +72,15 @@ def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequenc
     """The 128-byte map (checked by :func:`check_tiled`; out-of-bounds elements read as zero)."""
     check_tiled(pointer, dtype, dims, strides, box, swizzle)
     lib = driver()
-    if lib is None:
-        raise RuntimeError("tensor maps need the CUDA driver library (libcuda.so.1)")
-    encode = lib.cuTensorMapEncodeTiled
+    if lib is None or not hasattr(lib, "cuTensorMapEncodeTiled"):
+        raise RuntimeError("tensor maps need the CUDA driver library (libcuda.so.1) of CUDA 12 or newer")
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-    encode.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, ctypes.POINTER(u64), ctypes.POINTER(u64),
-                       ctypes.POINTER(u32), ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-    encode.restype = ctypes.c_int
     rank = len(dims)
     raw = ctypes.create_string_buffer(MAP_BYTES + MAP_ALIGN)  # the driver writes a 64-byte aligned map
     start = (-ctypes.addressof(raw)) % MAP_ALIGN
-    code = encode(ctypes.addressof(raw) + start, DATA_TYPES[dtype], rank, pointer, (u64 * rank)(*dims),
-                  (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box), (u32 * rank)(*([1] * rank)), 0,
-                  SWIZZLE_BYTES[swizzle], 0, 0)
+    code = lib.cuTensorMapEncodeTiled(ctypes.addressof(raw) + start, DATA_TYPES[dtype], rank, pointer,
+                                      (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box),
+                                      (u32 * rank)(*([1] * rank)), 0, SWIZZLE_BYTES[swizzle], 0, 0)
     if code:
         raise TensorMapError(f"cuTensorMapEncodeTiled refused the map (CUDA error {code}): dims {tuple(dims)}, "
                              f"strides {tuple(strides)}, box {tuple(box)}, swizzle {swizzle}")
