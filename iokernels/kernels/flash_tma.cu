@@ -31,16 +31,10 @@ constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
 static_assert(BR % 64 == 0 && THREADS == CONSUMERS + 128, "a warpgroup per 64 query rows, and the producer's");
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536, "the register file");
-// TILE_D: the tile's width (64 or 128), HEAD_D the problem's d: a multiple of 8 in (TILE_D - 64, TILE_D] (the plan's
-// HEAD_D_TILE where d is not 64 or 128). The copy engine zero-fills the columns past d, so they add nothing to S or
-// O; those of O are not stored. The row strides of Q, K, V and O are d's (the tensor maps', HEAD_D in the stores).
-#ifdef HEAD_D_TILE
-constexpr int TILE_D = HEAD_D_TILE;
-#else
-constexpr int TILE_D = HEAD_D;
-#endif
+// TILE_D (wg.cuh): the tile's width; HEAD_D the problem's d. The copy engine zero-fills the columns past d, so
+// they add nothing to S or O; those of O are not stored. The row strides of Q, K, V and O are d's (the tensor
+// maps', HEAD_D in the stores).
 static_assert((BC == 64 || BC == 128) && (TILE_D == 64 || TILE_D == 128), "wgmma tile widths");
-static_assert(HEAD_D % 8 == 0 && TILE_D - 64 < HEAD_D && HEAD_D <= TILE_D, "d within its tile's last slab");
 
 template <typename T>
 __device__ constexpr bool wg_layout_ok()

@@ -14,6 +14,18 @@
 #error "wg.cuh needs HEAD_D and THREADS from the plan"
 #endif
 
+// TILE_D: the tiles' width, a multiple of 64 (HEAD_D itself, or the plan's HEAD_D_TILE where the problem's d is
+// not one); HEAD_D, the problem's d, is a multiple of 8 in its last 64-column slab. Columns past d are zero in
+// every tile (the copy engine's fill, or wg_load_tile's), so they add nothing to a product; the row strides in
+// global memory are HEAD_D's.
+#ifdef HEAD_D_TILE
+constexpr int TILE_D = HEAD_D_TILE;
+#else
+constexpr int TILE_D = HEAD_D;
+#endif
+static_assert(TILE_D % 64 == 0 && HEAD_D % 8 == 0 && TILE_D - 64 < HEAD_D && HEAD_D <= TILE_D,
+              "d within its tile's last 64-column slab");
+
 constexpr float WG_LOG2E = 1.4426950408889634f;
 constexpr int WG_ROW_CHUNKS = HEAD_D / 8;  // 16-byte chunks per row of a HEAD_D-wide tile
 
