@@ -9,6 +9,7 @@ from pathlib import Path
 HEADER = Path(__file__).resolve().parent.parent / "iokernels" / "kernels" / "wgmma.cuh"
 PTX_TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
 WIDTHS = (64, 128)
+RS_WIDTHS = (192, 256)  # the forward's O += P V past d 128 (flash_tma.cu)
 
 
 def _regs(first: int, count: int) -> str:
@@ -74,6 +75,7 @@ __device__ __forceinline__ void wg_mma_ss_tt(float (&d)[N / 2], unsigned long lo
     for ctype in PTX_TYPES:
         for n in WIDTHS:
             parts += [_ss(ctype, n), _rs(ctype, n), _ss(ctype, n, "wg_mma_ss_tt", 1, 1)]
+        parts += [_rs(ctype, n) for n in RS_WIDTHS]
     return "\n".join(parts)
 
 

@@ -1,16 +1,21 @@
-// Tensor-core FlashAttention forward for sm_90a with a producer warp (issue #21, step 1 of docs/notes in
-// the issue: TMA loads on mbarriers, warp specialization, register reallocation). The math is
-// flash_wgmma.cu's, line for line (the q_outer loop order and bytes, wgmma products, online softmax in
-// registers, CAUSAL and DROPOUT as there); what moves the tiles differs:
+// Tensor-core FlashAttention forward for sm_90a with a producer warp (issue #21: TMA loads on mbarriers, warp
+// specialization, register reallocation, the FlashAttention-3 overlap). The math is flash_wgmma.cu's (the q_outer
+// loop order and bytes, wgmma products, online softmax in registers, CAUSAL and DROPOUT as there); how the tiles
+// move and when the products are issued differ:
 //
 // A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
-// (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec 40, the consumers take 232) and
-// one of its threads issues every copy: Q_i once, then K_j and V_j into a two-stage ring, each tile as
-// TILE_D / 64 TMA boxes of 64 columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a
-// time, so rows past N are zero-filled, never read) that land 128-byte swizzled as wgmma reads them. Stage
-// s has a "full" barrier (the producer's expect_tx plus the copies' bytes) and an "empty" one (one arrival
-// per consumer warpgroup, after its product has read the stage). No block-wide barrier runs between the
-// roles: every thread meets again only in iok_flush (the counting build).
+// (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec: 40 with two consumer warpgroups, 32
+// with three; the consumers take 232 or 160) and one of its threads issues every copy: Q_i once, then K_0, and
+// K_{j+1} before V_j, into two-stage rings, each tile as TILE_D / 64 TMA boxes of 64 columns (kernels/tma.cuh;
+// the maps from kernels/tensormap.py, one head at a time, so rows past N are zero-filled, never read) that land
+// 128-byte swizzled as wgmma reads them. Stage s has a "full" barrier (the producer's expect_tx plus the copies'
+// bytes) and an "empty" one (one arrival per consumer warp, after its product has read the stage). No block-wide
+// barrier runs between the roles: every thread meets again only in iok_flush (the counting build).
+//
+// A consumer warpgroup's step j issues S_j = Q K_jᵀ and then O += P_{j-1} V_{j-1} (P from registers), waits for
+// the first, masks and exponentiates S_j while the second runs, then waits for it, rescales O and rounds P_j into
+// the registers the next step's product reads; the last P V follows the loop. The warpgroups take turns issuing
+// (named barriers 1 .. BR / 64, each warpgroup releasing the next), so one's softmax overlaps another's products.
 //
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse as flash_wgmma.cu does; the model is q_outer's.
@@ -28,13 +33,16 @@
 #error "flash_tma.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
 constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
-static_assert(BR % 64 == 0 && THREADS == CONSUMERS + 128, "a warpgroup per 64 query rows, and the producer's");
-constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 query rows, and the producer's");
+constexpr int WGS = BR / 64;  // consumer warpgroups
+// registers per thread after setmaxnreg: the producer keeps what issuing copies needs
+constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536, "the register file");
 // TILE_D (wg.cuh): the tile's width; HEAD_D the problem's d. The copy engine zero-fills the columns past d, so
 // they add nothing to S or O; those of O are not stored. The row strides of Q, K, V and O are d's (the tensor
 // maps', HEAD_D in the stores).
-static_assert((BC == 64 || BC == 128) && (TILE_D == 64 || TILE_D == 128), "wgmma tile widths");
+static_assert((BC == 64 || BC == 128) && TILE_D <= 256, "wgmma tile widths");
+static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P fit the registers at 128 x 64 only");
 
 template <typename T>
 __device__ constexpr bool wg_layout_ok()
@@ -122,16 +130,25 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tmV);
             iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
             tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, row0, n_q, blockIdx.z);
-#pragma unroll 1
-            for (int j = 0; j < tiles; ++j) {
+            // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
+            auto load = [&](int j, bool is_k) {
                 const int st = j & 1;
                 const unsigned phase = (j >> 1) & 1;
-                iok_mbar_wait(&empty_k[st], phase ^ 1);  // the consumers are done with this stage's last tile
-                iok_mbar_expect_tx(&full_k[st], BC * TILE_D * sizeof(T));
-                tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, &full_k[st], j * BC, n_k, kv_head);
-                iok_mbar_wait(&empty_v[st], phase ^ 1);
-                iok_mbar_expect_tx(&full_v[st], BC * TILE_D * sizeof(T));
-                tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, &full_v[st], j * BC, n_k, kv_head);
+                unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
+                unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
+                iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
+                iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
+                if (is_k) {
+                    tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, j * BC, n_k, kv_head);
+                } else {
+                    tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, j * BC, n_k, kv_head);
+                }
+            };
+            load(0, true);
+#pragma unroll 1
+            for (int j = 0; j < tiles; ++j) {
+                if (j + 1 < tiles) load(j + 1, true);
+                load(j, false);
             }
         }
     } else {  // the consumer warpgroups
@@ -139,23 +156,26 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
         float s[BC / 2], o[TILE_D / 2];
 #pragma unroll
-        for (int i = 0; i < BC / 2; ++i) s[i] = 0.0f;
-#pragma unroll
         for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
         float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
+        unsigned pa[BC / 16][4];  // P_{j-1} (rounded to T): the A operand of the product issued in step j
 
 #pragma unroll 1
         for (int j = 0; j < tiles; ++j) {
-            const int buf = j & 1;
-            const unsigned phase = (j >> 1) & 1;
+            const int buf = j & 1, pbuf = buf ^ 1;
+            const unsigned phase = (j >> 1) & 1, pphase = ((j - 1) >> 1) & 1;
             if (j == 0) iok_mbar_wait(&bar_q, 0);
+            // the warpgroups take turns issuing (named barrier 1 + wg; the first turn is warpgroup 0's)
+            if (j > 0 && !(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
             iok_mbar_wait(&full_k[buf], phase);  // K_j landed
-            const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
-            const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
+            if (j > 0) iok_mbar_wait(&full_v[pbuf], pphase);  // V_{j-1} landed
 
-            // S = Q Kᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step
-            // moves the descriptors by 32 bytes, from slab to slab by the slab's size.
+            // S = Q K_jᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step
+            // moves the descriptors by 32 bytes, from slab to slab by the slab's size. Then O += P_{j-1} V_{j-1}
+            // (P the A operand from registers, 16 keys per step): both in flight while S_j's softmax waits
+            // only for the first.
             wg_fence();
+            const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
 #pragma unroll
             for (int kk = 0; kk < TILE_D / 16; ++kk) {
                 const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
@@ -164,16 +184,29 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                                  wg_desc(Kt + kkoff, 16, 1024), kk);
             }
             wg_commit();
+            if (j > 0) {
+                const unsigned char* Vt = smem + (pbuf ? SMEM_V1 : SMEM_V0);
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk) {
+                    wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
+                }
+                wg_commit();
+                if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
+            }
             const int key0 = j * BC;
 #ifdef DROPOUT
-            // this tile's keep bits, while the product flies (rows g, g + 8 of the warp; keep[h] bit 2n + c:
+            // this tile's keep bits, while the products fly (rows g, g + 8 of the warp; keep[h] bit 2n + c:
             // element 4n + 2h + c)
             unsigned keep[2];
             wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
                                 row0 + wg * 64 + warp * 16 + g, key0, t);
             asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
 #endif
-            wg_wait<0>();
+            if (j > 0) {
+                wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
+            } else {
+                wg_wait<0>();
+            }
             wg_fence_regs(s);
             __syncwarp();
             if (lane == 0) iok_mbar_arrive(&empty_k[buf]);  // this warp's share of the product has read K_j
@@ -222,11 +255,16 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
                 l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
             }
+
+            if (j > 0) {
+                wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
+                wg_fence_regs(o);
+                wg_fence_regs(pa);
+                __syncwarp();
+                if (lane == 0) iok_mbar_arrive(&empty_v[pbuf]);  // this warp's share has read V_{j-1}
+            }
 #pragma unroll
             for (int i = 0; i < TILE_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-
-            // O += P V: P (the S accumulators, rounded to T) is the A operand, 16 keys per step
-            unsigned pa[BC / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
@@ -240,7 +278,12 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
                 }
             }
-            iok_mbar_wait(&full_v[buf], phase);  // V_j landed
+        }
+        if (tiles > 0) {  // the last tile's O += P V
+            const int last = tiles - 1;
+            const int buf = last & 1;
+            iok_mbar_wait(&full_v[buf], (last >> 1) & 1);
+            const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) {
@@ -249,8 +292,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_commit();
             wg_wait<0>();
             wg_fence_regs(o);
-            __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty_v[buf]);  // and V_j
+            wg_fence_regs(pa);
         }
 
         // O = O / l, rounded once; lse = (m + log2 l) ln 2

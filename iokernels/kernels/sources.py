@@ -71,12 +71,15 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="wgmma") for t in FAST_DTYPES for d in FAST_HEAD_DIMS]
         plans += [make_fast_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
                   for d, br, bc in WGMMA_TUNING]  # tuning variants
-    if source == "flash_tma.cu":  # the default sm_90 forward: its two tile shapes per d (default, make_plan's fallback)
+    if source == "flash_tma.cu":  # the default sm_90 forward: every tile shape it takes at d 64 and 128, and the
+        # defaults of d inside a wider tile and past 128
         from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
 
-        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma", block_c=bc)
-                 for t in FAST_DTYPES for d in FAST_HEAD_DIMS for bc in (64, 128)]
-        plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma") for t in FAST_DTYPES for d in (32, 96)]
+        plans = [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma", block_r=br, block_c=bc)
+                 for t in FAST_DTYPES for d in FAST_HEAD_DIMS for bc in (64, 128)
+                 for br in ((128, 192) if d == 64 else (128,))]
+        plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma")
+                  for t in FAST_DTYPES for d in (32, 96, 160, 192, 256)]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,

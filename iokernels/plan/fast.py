@@ -8,9 +8,11 @@ with a tensor-core kernel's own tiles. Its effective M is the shared memory its 
 Three kernels:
 
 - ``"tma"`` (``kernels/flash_tma.cu``, sm_90a only: H100/H200; the default there): the wgmma kernel's matrix
-  products and softmax in two consumer warpgroups (B_r = 128, 64 rows each), fed by a producer warpgroup that only
-  issues bulk tensor copies (TMA: Q once, K and V through a two-stage ring of shared-memory buffers completing on
-  mbarriers), registers moved to the consumers with ``setmaxnreg``; B_c = 128.
+  products and softmax in B_r / 64 consumer warpgroups (64 rows each) that take turns issuing them, each
+  overlapping one key block's softmax with the next block's Q Kᵀ and the last block's P V, fed by a producer
+  warpgroup that only issues bulk tensor copies (TMA: Q once, K and V through a two-stage ring of shared-memory
+  buffers completing on mbarriers), registers moved to the consumers with ``setmaxnreg``; tiles
+  :data:`TMA_TILES`. It takes every d that is a multiple of 8 up to 256, in the tile of the next multiple of 64.
 - ``"wgmma"`` (``kernels/flash_wgmma.cu``, sm_90a only): warpgroup matrix products (PTX
   ``wgmma``) reading Q and K from 128-byte-swizzled shared memory, P from registers, V transposed by
   the instruction; B_r = 128 (two warpgroups of 64 rows), B_c = 64 (d = 64) or 128 (d = 128), K and V
@@ -36,9 +38,14 @@ from .units import cdiv, itemsize
 
 FAST_DTYPES = ("float16", "bfloat16")
 FAST_HEAD_DIMS = (64, 128)  # the tile widths; every kernel takes these d
-# the tma kernel's d: every multiple of 8 up to 128, in the tile of the next width (the copy engine zero-fills the
-# columns past d; kernels/flash_tma.cu)
-TMA_HEAD_DIMS = tuple(range(16, 129, 8))
+# the tma kernel's d: every multiple of 8 up to 256, in the tile of the next multiple of 64 (the copy engine
+# zero-fills the columns past d; kernels/flash_tma.cu)
+TMA_HEAD_DIMS = tuple(range(16, 257, 8))
+# (tile width, causal) -> the tma kernel's (B_r, B_c), timed on an H200 (results/h200/tma/): three consumer
+# warpgroups at d 64 unless causal (where the diagonal's masked work grows with B_r); past d 128, S, O and P
+# fit the registers at 128 x 64 only
+TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 128), (128, True): (128, 128),
+             (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
 # kernel -> (stage kernel name, default (B_r, B_c) per d); both run 2 B_r threads per block (a warp
@@ -47,14 +54,15 @@ _KERNELS = {
     "wgmma": ("flash_wgmma_fwd", {64: (128, 64), 128: (128, 128)}),
     "mma": ("flash_tc_fwd", {64: (64, 64), 128: (64, 64)}),
     # sm_90a, a producer warpgroup beside the 2 consumer warpgroups (kernels/flash_tma.cu)
-    "tma": ("flash_tma_fwd", {64: (128, 128), 128: (128, 128)}),
+    "tma": ("flash_tma_fwd", {w: TMA_TILES[w, False] for w in (64, 128, 192, 256)}),
 }
 # (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
 FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
 # make_plan's tiles where the defaults do not fit M: tma's, then wgmma's (then the mma kernel)
 TMA_FALLBACK = {"block_r": 128, "block_c": 64}
-# tma's tiles with dropout (d -> B_r, B_c): at d = 128 the counting build of B_c = 128 with Philox would spill
-TMA_DROPOUT_TILES = {64: (128, 128), 128: (128, 64)}
+# tma's tiles with dropout (tile width -> B_r, B_c): at d = 128 the counting build of B_c = 128 with Philox would
+# spill
+TMA_DROPOUT_TILES = {64: (128, 128), 128: (128, 64), 192: (128, 64), 256: (128, 64)}
 WGMMA_FALLBACK = {"block_r": 128, "block_c": 64}
 WGMMA_TUNING = ((64, 192, 64), (64, 256, 64), (64, 128, 128), (64, 192, 128), (128, 128, 64), (128, 64, 128))
 
@@ -71,8 +79,8 @@ def default_kernel() -> str:
 
 
 def tile_head_dim(d: int) -> int:
-    """The tile width that holds d columns: 64 or 128 (d itself where it is one)."""
-    return 64 if d <= 64 else 128
+    """The tile width that holds d columns: the next multiple of 64 (d itself where it is one)."""
+    return -(-d // 64) * 64
 
 
 def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[tuple[str, int]]:
@@ -83,14 +91,16 @@ def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[t
 
 def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                    heads: int = 1, block_r: int | None = None, block_c: int | None = None,
-                   kernel: str | None = None, kv_heads: int | None = None) -> Plan:
+                   kernel: str | None = None, kv_heads: int | None = None, causal: bool = False) -> Plan:
     """The plan of a tensor-core forward kernel for one problem (:class:`iokernels.plan.core.Unsupported`,
     a ValueError, when the kernel does not take the problem).
 
     ``kernel``: ``"tma"``, ``"wgmma"`` or ``"mma"`` (default :func:`default_kernel`). ``block_r`` and
     ``block_c`` override the tiles, for tuning: mma takes multiples of 16 (16 rows per warp), wgmma
-    B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128, tma B_r 128 and B_c 64 or
-    128. ``kv_heads``: grouped-query attention, K and V with that many heads (dividing ``heads``; default ``heads``)."""
+    B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128, tma B_r 128 (or 192 at d up to
+    64) and B_c 64 or 128 (64 past d 128). ``kv_heads``: grouped-query attention, K and V with that many heads
+    (dividing ``heads``; default ``heads``). ``causal``: a causal plan's default tiles (:data:`TMA_TILES`; the mask
+    itself is added by :func:`iokernels.plan.variants.with_causal`)."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kernel = default_kernel() if kernel is None else kernel
@@ -100,14 +110,21 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
         raise Unsupported(f"flash/fast (tensor cores) takes {' or '.join(FAST_DTYPES)}, got {dtype}")
     if d not in (TMA_HEAD_DIMS if kernel == "tma" else FAST_HEAD_DIMS):
         raise Unsupported(f"flash/fast (tensor cores) takes d in {FAST_HEAD_DIMS} (the tma kernel on sm_90: a "
-                          f"multiple of 8 from 16 to 128), got d={d} with kernel {kernel}")
+                          f"multiple of 8 from 16 to 256), got d={d} with kernel {kernel}")
     tile_d = tile_head_dim(d)
     name, defaults = _KERNELS[kernel]
-    block_r = defaults[tile_d][0] if block_r is None else block_r
-    block_c = defaults[tile_d][1] if block_c is None else block_c
+    tiles = TMA_TILES[tile_d, bool(causal)] if kernel == "tma" else defaults[tile_d]
+    block_r = tiles[0] if block_r is None else block_r
+    block_c = tiles[1] if block_c is None else block_c
     if kernel == "tma":
-        if block_r != 128 or block_c not in (64, 128):
-            raise ValueError(f"tma tiles: block_r 128 and block_c in (64, 128), got {block_r!r}, {block_c!r}")
+        if block_r not in (128, 192) or block_c not in (64, 128):
+            raise ValueError(f"tma tiles: block_r 128 or 192 and block_c in (64, 128), got {block_r!r}, {block_c!r}")
+        if block_r == 192 and tile_d > 64:
+            raise ValueError(f"tma tiles: block_r 192 (three consumer warpgroups, 160 registers each) takes d up to "
+                             f"64, got d={d}")
+        if tile_d > 128 and (block_r, block_c) != (128, 64):
+            raise ValueError(f"tma tiles past d 128: block_r 128 and block_c 64 (S, O and P in the registers), got "
+                             f"{block_r!r}, {block_c!r} at d={d}")
     elif kernel == "wgmma":
         if block_r not in (64, 128, 192, 256) or block_c not in (64, 128):
             raise ValueError(f"wgmma tiles: block_r in (64, 128, 192, 256) and block_c in (64, 128), "
@@ -127,11 +144,12 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
                 kv_heads=heads if kv_heads is None else kv_heads)
 
 
-def make_fast_plan_within(sram: int, *, dropout: bool = False, **problem) -> Plan:
+def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = False, **problem) -> Plan:
     """The fastest tensor-core plan whose shared memory fits ``sram`` bytes: the default kernel's
     default tiles, else (tma) B_c = 64, else wgmma with B_c = 64, else the mma kernel's tiles. Raises ValueError
     naming the smallest M that works when none fits (the caller turns it into SramTooSmall). ``dropout``: the
-    sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`."""
+    sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`. ``causal``:
+    a causal plan's default tiles (:data:`TMA_TILES`)."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
     if dropout and kernel not in SM90_KERNELS:
@@ -145,7 +163,7 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, **problem) -> Pla
         options += [{"kernel": "tma", **TMA_FALLBACK}]
     if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS:  # (the other kernels take no d inside a wider tile)
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
-    plans = [make_fast_plan(**problem, **o) for o in options]
+    plans = [make_fast_plan(**problem, **o, causal=causal) for o in options]
     for plan in plans:
         if plan.smem_bytes <= sram:
             return plan

@@ -155,7 +155,7 @@ def base_plan(
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads, dropout=dropout)
+                                             kv_heads=kv_heads, dropout=dropout, causal=bool(causal))
             except NoFastTilingFits as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None

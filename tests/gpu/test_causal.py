@@ -13,7 +13,7 @@ import pytest
 import iokernels
 from iokernels import model
 from iokernels.kernels import launch
-from iokernels.plan import CAUSAL_ALIGNMENTS, SCHEDULES, SramTooSmall, make_plan, supports_causal
+from iokernels.plan import CAUSAL_ALIGNMENTS, SCHEDULES, SramTooSmall, Unsupported, make_plan, supports_causal
 from iokernels.plan.tensors import OUTPUTS
 from iokernels.plan.units import round_to
 from iokernels.simulate import reference, simulate
@@ -40,15 +40,15 @@ CASES = [
 def _plan(key, case, causal):
     n_q, n_k, d, dtype, sram, batch, heads = case
     algorithm, schedule, direction = key
-    if schedule == "fast" and (dtype not in ("float16", "bfloat16") or d not in (64, 128)):
-        pytest.skip("flash/fast (tensor cores) takes float16/bfloat16 and d of 64 or 128")
+    if schedule == "fast" and dtype not in ("float16", "bfloat16"):
+        pytest.skip("flash/fast (tensor cores) takes float16/bfloat16")
     try:
         return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram, batch=batch,
                          heads=heads, direction=direction, causal=causal)
-    except SramTooSmall:
+    except (SramTooSmall, Unsupported) as exc:  # (the head dims a kernel does not take, on this GPU)
         if schedule != "fast":
             raise
-        pytest.skip("flash/fast's smallest tiles do not fit this M")
+        pytest.skip(f"flash/fast: {exc}")
 
 
 def _seed(*parts) -> int:

@@ -50,6 +50,10 @@ PADDED_CASES = [
     (239, 4097, 16, "bfloat16", 1, 2),
     (4097, 257, 112, "float16", 1, 1),
     (1023, 1023, 40, "float16", 2, 2),
+    (239, 1000, 256, "float16", 1, 2),  # past d 128: 128 x 64 tiles
+    (1000, 239, 160, "bfloat16", 2, 1),
+    (113, 4097, 200, "float16", 1, 1),
+    (1, 1, 192, "bfloat16", 1, 1),
 ]
 
 
@@ -86,7 +90,7 @@ def test_counters_and_outputs(case, kernel):
 
 
 VARIANTS = ([("mma", *t) for t in FAST_TUNING] + [("wgmma", *t) for t in WGMMA_TUNING]
-            + [("tma", d, 128, bc) for d in (64, 128) for bc in (64, 128)])
+            + [("tma", d, 128, bc) for d in (64, 128) for bc in (64, 128)] + [("tma", 64, 192, 128)])
 
 
 @pytest.mark.parametrize("kernel, d, br, bc", VARIANTS)

@@ -71,15 +71,20 @@ def _tma_variants():
     from iokernels.plan.fast import make_fast_plan
     from iokernels.plan.variants import with_causal, with_dropout
 
-    for d, bc in ((64, 64), (64, 128), (128, 64), (128, 128), (32, 128), (96, 128)):  # 32, 96: d inside a wider tile
-        for dtype in ("float16", "bfloat16"):
-            plan = make_fast_plan(N_q=300, N_k=200, d=d, dtype=dtype, batch=2, heads=2, kernel="tma", block_c=bc)
+    # 32, 96, 160: d inside a wider tile; 192 x 128: three consumer warpgroups; 256: past 128, 128 x 64 only
+    for d, br, bc, dtypes in ((64, 128, 64, 2), (64, 128, 128, 2), (128, 128, 64, 2), (128, 128, 128, 2),
+                              (32, 128, 128, 2), (96, 128, 128, 2), (64, 192, 128, 2), (256, 128, 64, 2),
+                              (160, 128, 64, 1)):
+        for dtype in ("float16", "bfloat16")[:dtypes]:
+            plan = make_fast_plan(N_q=300, N_k=200, d=d, dtype=dtype, batch=2, heads=2, kernel="tma", block_r=br,
+                                  block_c=bc)
             yield plan
             yield with_causal(plan, "bottom_right")
             yield with_dropout(plan, Dropout(0.1, 1, 0))
 
 
-@pytest.mark.parametrize("plan", list(_tma_variants()), ids=lambda p: f"d{p.d}-Bc{dict(p.tiles)['Bc']}-{p.dtype}"
+@pytest.mark.parametrize("plan", list(_tma_variants()),
+                         ids=lambda p: f"d{p.d}-Br{dict(p.tiles)['Br']}-Bc{dict(p.tiles)['Bc']}-{p.dtype}"
                          f"{'-causal' if p.causal else ''}{'-dropout' if p.dropout else ''}")
 @pytest.mark.parametrize("counting", [False, True], ids=["plain", "counting"])
 def test_the_tma_forward_compiles_without_spills(plan, counting):

@@ -36,7 +36,13 @@ def test_effective_m_is_the_kernels_shared_memory(kernel, d, br, bc):
 
 @pytest.mark.parametrize("kwargs, message", [({"d": 64, "dtype": "float32"}, "float16 or bfloat16"),
                                              ({"d": 96, "dtype": "float16", "kernel": "wgmma"}, "d in"),
-                                             ({"d": 136, "dtype": "float16", "kernel": "tma"}, "d in"),
+                                             ({"d": 264, "dtype": "float16", "kernel": "tma"}, "16 to 256"),
+                                             ({"d": 128, "dtype": "float16", "kernel": "tma", "block_r": 192},
+                                              "up to 64"),
+                                             ({"d": 256, "dtype": "float16", "kernel": "tma", "block_c": 128},
+                                              "past d 128"),
+                                             ({"d": 64, "dtype": "float16", "kernel": "tma", "block_r": 256},
+                                              "tma tiles"),
                                              ({"d": 60, "dtype": "float16", "kernel": "tma"}, "multiple of 8"),
                                              ({"d": 64, "dtype": "int8"}, "dtype"),
                                              ({"d": 64, "dtype": "float16", "kernel": "wmma"}, "kernel"),
@@ -49,18 +55,32 @@ def test_unsupported_problems_are_refused(kwargs, message):
         make_fast_plan(N_q=128, **kwargs)
 
 
-@pytest.mark.parametrize("d, tile", [(16, 64), (32, 64), (56, 64), (64, 64), (72, 128), (96, 128), (128, 128)])
-def test_the_tma_kernel_takes_d_in_the_next_tile(d, tile):
-    """d a multiple of 8 up to 128: the tile of the next width (64 or 128); shared memory is the tile's, the
-    bytes are d's (the model), and the kernel gets the tile width as HEAD_D_TILE where it differs from d."""
+@pytest.mark.parametrize("d, tile, br, bc", [(16, 64, 192, 128), (32, 64, 192, 128), (56, 64, 192, 128),
+                                             (64, 64, 192, 128), (72, 128, 128, 128), (96, 128, 128, 128),
+                                             (128, 128, 128, 128), (136, 192, 128, 64), (192, 192, 128, 64),
+                                             (200, 256, 128, 64), (256, 256, 128, 64)])
+def test_the_tma_kernel_takes_d_in_the_next_tile(d, tile, br, bc):
+    """d a multiple of 8 up to 256: the tile of the next multiple of 64; shared memory is the tile's (Q, two
+    stages of K and V), the bytes are d's (the model), and the kernel gets the tile width as HEAD_D_TILE where
+    it differs from d."""
     plan = make_fast_plan(N_q=300, d=d, dtype="float16", kernel="tma")
-    assert plan.d == d and plan.smem_bytes == (128 + 4 * 128) * tile * 2
+    assert (plan.tile["Br"], plan.tile["Bc"]) == (br, bc)
+    assert plan.d == d and plan.smem_bytes == (br + 4 * bc) * tile * 2
     assert dict(plan.stages[0].params).get("HEAD_D_TILE") == (None if d == tile else tile)
     same = make_fast_plan(N_q=300, d=tile, dtype="float16", kernel="tma")
     assert model.exact(plan)["main"]["Q"] == (model.exact(same)["main"]["Q"][0] * d // tile, 0)  # Q once, d columns
 
 
-@pytest.mark.parametrize("d", [32, 96])
+def test_causal_d_64_takes_two_consumer_warpgroups():
+    """Three warpgroups (B_r 192) at d 64 unless causal, where the diagonal's masked work grows with B_r."""
+    from iokernels.plan import make_plan
+
+    tiles = {causal: make_plan("flash", "fast", N_q=4096, d=64, dtype="float16", sram=227 * 1024, causal=causal).tile
+             for causal in (False, True)}
+    assert (tiles[False]["Br"], tiles[True]["Br"]) == (192, 128)
+
+
+@pytest.mark.parametrize("d", [32, 96, 160, 256])
 def test_make_plan_takes_the_tma_kernel_for_d_inside_a_wider_tile(d):
     from iokernels.plan import Unsupported, make_plan
     from iokernels.plan.dropout import Dropout
