@@ -19,7 +19,7 @@ from ..plan import (
     with_mask,
 )
 from ..plan.dropout import Dropout
-from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_FALLBACK, WGMMA_FALLBACK, make_fast_plan
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_FALLBACK, TMA_TILES, WGMMA_FALLBACK, make_fast_plan
 from ..plan.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_WGMMA_FALLBACK, make_fast_backward_plan
 from ..plan.masks import ExplicitMask, pattern
 from ..plan.research import FORCED_TILE_PROBLEMS
@@ -113,6 +113,9 @@ def _research_configs(quick: bool) -> Iterator[Factory]:
                         direction=p)
 
 
+TMA_CAUSAL_64 = dict(zip(("block_r", "block_c"), TMA_TILES[64, True], strict=True))
+
+
 def _fast_forward_configs(quick: bool) -> Iterator[Factory]:
     # the kernels make_plan picks (make_fast_plan_within: tma, its B_c = 64 fallback, wgmma's, mma), with
     # grouped-query K/V or not
@@ -125,6 +128,12 @@ def _fast_forward_configs(quick: bool) -> Iterator[Factory]:
                 for kv_heads in ((1,) if quick else (HEADS, 1)):
                     yield lambda n_q, n_k, t=dtype, d=d, o=option, kv=kv_heads: make_fast_plan(
                         N_q=n_q, N_k=n_k, d=d, dtype=t, batch=BATCH, heads=HEADS, kv_heads=kv, **o)
+    # the tma kernel's other shapes: d inside a wider tile, past 128 (128 x 64), and at d 64 two consumer
+    # warpgroups (128 x 128, its causal default) beside the three of its default
+    extra = [("bfloat16", 96, {}), ("float16", 256, {})] + ([] if quick else [("float16", 64, TMA_CAUSAL_64)])
+    for dtype, d, tiles in extra:
+        yield lambda n_q, n_k, t=dtype, d=d, o=tiles: make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=t, batch=BATCH,
+                                                                     heads=HEADS, kernel="tma", **o)
 
 
 def _fast_backward_configs(quick: bool) -> Iterator[Factory]:
