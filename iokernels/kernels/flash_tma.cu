@@ -33,7 +33,7 @@
 #error "flash_tma.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
 constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
-static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 query rows, and the producer's");
+static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 rows, and the producer's");
 constexpr int WGS = BR / 64;  // consumer warpgroups
 // registers per thread after setmaxnreg: the producer keeps what issuing copies needs
 constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
@@ -158,24 +158,15 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
         for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
         float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
-        unsigned pa[BC / 16][4];  // P_{j-1} (rounded to T): the A operand of the product issued in step j
+        unsigned pa[BC / 16][4];  // P_j rounded to T: the A operand of the P V product issued in step j + 1
+#ifdef DROPOUT
+        unsigned keep[2];  // tile j's keep bits (rows g, g + 8; keep[h] bit 2n + c: element 4n + 2h + c)
+#endif
 
-#pragma unroll 1
-        for (int j = 0; j < tiles; ++j) {
-            const int buf = j & 1, pbuf = buf ^ 1;
-            const unsigned phase = (j >> 1) & 1, pphase = ((j - 1) >> 1) & 1;
-            if (j == 0) iok_mbar_wait(&bar_q, 0);
-            // the warpgroups take turns issuing (named barrier 1 + wg; the first turn is warpgroup 0's)
-            if (j > 0 && !(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
-            iok_mbar_wait(&full_k[buf], phase);  // K_j landed
-            if (j > 0) iok_mbar_wait(&full_v[pbuf], pphase);  // V_{j-1} landed
-
-            // S = Q K_jᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step
-            // moves the descriptors by 32 bytes, from slab to slab by the slab's size. Then O += P_{j-1} V_{j-1}
-            // (P the A operand from registers, 16 keys per step): both in flight while S_j's softmax waits
-            // only for the first.
-            wg_fence();
-            const unsigned char* Kt = smem + (buf ? SMEM_K1 : SMEM_K0);
+        // S = Q K_jᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step moves the
+        // descriptors by 32 bytes, from slab to slab by the slab's size
+        auto issue_s = [&](int j) {
+            const unsigned char* Kt = smem + ((j & 1) ? SMEM_K1 : SMEM_K0);
 #pragma unroll
             for (int kk = 0; kk < TILE_D / 16; ++kk) {
                 const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
@@ -184,35 +175,31 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                                  wg_desc(Kt + kkoff, 16, 1024), kk);
             }
             wg_commit();
-            if (j > 0) {
-                const unsigned char* Vt = smem + (pbuf ? SMEM_V1 : SMEM_V0);
+        };
+        // O += P_j V_j: P from registers, 16 keys per step
+        auto issue_pv = [&](int j) {
+            const unsigned char* Vt = smem + ((j & 1) ? SMEM_V1 : SMEM_V0);
 #pragma unroll
-                for (int kk = 0; kk < BC / 16; ++kk) {
-                    wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
-                }
-                wg_commit();
-                if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
+            for (int kk = 0; kk < BC / 16; ++kk) {
+                wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
             }
-            const int key0 = j * BC;
+            wg_commit();
+        };
+        auto dropout_bits = [&]([[maybe_unused]] int j) {
 #ifdef DROPOUT
-            // this tile's keep bits, while the products fly (rows g, g + 8 of the warp; keep[h] bit 2n + c:
-            // element 4n + 2h + c)
-            unsigned keep[2];
             wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
-                                row0 + wg * 64 + warp * 16 + g, key0, t);
+                                row0 + wg * 64 + warp * 16 + g, j * BC, t);
             asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
 #endif
-            if (j > 0) {
-                wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
-            } else {
-                wg_wait<0>();
-            }
+        };
+        // S_j landed in s: release K_j, mask, and the online softmax (rows g: i % 4 < 2, g + 8: i % 4 >= 2); s
+        // becomes P_j, corr the factor of O
+        auto softmax = [&](int j, float (&corr)[2]) {
             wg_fence_regs(s);
             __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty_k[buf]);  // this warp's share of the product has read K_j
-
-            // keys past n_k (ragged last tile) get -inf
-            if (key0 + BC > n_k) {
+            if (lane == 0) iok_mbar_arrive(&empty_k[j & 1]);  // this warp's share of the product has read K_j
+            const int key0 = j * BC;
+            if (key0 + BC > n_k) {  // keys past n_k (ragged last tile) get -inf
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) {
                     if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
@@ -228,9 +215,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
             }
 #endif
-
-            // online softmax, rows g (i % 4 < 2) and g + 8 (i % 4 >= 2)
-            float corr[2];
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float mx = m[h];
@@ -255,16 +239,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
                 l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
             }
-
-            if (j > 0) {
-                wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
-                wg_fence_regs(o);
-                wg_fence_regs(pa);
-                __syncwarp();
-                if (lane == 0) iok_mbar_arrive(&empty_v[pbuf]);  // this warp's share has read V_{j-1}
-            }
-#pragma unroll
-            for (int i = 0; i < TILE_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+        };
+        auto pack_p = [&]() {
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
@@ -278,21 +254,50 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
                 }
             }
-        }
-        if (tiles > 0) {  // the last tile's O += P V
-            const int last = tiles - 1;
-            const int buf = last & 1;
-            iok_mbar_wait(&full_v[buf], (last >> 1) & 1);
-            const unsigned char* Vt = smem + (buf ? SMEM_V1 : SMEM_V0);
+        };
+
+        // Step 0: S_0 alone. Every later step issues S_j and then P_{j-1} V_{j-1}, waits for the first, runs
+        // S_j's softmax while the second flies, then waits for it and rescales O. No branch around a product or
+        // a wait (ptxas would serialize the products).
+        float corr[2];
+        if (tiles > 0) {  // (a causal block whose rows see no key: O = 0)
+            iok_mbar_wait(&bar_q, 0);
+            iok_mbar_wait(&full_k[0], 0);
             wg_fence();
+            issue_s(0);
+            dropout_bits(0);
+            wg_wait<0>();
+            softmax(0, corr);
+            pack_p();
+#pragma unroll 1
+            for (int j = 1; j < tiles; ++j) {
+                const int buf = j & 1, pbuf = buf ^ 1;
+                // the warpgroups take turns issuing (named barrier 1 + wg; warpgroup 0 has the first turn)
+                if (!(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
+                iok_mbar_wait(&full_k[buf], (j >> 1) & 1);  // K_j landed
+                iok_mbar_wait(&full_v[pbuf], ((j - 1) >> 1) & 1);  // V_{j-1} landed
+                wg_fence();
+                issue_s(j);
+                issue_pv(j - 1);
+                if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
+                dropout_bits(j);
+                wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
+                softmax(j, corr);
+                wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
+                wg_fence_regs(o);
+                wg_fence_regs(pa);
+                __syncwarp();
+                if (lane == 0) iok_mbar_arrive(&empty_v[pbuf]);  // this warp's share has read V_{j-1}
 #pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) {
-                wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
+                for (int i = 0; i < TILE_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+                pack_p();
             }
-            wg_commit();
+            // the last tile's O += P V
+            iok_mbar_wait(&full_v[(tiles - 1) & 1], ((tiles - 1) >> 1) & 1);
+            wg_fence();
+            issue_pv(tiles - 1);
             wg_wait<0>();
             wg_fence_regs(o);
-            wg_fence_regs(pa);
         }
 
         // O = O / l, rounded once; lse = (m + log2 l) ln 2
