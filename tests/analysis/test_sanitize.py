@@ -56,6 +56,8 @@ def test_every_schedule_direction_dtype_and_build(key, variants):
     offered = _dtypes_offered(key)
     assert offered and {v.plan.dtype for v in mine} == offered
     head_dims = set(FAST_HEAD_DIMS) if key[1] == "fast" else set(sanitize_cases.RESEARCH_HEAD_DIMS)
+    if key == ("flash", "fast", "bwd"):  # the wgmma backward's d inside a wider tile too
+        head_dims |= set(sanitize_cases.FAST_BWD_WIDER_HEAD_DIMS)
     shapes = set(sanitize_cases.QUICK_SHAPES if variants is QUICK else sanitize_cases.SHAPES)
     for dtype in offered:
         for d in head_dims:
@@ -67,7 +69,7 @@ def test_sizes_are_small_ragged_and_batched():
     ns = {n for v in FULL for n in (v.plan.N_q, v.plan.N_k)}
     assert ns == {1, 17, 113}
     assert all(v.plan.N_q != v.plan.N_k and v.plan.bh == 2 for v in FULL)
-    assert {v.plan.d for v in FULL} == {16, 64, 128}
+    assert {v.plan.d for v in FULL} == {16, 64, 96, 128}
     assert [v.index for v in FULL] == list(range(len(FULL)))
     assert len({v.label for v in FULL}) == len(FULL)
 
@@ -95,7 +97,15 @@ def test_tensor_core_kernels_deterministic_and_grouped_query(variants):
     assert {"flash_wgmma_bwd", "flash_tc_bwd", "flash_tc_bwd_dq", "flash_tc_bwd_dkdv"} <= bwd
     assert any(p.variant == "deterministic" for p in fast)
     assert any(p.kv_heads < p.heads for p in fast if p.direction == "fwd")
-    assert all(p.dtype in ("float16", "bfloat16") and p.d in FAST_HEAD_DIMS for p in fast)
+    assert all(p.dtype in ("float16", "bfloat16") for p in fast)
+    # d 64 and 128, and the wgmma backward at d 96 in the 128-wide tile: plain, causal, dropout, grouped-query K/V
+    wider = [p for p in fast if p.d not in FAST_HEAD_DIMS]
+    assert {p.d for p in wider} == {96}
+    assert all([s.kernel for s in p.stages if s.name == "main"] == ["flash_wgmma_bwd"] for p in wider)
+    assert all(dict(p.stage("main").params)["HEAD_D_TILE"] == 128 for p in wider)
+    if variants is FULL:
+        assert {p.causal for p in wider} == {"", *CAUSAL_ALIGNMENTS} and any(p.dropout for p in wider)
+        assert any(p.kv_heads < p.heads for p in wider)
 
 
 def test_quick_is_a_subset_and_no_configuration_is_listed_twice():
