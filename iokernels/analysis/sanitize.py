@@ -7,7 +7,7 @@
 plan has it, the tensor-core ``flash/fast`` kernels (``wgmma`` and ``mma`` forward with and without
 grouped-query K/V, the backward's tile fallbacks and ``deterministic=True``) and the forced tiles of the
 block-size study, each in its counting and its plain build, at small ragged sizes (N of 1, 17 and 113,
-N_q ≠ N_k; d of 16 and 128, or 64 and 128 on the tensor-core path), batch·heads = 2.
+N_q ≠ N_k; d of 16 and 128, or 64 and 128 on the tensor-core path, and 96 for its wgmma backward), batch·heads = 2.
 
 Each tool runs a driver (this module with ``--driver``) under ``compute-sanitizer --tool X
 --error-exitcode 1``; the variants are split in shards (all sizes and builds of one configuration in the

@@ -10,7 +10,7 @@
 // computes the transposed products, its 64 keys as the wgmma M dimension:
 //   Sᵀ  = K_w Q_iᵀ,  dPᵀ = V_w dO_iᵀ    m64nBRk16, A and B from shared memory, both K-major;
 //   Pᵀ  = exp2(Sᵀ τ log2e − lse log2e)   (keys past N_k: 0);   dSᵀ = Pᵀ ∘ (dPᵀ − D);
-//   dV_w += Pᵀ dO_i, dK_w += dSᵀ Q_i     m64nHEAD_Dk16, A = Pᵀ / dSᵀ from registers (the accumulators,
+//   dV_w += Pᵀ dO_i, dK_w += dSᵀ Q_i     m64nTILE_Dk16, A = Pᵀ / dSᵀ from registers (the accumulators,
 //                                        rounded to T), B = dO_i / Q_i MN-major (transposed by wgmma);
 // then every warpgroup stores its dSᵀ rows (rounded to T) in shared memory and, after a barrier, the
 // warpgroups split dQ_i += τ dS K_j into 64 x 64 blocks (m64n64k16, A = dS and B = K_j both MN-major
@@ -21,6 +21,10 @@
 // Rows past N_q or N_k are zero-filled in shared memory and never read or counted; their
 // contributions vanish (zero rows of Q, dO, K, V; P of keys past N_k forced to 0), and nothing is
 // stored for them.
+//
+// HEAD_D (the problem's d, the row stride in global memory) may sit inside a wider tile, TILE_D = 64 or 128
+// (wg.cuh; the plan's HEAD_D_TILE): the columns past d are zero-filled in Q, dO, K, V, never read or counted,
+// so S and dP are exact; the dQ, dK and dV columns past d are computed but neither added, stored nor counted.
 //
 // CAUSAL (causal plans; common.cuh): the query blocks start at the first one whose last row sees the
 // block's first key (the blocks before it are entirely masked and not loaded); a key block no query
@@ -47,16 +51,18 @@
 #error "flash_wgmma_bwd.cu needs BR, BC, HEAD_D, THREADS and SMEM_* from the plan"
 #endif
 static_assert(BC % 64 == 0 && THREADS == 2 * BC, "a warpgroup (128 threads) per 64 keys");
-static_assert((BR == 64 || BR == 128) && (HEAD_D == 64 || HEAD_D == 128), "wgmma tile widths");
+static_assert((BR == 64 || BR == 128) && (TILE_D == 64 || TILE_D == 128), "wgmma tile widths");
 
 constexpr int WB_WARPGROUPS = BC / 64;
-constexpr int WB_DSLABS = HEAD_D / 64;                  // 64-column slabs of d
+constexpr int WB_DSLABS = TILE_D / 64;                  // 64-column slabs of the tiles
 constexpr int WB_DQ_BLOCKS = (BR / 64) * WB_DSLABS;     // 64 x 64 blocks of dQ_i per query block
+constexpr int WB_LAST_N = (HEAD_D - (TILE_D - 64)) / 8;  // 8-column groups of d in the tiles' last slab
+constexpr int WB_DSTEPS = (HEAD_D + 15) / 16;           // 16-wide steps of S, dP over d (past d: zero columns)
 
 template <typename T>
 __device__ constexpr bool wb_layout_ok()
 {
-    constexpr size_t q = BR * HEAD_D * sizeof(T), kv = BC * HEAD_D * sizeof(T), row = BR * sizeof(float);
+    constexpr size_t q = BR * TILE_D * sizeof(T), kv = BC * TILE_D * sizeof(T), row = BR * sizeof(float);
     return layout_ok<11>({{SMEM_K, kv}, {SMEM_V, kv}, {SMEM_Q0, q}, {SMEM_Q1, q}, {SMEM_DO0, q}, {SMEM_DO1, q},
                           {SMEM_DS, BC * BR * sizeof(T)}, {SMEM_LSE0, row}, {SMEM_LSE1, row}, {SMEM_D0, row},
                           {SMEM_D1, row}})
@@ -144,9 +150,9 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         load_q_block(0, 0);
     iok_cp_async_commit();
 
-    float dk[HEAD_D / 2], dv[HEAD_D / 2], s[BR / 2], dp[BR / 2];
+    float dk[TILE_D / 2], dv[TILE_D / 2], s[BR / 2], dp[BR / 2];
 #pragma unroll
-    for (int i = 0; i < HEAD_D / 2; ++i) dk[i] = dv[i] = 0.0f;
+    for (int i = 0; i < TILE_D / 2; ++i) dk[i] = dv[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < BR / 2; ++i) s[i] = dp[i] = 0.0f;
     const int key_w = wg * 64 + warp * 16;  // this warp's first key: rows key_w + g and key_w + g + 8
@@ -186,12 +192,12 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         // Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (64 keys x BR queries per warpgroup), two commit groups
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HEAD_D / 16; ++kk) {
+        for (int kk = 0; kk < WB_DSTEPS; ++kk) {
             wg_mma_ss<T, BR>(s, wg_desc_k<BC>(Ks, wg * 64, kk), wg_desc_k<BR>(Qs, 0, kk), kk);
         }
         wg_commit();
 #pragma unroll
-        for (int kk = 0; kk < HEAD_D / 16; ++kk) {
+        for (int kk = 0; kk < WB_DSTEPS; ++kk) {
             wg_mma_ss<T, BR>(dp, wg_desc_k<BC>(Vs, wg * 64, kk), wg_desc_k<BR>(dOs, 0, kk), kk);
         }
         wg_commit();
@@ -246,9 +252,9 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         // dV_w += (Z ∘ Pᵀ) dO_i / keep scale, dK_w += dSᵀ Q_i (τ applied at the end)
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
 #pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
         wg_commit();
         if (step + 1 < steps) {
             dropout_bits(step + 1, keep);
@@ -258,7 +264,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         // dV_w += Pᵀ dO_i
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
         wg_commit();
         wg_wait<1>();  // dPᵀ done (dV may fly)
         wg_fence_regs(dp);
@@ -274,7 +280,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         // dK_w += dSᵀ Q_i (τ applied at the end)
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, HEAD_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
         wg_commit();
 #endif
 
@@ -297,6 +303,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll 1
         for (int blk = wg; blk < WB_DQ_BLOCKS; blk += WB_WARPGROUPS) {
             const int qs = blk / WB_DSLABS, ds = blk % WB_DSLABS;
+            const bool last = ds == WB_DSLABS - 1;  // the slab d ends in (its first WB_LAST_N column groups)
             float acc[32];  // overwritten by the first product (scale_d = 0)
             wg_fence();
 #pragma unroll
@@ -313,8 +320,10 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
                     float* dst = dQacc + (row0 + r) * HEAD_D + ds * 64 + 2 * t;
 #pragma unroll
                     for (int n = 0; n < 8; ++n) {
-                        bwd_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[4 * n + 2 * h] * scale,
-                                                  acc[4 * n + 2 * h + 1] * scale);
+                        if (TILE_D == HEAD_D || n < WB_LAST_N || !last) {  // columns past d: not added
+                            bwd_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[4 * n + 2 * h] * scale,
+                                                      acc[4 * n + 2 * h + 1] * scale);
+                        }
                     }
                 }
             }
@@ -327,7 +336,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     iok_cp_async_wait<0>();
 
-    // dK_j = τ dK, dV_j rounded and written once (rows past n_k skipped)
+    // dK_j = τ dK, dV_j rounded and written once (rows past n_k and columns past d skipped)
 #ifdef DROPOUT
     const float dv_scale = dropout_scale;
 #else
@@ -340,7 +349,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             T* krow = dK + (kv_off + key) * HEAD_D + 2 * t;
             T* vrow = dV + (kv_off + key) * HEAD_D + 2 * t;
 #pragma unroll
-            for (int n = 0; n < HEAD_D / 8; ++n) {
+            for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
                 iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
                                  wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
                 iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8), wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));

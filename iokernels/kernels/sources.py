@@ -109,6 +109,8 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)]  # defaults and make_plan's fallback
         plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
                   for d, br, bc in FAST_BWD_WGMMA_TUNING]  # tuning variants
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel="wgmma")
+                  for t in FAST_BWD_DTYPES for d in (32, 96)]  # d inside a wider tile (HEAD_D_TILE 64, 128)
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

@@ -2,7 +2,7 @@
 // flash_wgmma_bwd.cu;
 // the products themselves are in the generated wgmma.cuh).
 //
-// Tiles are stored the way wgmma reads them: HEAD_D / 64 slabs of [rows][64 elements], 128-byte rows
+// Tiles are stored the way wgmma reads them: TILE_D / 64 slabs of [rows][64 elements], 128-byte rows
 // whose 16-byte chunks are XOR-swizzled by (row % 8) (the 128-byte swizzle), each slab 1024-byte
 // aligned when the tile is. A K-major operand (the reduction runs along the 64-element rows) moves its
 // descriptor by 32 bytes per 16-wide step inside a slab and by the slab's size from slab to slab; an
@@ -27,7 +27,7 @@ static_assert(TILE_D % 64 == 0 && HEAD_D % 8 == 0 && TILE_D - 64 < HEAD_D && HEA
               "d within its tile's last 64-column slab");
 
 constexpr float WG_LOG2E = 1.4426950408889634f;
-constexpr int WG_ROW_CHUNKS = HEAD_D / 8;  // 16-byte chunks per row of a HEAD_D-wide tile
+constexpr int WG_ROW_CHUNKS = TILE_D / 8;  // 16-byte chunks per row of a tile
 
 // Element offset of (row, col) in a ROWS-row tile stored as 128-byte-swizzled slabs of 64 columns
 // (the 16-byte chunk moves with the swizzle, the element keeps its place in the chunk).
@@ -37,8 +37,9 @@ __device__ __forceinline__ int wg_off(int row, int col)
     return (col >> 6) * (ROWS * 64) + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
 
-// rows [0, rows_valid) of a ROWS-row, HEAD_D-wide tile from global memory (row stride HEAD_D), 16 bytes
-// per counted cp.async; rows past the end are zero-filled, nothing read, nothing counted.
+// rows [0, rows_valid) of a ROWS-row, TILE_D-wide tile from global memory (row stride HEAD_D), 16 bytes
+// per counted cp.async; rows past the end and columns past HEAD_D are zero-filled, nothing read, nothing
+// counted (where TILE_D == HEAD_D the column test folds away at compile time).
 template <int TI, int ROWS, typename T, typename C>
 __device__ __forceinline__ void wg_load_tile(C& io, T* s, const T* g, int rows_valid)
 {
@@ -49,9 +50,11 @@ __device__ __forceinline__ void wg_load_tile(C& io, T* s, const T* g, int rows_v
 #endif
     for (int q = threadIdx.x; q < ROWS * WG_ROW_CHUNKS; q += THREADS) {
         const int row = q / WG_ROW_CHUNKS, col = (q % WG_ROW_CHUNKS) * 8;
-        const bool valid = row < rows_valid;  // a zero-filled row points at row 0 (always valid)
-        iok_cp_async16<TI>(io, s + wg_off<ROWS>(row, col), g + static_cast<size_t>(valid ? row : 0) * HEAD_D + col,
-                           valid);
+        const bool valid = row < rows_valid && (TILE_D == HEAD_D || col < HEAD_D);
+        // a zero-filled chunk points into row 0 (always valid): its own column, or column 0 past HEAD_D
+        const int src_col = TILE_D == HEAD_D || valid ? col : 0;
+        iok_cp_async16<TI>(io, s + wg_off<ROWS>(row, col),
+                           g + static_cast<size_t>(valid ? row : 0) * HEAD_D + src_col, valid);
     }
 }
 

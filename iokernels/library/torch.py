@@ -66,8 +66,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     enable_gqa, which is taken for SDPA's signature); d a multiple of 8 from 16 to 256. dtypes:
     torch.float32, torch.float16 or torch.bfloat16, one for all, on one CUDA device. bfloat16 crosses to
     cupy as raw 16-bit words (cupy has no bfloat16), with the same kernels as float16: the tensor-core
-    flash path for d of 64 or 128 (the forward on sm_90: every multiple of 8 up to 128), the research kernels
-    elsewhere.
+    flash path for d of 64 or 128 (on sm_90, forward and backward: every multiple of 8 up to 128), the research
+    kernels elsewhere.
 
     The call is the operator ``torch.ops.iokernels.attention_fwd`` (:mod:`iokernels.library.torch_ops`):
     :func:`iokernels.attention` on the tensors' memory, on torch's current stream, outputs from torch's

@@ -4,8 +4,11 @@
 with one of two kernels for its main stage:
 
 * ``"wgmma"`` (``kernels/flash_wgmma_bwd.cu``, sm_90a only: H100/H200): warpgroup matrix products, a
-  warpgroup per 64 keys; B_r = 128 (d = 64, float16) or 64, B_c = 128;
-* ``"mma"`` (``kernels/flash_tc_bwd.cu``, sm_80 and newer): ``mma.sync`` m16n8k16, a warp per 16 keys.
+  warpgroup per 64 keys; B_r = 128 (d = 64, float16) or 64, B_c = 128; every d that is a multiple of 8 from
+  16 to 128 (:data:`WGMMA_BWD_HEAD_DIMS`), in the tile of the next width (64 or 128, the stage parameter
+  ``HEAD_D_TILE`` where it is not d; the columns past d are zero-filled, never read, added or stored);
+* ``"mma"`` (``kernels/flash_tc_bwd.cu``, sm_80 and newer): ``mma.sync`` m16n8k16, a warp per 16 keys; d 64
+  and 128 only (:data:`FAST_BWD_HEAD_DIMS`).
 
 ``kernel=None`` picks ``"wgmma"`` on a compute-capability 9.x GPU and with no GPU visible, else
 ``"mma"`` (:func:`default_backward_kernel`); the deterministic variant is ``"mma"`` only. Two
@@ -34,7 +37,7 @@ build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks th
 from __future__ import annotations
 
 from .core import Plan, Stage, Unsupported, check_problem, layout, rowwise_stage
-from .fast import SM90_KERNELS, default_kernel
+from .fast import SM90_KERNELS, default_kernel, tile_head_dim
 from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 
@@ -45,7 +48,9 @@ def default_backward_kernel() -> str:
 
 
 FAST_BWD_DTYPES = ("float16", "bfloat16")
-FAST_BWD_HEAD_DIMS = (64, 128)
+FAST_BWD_HEAD_DIMS = (64, 128)  # the mma kernels' d (the tile widths)
+# the wgmma kernel's d: every multiple of 8 up to 128, in the tile of the next width (tile_head_dim)
+WGMMA_BWD_HEAD_DIMS = tuple(range(16, 129, 8))
 FAST_BWD_BR = {64: 128, 128: 64}  # d -> query rows per step of the K/V-outer loop (timed on an H200)
 FAST_BWD_BC = 128  # keys per block (a warp per 16 keys: 8 warps)
 FAST_BWD_DETERMINISTIC_BR = 64  # the deterministic plan's (its dK/dV kernel at d = 64, B_r = 128 would spill)
@@ -60,7 +65,7 @@ DETERMINISTIC = "deterministic"
 KERNEL = "flash_tc_bwd"
 KERNEL_WGMMA = "flash_wgmma_bwd"
 FAST_BWD_KERNELS = ("wgmma", "mma")
-# (d, dtype) -> (B_r, B_c) of the wgmma kernel (timed on an H200)
+# (tile width, dtype) -> (B_r, B_c) of the wgmma kernel (timed on an H200 at d = the tile width)
 FAST_BWD_WGMMA_TILES = {(64, "float16"): (128, 128), (64, "bfloat16"): (128, 128),
                         (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
 # the same for dropout plans (the DROPOUT build at d = 64, B_r = 128 spills registers)
@@ -97,7 +102,8 @@ def kv_outer_buffers(d: int, e: int, block_r: int, block_c: int, dq: bool = True
 
 def wgmma_buffers(d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
     """Shared memory of flash_wgmma_bwd: K_j, V_j; two stages of Q_i and dO_i; dSᵀ (B_c x B_r of T);
-    two stages of lse_i and D_i (last, so that every tile stays 1024-byte aligned)."""
+    two stages of lse_i and D_i (last, so that every tile stays 1024-byte aligned). ``d``: the tiles' width
+    (:func:`iokernels.plan.fast.tile_head_dim` of the problem's d)."""
     q, kv, row = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE
     return [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q), ("dS", block_c * block_r * e),
             ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
@@ -121,7 +127,8 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
                             q_stages: int = 2, ds_stages: int = 2, deterministic: bool = False,
                             kernel: str | None = None, kv_heads: int | None = None, dropout: bool = False) -> Plan:
     """The plan of the tensor-core backward for one problem (:class:`iokernels.plan.core.Unsupported`, a
-    ValueError, when the kernels do not take it: float32, or d other than 64 and 128).
+    ValueError, when the kernels do not take it: float32; d other than 64 and 128 with the mma kernels or
+    deterministic; with wgmma, d not a multiple of 8 from 16 to 128).
 
     ``block_r`` (query rows per step; default :data:`FAST_BWD_BR` of d, deterministic 64) and
     ``block_c`` (keys per block, 16 per warp) are 64 or 128, with ``block_r <= block_c`` unless
@@ -140,14 +147,17 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     if dtype not in FAST_BWD_DTYPES:
         raise Unsupported(f"flash/fast backward (tensor cores) takes {' or '.join(FAST_BWD_DTYPES)}, got {dtype}")
-    if d not in FAST_BWD_HEAD_DIMS:
-        raise Unsupported(f"flash/fast backward (tensor cores) takes d in {FAST_BWD_HEAD_DIMS}, got d={d}")
+    if d not in WGMMA_BWD_HEAD_DIMS:
+        raise Unsupported(f"flash/fast backward (tensor cores) takes d in {FAST_BWD_HEAD_DIMS} (the wgmma kernel on "
+                          f"sm_90: a multiple of 8 from 16 to 128), got d={d}")
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if kernel is None:
         kernel = "mma" if deterministic else default_backward_kernel()
     if kernel not in FAST_BWD_KERNELS:
         raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
+    if d not in FAST_BWD_HEAD_DIMS and (kernel != "wgmma" or deterministic):
+        raise Unsupported(_mma_head_dims(d))
     if dropout and (kernel != "wgmma" or deterministic):
         raise Unsupported(_NO_MMA_DROPOUT)
     kv_heads = heads if kv_heads is None else kv_heads
@@ -192,20 +202,27 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
                 variant=DETERMINISTIC if deterministic else "")
 
 
+def _mma_head_dims(d: int) -> str:
+    return (f"flash/fast backward: d={d} inside a wider tile is taken by the wgmma kernel (sm_90) only, without "
+            f"deterministic=True; the mma.sync backward kernels take d in {FAST_BWD_HEAD_DIMS}")
+
+
 _NO_MMA_DROPOUT = ("dropout in the tensor-core backward is implemented by the wgmma kernel (sm_90); the mma.sync "
                    "backward kernels (flash_tc_bwd.cu, and deterministic=True) have none")
 
 
 def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, kv_heads: int,
                 block_r: int | None, block_c: int | None, dropout: bool = False) -> Plan:
-    default_r, default_c = (FAST_BWD_WGMMA_DROPOUT_TILES if dropout else FAST_BWD_WGMMA_TILES)[d, dtype]
+    tile_d = tile_head_dim(d)
+    default_r, default_c = (FAST_BWD_WGMMA_DROPOUT_TILES if dropout else FAST_BWD_WGMMA_TILES)[tile_d, dtype]
     block_r = default_r if block_r is None else block_r
     block_c = default_c if block_c is None else block_c
     _check_tiles(block_r, block_c)
     e, bh = itemsize(dtype), batch * heads
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
+    params = () if tile_d == d else (("HEAD_D_TILE", tile_d),)
     main = Stage("main", KERNEL_WGMMA, (tc, 1, batch * kv_heads), 2 * block_c,
-                 layout(wgmma_buffers(d, e, block_r, block_c)))
+                 layout(wgmma_buffers(tile_d, e, block_r, block_c)), params)
     stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
               rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
     return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
@@ -218,9 +235,9 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
     """The fastest backward plan whose shared memory fits in ``sram`` bytes: the wgmma kernel's
     default tiles, then its 64 x 64 tiles (where the kernel is wgmma), then the mma kernel with
     :data:`FAST_BWD_FALLBACKS` in order (the last, the smallest, when none fits: the caller checks
-    that the result fits). ``wgmma_only`` (causal plans) and grouped-query attention leave the mma
-    kernels out (Unsupported where the kernel is not wgmma). ``dropout``: a plan for dropout
-    (:func:`make_fast_backward_plan`'s ``dropout``; wgmma only)."""
+    that the result fits). ``wgmma_only`` (causal plans), grouped-query attention and d inside a wider tile
+    (not in :data:`FAST_BWD_HEAD_DIMS`) leave the mma kernels out (Unsupported where the kernel is not wgmma).
+    ``dropout``: a plan for dropout (:func:`make_fast_backward_plan`'s ``dropout``; wgmma only)."""
     if kernel is None:
         kernel = "mma" if problem.get("deterministic") else default_backward_kernel()
     options: list[dict] = []
@@ -235,7 +252,9 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
         raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
                           "kernels have no causal mask")
     grouped = problem.get("kv_heads") not in (None, problem.get("heads", 1))
-    if not (grouped or wgmma_only) or kernel != "wgmma":  # grouped-query, causal: wgmma only (mma raises)
+    # grouped-query, causal, d inside a wider tile: wgmma only (mma raises)
+    wgmma_only = wgmma_only or grouped or problem.get("d") not in FAST_BWD_HEAD_DIMS
+    if not wgmma_only or kernel != "wgmma":
         options += [{"kernel": "mma", **o} for o in FAST_BWD_FALLBACKS]
     for option in options:
         plan = make_fast_backward_plan(**problem, **option)

@@ -56,6 +56,8 @@ def test_every_schedule_direction_dtype_and_build(key, variants):
     offered = _dtypes_offered(key)
     assert offered and {v.plan.dtype for v in mine} == offered
     head_dims = set(FAST_HEAD_DIMS) if key[1] == "fast" else set(sanitize_cases.RESEARCH_HEAD_DIMS)
+    if key == ("flash", "fast", "bwd"):  # the wgmma backward's d inside a wider tile too
+        head_dims |= set(sanitize_cases.FAST_BWD_WIDER_HEAD_DIMS)
     shapes = set(sanitize_cases.QUICK_SHAPES if variants is QUICK else sanitize_cases.SHAPES)
     for dtype in offered:
         for d in head_dims:
@@ -67,7 +69,7 @@ def test_sizes_are_small_ragged_and_batched():
     ns = {n for v in FULL for n in (v.plan.N_q, v.plan.N_k)}
     assert ns == {1, 17, 113}
     assert all(v.plan.N_q != v.plan.N_k and v.plan.bh == 2 for v in FULL)
-    assert {v.plan.d for v in FULL} >= {16, 64, 96, 128, 256}
+    assert {v.plan.d for v in FULL} == {16, 64, 96, 128, 256}
     assert [v.index for v in FULL] == list(range(len(FULL)))
     assert len({v.label for v in FULL}) == len(FULL)
 
@@ -96,9 +98,17 @@ def test_tensor_core_kernels_deterministic_and_grouped_query(variants):
     assert any(p.variant == "deterministic" for p in fast)
     assert any(p.kv_heads < p.heads for p in fast if p.direction == "fwd")
     assert all(p.dtype in ("float16", "bfloat16") for p in fast)
-    # d other than 64 and 128: the kernels that take d inside a wider tile (and their row-wise stages)
-    other = {s.kernel for p in fast if p.d not in FAST_HEAD_DIMS for s in p.stages}
-    assert "flash_tma_fwd" in other and other <= {"flash_tma_fwd", "flash_wgmma_bwd", "flash_bwd_prep", "flash_bwd_dq"}
+    # d other than 64 and 128: the tma forward (d 96 and 256) and the wgmma backward (d 96), each in the tile of
+    # the next multiple of 64
+    wider = [p for p in fast if p.d not in FAST_HEAD_DIMS]
+    assert {(p.direction, p.d) for p in wider} == {("fwd", 96), ("fwd", 256), ("bwd", 96)}
+    assert all(p.stage("main").kernel == {"fwd": "flash_tma_fwd", "bwd": "flash_wgmma_bwd"}[p.direction]
+               for p in wider)
+    assert all(dict(p.stage("main").params).get("HEAD_D_TILE", p.d) == -(-p.d // 64) * 64 for p in wider)
+    bwd = [p for p in wider if p.direction == "bwd"]
+    if variants is FULL:
+        assert {p.causal for p in bwd} == {"", *CAUSAL_ALIGNMENTS} and any(p.dropout for p in bwd)
+        assert any(p.kv_heads < p.heads for p in bwd)
 
 
 def test_quick_is_a_subset_and_no_configuration_is_listed_twice():

@@ -1,9 +1,9 @@
 """Dropout in the tensor-core path flash/fast on an sm_90 GPU (the wgmma kernels, flash_wgmma.cu and
 flash_wgmma_bwd.cu): counters == model; outputs and gradients equal the float64 reference given the same
 multipliers Z (Dropout.full_multiplier) within flash-attention's same-precision tolerance (float16/bfloat16,
-d 64 and 128, ragged N, N_q != N_k, causal in both alignments, grouped-query attention); the kernels' own masks,
-made observable (Q = 0 so P is uniform, V or dO the identity), equal numpy's element for element; p = 0 gives
-the plain kernels' results bit for bit.
+d 64 and 128 and inside a wider tile (96, 40), ragged N, N_q != N_k, causal in both alignments, grouped-query
+attention); the kernels' own masks, made observable (Q = 0 so P is uniform, V or dO the identity), equal numpy's
+element for element; p = 0 gives the plain kernels' results bit for bit.
 
 Run alone: ``PYTHONPATH=. pytest tests/gpu/test_dropout_fast.py`` (skips without an sm_90 device).
 """
@@ -52,6 +52,8 @@ CASES = [
     (257, 1030, 64, "float16", 2, 6, 2, "bottom_right"),
     (700, 700, 128, "float16", 1, 2, 1, False),
     (129, 64, 64, "bfloat16", 1, 2, 2, "top_left"),
+    (239, 517, 96, "bfloat16", 1, 4, 2, "bottom_right"),  # d inside a wider tile (HEAD_D_TILE 128, 64)
+    (300, 239, 40, "float16", 2, 2, 2, False),
 ]
 IDS = ["-".join(map(str, c)) for c in CASES]
 # the forward also at d inside a wider tile and past 128 (the tma kernel's 128 x 64 tiles)
@@ -171,7 +173,8 @@ def test_forward_mask_equals_numpy(d, dtype, causal):
     assert abs(keep.sum() / (vis.sum() * plan.bh if vis is not None else keep.size) - 0.7) < 0.03
 
 
-@pytest.mark.parametrize("d, dtype, kv_heads", [(64, "float16", 3), (128, "bfloat16", 3), (64, "bfloat16", 1)])
+@pytest.mark.parametrize("d, dtype, kv_heads", [(64, "float16", 3), (128, "bfloat16", 3), (64, "bfloat16", 1),
+                                               (96, "float16", 3)])
 def test_backward_mask_equals_numpy(d, dtype, kv_heads):
     """Q = 0 (P = 1 / N_k), dO = I over N_q = d queries: dV_jc = sum over the query heads of a K/V head of
     Z_cj / N_k, the transposed mask of every key (ragged N_k: many key blocks and 4-groups)."""

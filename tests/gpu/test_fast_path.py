@@ -123,7 +123,7 @@ def test_a_masked_torch_call_is_captured_on_the_first_try():
 @pytest.mark.parametrize("d", [32, 96])
 def test_head_dims_inside_a_wider_tile_run_the_tma_forward(d):
     """d 32 and 96 through the public calls: the forward is the tma kernel on sm_90 (d in a 64- or 128-wide tile), the
-    backward the research kernels; outputs and gradients against float64 within the float16 idiom."""
+    backward the wgmma kernel (the same tile); outputs and gradients against float64 within the float16 idiom."""
     if cp.cuda.Device().compute_capability != "90":
         pytest.skip("the tma kernel runs on sm_90 only")
     torch = pytest.importorskip("torch")
@@ -143,3 +143,6 @@ def test_head_dims_inside_a_wider_tile_run_the_tma_forward(d):
     halves = torch.autograd.grad(half, (q, k, v), do)
     for g, w, h in zip(grads, wants, halves, strict=True):
         assert (g.double() - w).abs().max() <= 2 * (h.double() - w).abs().max() + 1e-3
+    stages = [s for e in dispatch.CACHE.entries.values() for p in e.chain for s in p.stages]
+    wgmma = [dict(s.params) for s in stages if s.kernel == "flash_wgmma_bwd"]
+    assert wgmma and all(params["HEAD_D_TILE"] == (64 if d <= 64 else 128) and "CAUSAL" in params for params in wgmma)

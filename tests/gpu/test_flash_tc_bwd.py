@@ -1,7 +1,7 @@
 """The tensor-core backward (flash_wgmma_bwd.cu on sm_90, flash_tc_bwd.cu, iokernels.plan.fast_bwd): counters ==
 model == simulator byte for byte; gradients within flash-attention's same-precision tolerance (ragged N,
-N_q != N_k included); the plain build agrees with the counting build; the deterministic variant is bit-identical run
-to run."""
+N_q != N_k included; the wgmma kernel's d inside a wider tile, causal or not); the plain build agrees with the
+counting build; the deterministic variant is bit-identical run to run."""
 
 import zlib
 
@@ -21,6 +21,7 @@ from iokernels.plan.fast_bwd import (
 from iokernels.simulate import reference, simulate
 
 from .helpers import naive_backward, problem_scale, rel_err
+from .test_causal import naive_backward as naive_causal_backward
 
 cp = pytest.importorskip("cupy")
 
@@ -52,11 +53,13 @@ def _grads(run, plan):
     return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in GRADS}
 
 
-def _check_grads(got, host, dtype):
+def _check_grads(got, host, dtype, causal=""):
     for name, x in got.items():
         assert np.all(np.isfinite(x)), f"{name} has NaN/inf (unwritten or overflowed)"
-    want = dict(zip(GRADS, reference.backward(host["Q"], host["K"], host["V"], host["dO"]), strict=True))
-    naive = dict(zip(GRADS, naive_backward(host["Q"], host["K"], host["V"], host["dO"], dtype), strict=True))
+    q, k, v, do = (host[name] for name in ("Q", "K", "V", "dO"))
+    want = dict(zip(GRADS, reference.backward(q, k, v, do, causal=causal), strict=True))
+    naive = dict(zip(GRADS, naive_causal_backward(q, k, v, do, dtype, causal) if causal
+                     else naive_backward(q, k, v, do, dtype), strict=True))
     scale = problem_scale(want)
     for name in GRADS:  # flash-attention's idiom: at most 2x the error of a same-precision naive computation
         bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
@@ -84,7 +87,7 @@ VARIANTS = ([{"kernel": "mma", "block_r": br, "block_c": bc, "ds_stages": ds, "d
              for d, br, bc, ds in FAST_BWD_TUNING]
             + [{"kernel": "mma", **options, "d": d} for options in FAST_BWD_FALLBACKS[1:] for d in (64, 128)]
             + [{"kernel": "wgmma", "block_r": br, "block_c": bc, "d": d} for d, br, bc in FAST_BWD_WGMMA_TUNING]
-            + [{"kernel": "wgmma", "block_r": 64, "block_c": 64, "d": d} for d in (64, 128)])
+            + [{"kernel": "wgmma", "block_r": 64, "block_c": 64, "d": d} for d in (64, 128, 40, 104)])
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
@@ -96,6 +99,43 @@ def test_tile_variants(variant):
     run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     _check_grads(_grads(run, plan), host, dtype)
+
+
+# the wgmma kernel's d inside a wider tile (HEAD_D_TILE 64 or 128: the columns past d zero-filled, never read,
+# added or stored): awkward N, N_q != N_k, a ragged last block of both
+WIDER_CASES = [  # (N_q, N_k, d, dtype, batch, heads)
+    (239, 239, 16, "float16", 1, 2),
+    (239, 517, 32, "bfloat16", 2, 1),
+    (1000, 239, 96, "float16", 1, 2),
+    (239, 1000, 120, "bfloat16", 1, 1),
+    (1, 239, 96, "bfloat16", 1, 1),
+]
+
+
+@pytest.mark.parametrize("causal", ["", "bottom_right", "top_left"])
+@pytest.mark.parametrize("case", WIDER_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_head_dims_inside_a_wider_tile(case, causal):
+    """d 16, 32, 96, 120 in the wgmma backward: counters == model (d's bytes: the padded columns are neither read
+    nor written), gradients against the float64 reference within flash-attention's same-precision idiom, the
+    plain build as the counting build (dK, dV bit for bit; dQ to the order of its float atomics)."""
+    _need("wgmma")
+    n_q, n_k, d, dtype, batch, heads = case
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * 1024, batch=batch,
+                     heads=heads, direction="bwd", causal=causal)
+    main = plan.stage("main")
+    assert main.kernel == "flash_wgmma_bwd" and dict(main.params)["HEAD_D_TILE"] == (64 if d <= 64 else 128)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("wider", case, causal))
+    run = launch.run_plan(plan, inputs, counting=True)
+    exact = model.exact(plan)
+    assert run.counts == exact
+    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
+        assert simulate(plan, host).counts == exact
+    counted = _grads(run, plan)
+    _check_grads(counted, host, dtype, causal)
+    plain = _grads(launch.run_plan(plan, inputs, counting=False), plan)
+    np.testing.assert_array_equal(plain["dK"], counted["dK"])
+    np.testing.assert_array_equal(plain["dV"], counted["dV"])
+    np.testing.assert_allclose(plain["dQ"], counted["dQ"], rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("sram_kb", [227, 140, 100])

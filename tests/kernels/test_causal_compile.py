@@ -27,6 +27,9 @@ def causal_plans(causal: str) -> list:
                       for kernel in ("wgmma", "mma")]
             plans.append(make_plan("flash", "fast", N_q=1000, d=d, dtype=dtype, sram=227 * 1024, direction="bwd",
                                    causal=causal))
+            # the backward's d inside a wider tile (wgmma, HEAD_D_TILE): 32 and 96
+            plans.append(make_plan("flash", "fast", N_q=1000, d=d - 32, dtype=dtype, sram=227 * 1024,
+                                   direction="bwd", causal=causal))
     return plans
 
 

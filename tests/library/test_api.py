@@ -118,6 +118,25 @@ def test_grouped_query_runs_natively_on_the_fast_forward_and_expanded_elsewhere(
         assert expand and plan.bh == plan.bh_kv == 16, (dtype, algorithm, d)
 
 
+@pytest.mark.parametrize("d", [32, 96])
+def test_the_backward_at_d_inside_a_wider_tile_is_the_wgmma_kernel(d):
+    """d 32 and 96 (inside the 64- and 128-wide tiles) take the wgmma backward where the default backward kernel is
+    wgmma (sm_90, or no GPU visible, as here), grouped-query natively; elsewhere (mma) the research backward."""
+    from iokernels.plan import Unsupported
+    from iokernels.plan.fast_bwd import default_backward_kernel
+
+    for q_heads, kv_heads in ((4, 4), (8, 2)):
+        plan, expand = _route("bwd", "float16", q_heads, kv_heads, d=d)
+        if default_backward_kernel() == "wgmma":
+            assert (plan.schedule, expand, plan.bh_kv, plan.d) == ("fast", False, 2 * kv_heads, d)
+            assert plan.stage("main").kernel == "flash_wgmma_bwd"
+            assert dict(plan.stage("main").params)["HEAD_D_TILE"] == (64 if d <= 64 else 128)
+        else:
+            assert plan.schedule != "fast"
+    with pytest.raises(Unsupported, match="wgmma kernel"):  # deterministic=True: the mma kernels, d 64 and 128
+        _route("bwd", "float16", 4, 4, deterministic=True, d=d)
+
+
 def test_grouped_query_backward_is_native_where_the_plan_takes_kv_heads():
     from iokernels.plan import Unsupported, make_plan
 

@@ -137,7 +137,8 @@ def _compile_plans() -> list:
             for causal in (False, "bottom_right"):
                 for direction in ("fwd", "bwd"):
                     plans.append(_fast(direction, d=d, dtype=dtype, causal=causal))
-            plans.append(_fast("fwd", d=d - 32, dtype=dtype))  # d inside a wider tile (tma): 32 and 96
+            for direction in ("fwd", "bwd"):  # d inside a wider tile (tma, wgmma backward): 32 and 96
+                plans.append(_fast(direction, d=d - 32, dtype=dtype))
             # make_plan's smaller fallbacks (forward B_c = 64, tma's and wgmma's; backward 64 x 64)
             plans.append(with_dropout(make_fast_plan(N_q=300, d=d, dtype=dtype, kernel="tma", **TMA_FALLBACK), DROPOUT))
             plans.append(with_dropout(make_fast_plan(N_q=300, d=d, dtype=dtype, kernel="wgmma", **WGMMA_FALLBACK),
@@ -158,7 +159,8 @@ def test_dropout_variants_cover_the_sm90_kernels():
     for source, vs in variants.items():
         if source != "flash_wgmma.cu":  # the wgmma forward: make_plan's fallback tiles only, without the mask
             assert any("CAUSAL" in v.defines for v in vs) and any("CAUSAL" not in v.defines for v in vs)
-        wider = {32, 96} if source == "flash_tma.cu" else set()  # d inside a wider tile: the tma forward's
+        # d inside a wider tile: the tma forward's and the wgmma backward's
+        wider = {32, 96} if source in ("flash_tma.cu", "flash_wgmma_bwd.cu") else set()
         assert {v.defines["HEAD_D"] for v in vs} == set(FAST_HEAD_DIMS) | wider
         assert all(len(v.name_expressions) == 2 for v in vs)  # float16 and bfloat16
     assert sum(len(vs) for vs in variants.values()) <= 24  # a few dozen compiles in all

@@ -10,6 +10,8 @@ from iokernels import model
 from iokernels.kernels.sources import compile_variants
 from iokernels.kernels.stages import SOURCES, plan_kernels
 from iokernels.plan import SramTooSmall, Unsupported, all_plans, make_plan, min_sram
+from iokernels.plan.dropout import Dropout
+from iokernels.plan.fast import tile_head_dim
 from iokernels.plan.fast_bwd import (
     DETERMINISTIC,
     FAST_BWD_ARGS,
@@ -18,6 +20,7 @@ from iokernels.plan.fast_bwd import (
     FAST_BWD_TUNING,
     FAST_BWD_WGMMA_TILES,
     FAST_BWD_WGMMA_TUNING,
+    WGMMA_BWD_HEAD_DIMS,
     fit_fast_backward_plan,
     make_fast_backward_plan,
 )
@@ -151,8 +154,10 @@ def test_fast_is_a_backward_schedule_of_flash():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"d": 64, "dtype": "float32"}, "float16 or bfloat16"),
-    ({"d": 96, "dtype": "float16"}, "d in"),
+    ({"d": 96, "dtype": "float16", "kernel": "mma"}, "d in"),
     ({"d": 256, "dtype": "bfloat16"}, "d in"),
+    ({"d": 136, "dtype": "float16", "kernel": "wgmma"}, "d in"),
+    ({"d": 60, "dtype": "float16", "kernel": "wgmma"}, "multiple of 8"),
     ({"d": 64, "dtype": "int8"}, "dtype"),
     ({"d": 64, "dtype": "float16", "block_r": 32}, "block_r must be one of"),
     ({"d": 64, "dtype": "float16", "block_c": 96}, "block_c must be one of"),
@@ -172,7 +177,8 @@ def test_unsupported_problems_are_refused(kwargs, message):
 
 
 def test_float32_and_other_d_are_unsupported_not_errors():
-    for kwargs in ({"d": 64, "dtype": "float32"}, {"d": 32, "dtype": "float16"}):
+    for kwargs in ({"d": 64, "dtype": "float32"}, {"d": 32, "dtype": "float16", "kernel": "mma"},
+                   {"d": 136, "dtype": "float16", "kernel": "wgmma"}):
         with pytest.raises(Unsupported):
             make_fast_backward_plan(N_q=10, **kwargs)
 
@@ -210,6 +216,68 @@ def test_every_wgmma_variant_is_compiled():
     tiles = {(v.defines["HEAD_D"], v.defines["BR"], v.defines["BC"]) for v in variants}
     want = {(d, *tiles) for (d, _), tiles in FAST_BWD_WGMMA_TILES.items()} | {(64, 64, 64), (128, 64, 64)}
     assert want | set(FAST_BWD_WGMMA_TUNING) <= tiles
+
+
+@pytest.mark.parametrize("d, tile", [(16, 64), (32, 64), (56, 64), (64, 64), (72, 128), (96, 128), (120, 128),
+                                     (128, 128)])
+def test_wgmma_takes_d_inside_the_next_tile(d, tile):
+    """The wgmma backward takes every multiple of 8 up to 128 in the tile of the next width: shared memory and the
+    default tiles are the tile's, the kernel gets the width as HEAD_D_TILE where it differs from d, the bytes are
+    d's (the model; the prep and dq stages are the research ones at d)."""
+    assert WGMMA_BWD_HEAD_DIMS == tuple(range(16, 129, 8)) and tile_head_dim(d) == tile
+    for dropout in (False, True):
+        plan = make_fast_backward_plan(N_q=239, N_k=300, d=d, dtype="bfloat16", heads=2, kernel="wgmma",
+                                       dropout=dropout)
+        same = make_fast_backward_plan(N_q=239, N_k=300, d=tile, dtype="bfloat16", heads=2, kernel="wgmma",
+                                       dropout=dropout)
+        main = plan.stage("main")
+        assert plan.d == d and main.kernel == "flash_wgmma_bwd" and plan.tiles == same.tiles
+        assert dict(main.params).get("HEAD_D_TILE") == (None if d == tile else tile)
+        assert main.smem == same.stage("main").smem and plan.smem_bytes == same.smem_bytes
+        [defines] = [ref.define_dict for s, ref in plan_kernels(plan) if s.name == "main"]
+        assert defines["HEAD_D"] == d and defines.get("HEAD_D_TILE") == (None if d == tile else tile)
+        for name in ("prep", "dq"):
+            assert "HEAD_D_TILE" not in dict(plan.stage(name).params)
+        exact, wide = model.exact(plan), model.exact(same)
+        for tensor in ("Q", "K", "V", "dO", "dK", "dV", "dQacc"):  # d of the tile's columns
+            assert exact["main"][tensor] == tuple(x * d // tile for x in wide["main"][tensor]), tensor
+
+
+@pytest.mark.parametrize("n_q, n_k, d, causal", [(239, 300, 32, ""), (300, 129, 96, "bottom_right"),
+                                                 (65, 65, 120, "top_left"), (17, 113, 16, "")])
+def test_wgmma_inside_a_wider_tile_model_equals_simulator(n_q, n_k, d, causal):
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * KB, heads=2,
+                     direction="bwd", causal=causal)
+    assert plan.stage("main").kernel == "flash_wgmma_bwd"
+    inputs = make_inputs(plan, seed=d + n_q)
+    result = simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-10
+
+
+@pytest.mark.parametrize("d", [32, 96])
+def test_d_inside_a_wider_tile_is_wgmma_only(d):
+    """The mma kernels (and deterministic=True, which runs them) take d 64 and 128 only: Unsupported elsewhere, and
+    fit_fast_backward_plan offers no mma option for such d (its smallest plan is wgmma's 64 x 64)."""
+    problem = {"N_q": 300, "N_k": 200, "d": d, "dtype": "float16"}
+    for kwargs in ({"kernel": "mma"}, {"deterministic": True}, {"kernel": "wgmma", "deterministic": True}):
+        with pytest.raises(Unsupported, match="inside a wider tile is taken by the wgmma kernel"):
+            make_fast_backward_plan(**problem, **kwargs)
+        with pytest.raises(Unsupported, match="inside a wider tile is taken by the wgmma kernel"):
+            fit_fast_backward_plan(sram=227 * KB, **problem, **kwargs)
+    kernels = {fit_fast_backward_plan(sram=m * KB, kernel="wgmma", **problem).stage("main").kernel
+               for m in (227, 100, 16)}
+    assert kernels == {"flash_wgmma_bwd"}
+    smallest = fit_fast_backward_plan(sram=16 * KB, kernel="wgmma", **problem)
+    assert (smallest.tile["Br"], smallest.tile["Bc"]) == (64, 64)
+    # make_plan (the default kernel with no GPU visible is wgmma): with and without dropout, causal
+    for kwargs in ({}, {"dropout": Dropout(0.1, 1, 0)}, {"causal": "bottom_right"}):
+        plan = make_plan("flash", "fast", sram=227 * KB, direction="bwd", **problem, **kwargs)
+        assert plan.stage("main").kernel == "flash_wgmma_bwd" and plan.d == d
+    with pytest.raises(SramTooSmall):
+        make_plan("flash", "fast", sram=16 * KB, direction="bwd", **problem)
+    labels = [p.label for p in all_plans(**problem, sram=227 * KB, backward=True)]
+    assert "flash/fast/bwd" in labels
 
 
 def test_wgmma_model_equals_simulator():
