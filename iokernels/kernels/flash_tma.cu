@@ -36,7 +36,12 @@ constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
 static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 rows, and the producer's");
 constexpr int WGS = BR / 64;  // consumer warpgroups
 // registers per thread after setmaxnreg: the producer keeps what issuing copies needs
+// (its counting build keeps 40: it adds the bytes of every copy in 64-bit counters)
+#ifdef IOK_COUNT
 constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
+#else
+constexpr int PRODUCER_REGS = WGS == 2 ? 24 : 32, CONSUMER_REGS = WGS == 2 ? 240 : 160;
+#endif
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536, "the register file");
 // TILE_D (wg.cuh): the tile's width; HEAD_D the problem's d. The copy engine zero-fills the columns past d, so
 // they add nothing to S or O; those of O are not stored. The row strides of Q, K, V and O are d's (the tensor

@@ -169,7 +169,7 @@ __device__ __forceinline__ void wg_dropout_rows(unsigned (&keep)[2], unsigned th
     static_assert(N % 8 == 0 && N <= 128, "two bits per 8 columns in one register");
     const unsigned p = t & 1;
     unsigned own = 0, give = 0;
-#pragma unroll
+#pragma unroll 4  // (not 16: the tma forward's causal build would spill the registers the calls interleave)
     for (int n = 0; n < N / 8; ++n) {
         const IokPhilox r = iok_dropout_words(seed, offset, bh, row + 8 * p, col0 + 8 * n + 2 * t);
         const unsigned lo = (r.x >= threshold ? 1u : 0u) | (r.y >= threshold ? 2u : 0u);  // even t's columns

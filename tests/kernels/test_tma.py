@@ -91,8 +91,7 @@ def _tma_variants():
 def test_the_tma_forward_compiles_without_spills(plan, counting):
     """Each variant of kernels/flash_tma.cu: sm_90a, the TMA copies and the register reallocation in its PTX,
     ptxas honouring setmaxnreg (no C7508 warning) and keeping the products asynchronous, and no register spills
-    in the plain build (the counting build of d 128, B_c 128 with dropout spills 44 bytes: it only counts), but
-    for 24 bytes past d 128 with dropout (O's 96 to 128 accumulators beside S, P and the keep bits)."""
+    in the plain build (the counting builds spill a little with dropout: they only count)."""
     nvrtc = pytest.importorskip("iokernels.kernels.nvrtc")
     from iokernels.kernels.sources import build_source
     from iokernels.kernels.stages import kernel_ref
@@ -105,8 +104,7 @@ def test_the_tma_forward_compiles_without_spills(plan, counting):
         pytest.skip(str(exc))
     res = result.resources_of(ref.name_expression)
     assert "cp.async.bulk.tensor.3d" in result.ptx and "setmaxnreg.inc" in result.ptx
-    allowed = 24 if plan.d > 128 and plan.dropout else 0
-    assert counting or (res.spill_stores <= allowed and res.spill_loads <= allowed), res
+    assert counting or (res.spill_stores == 0 and res.spill_loads == 0), res
     assert "C7508" not in result.log and "setmaxnreg" not in result.log.lower(), result.log
     # no wgmma serialized by ptxas (C7519: a compiler-inserted wait in a divergent path; C7517: a wait injected)
     assert "C7519" not in result.log and "C7517" not in result.log, result.log

@@ -111,9 +111,10 @@ def _route(direction, dtype, q_heads, kv_heads, algorithm="flash", deterministic
 def test_grouped_query_runs_natively_on_the_fast_forward_and_expanded_elsewhere():
     plan, expand = _route("fwd", "float16", 8, 2)
     assert (plan.schedule, expand, plan.heads, plan.kv_heads, plan.bh_kv) == ("fast", False, 8, 2, 4)
-    plan, expand = _route("fwd", "float16", 8, 2, "flash", d=96)  # d inside a wider tile: the tma forward too
-    assert (plan.schedule, expand, plan.kv_heads) == ("fast", False, 2)
-    for dtype, algorithm, d in (("float32", "flash", 64), ("float16", "standard", 64), ("float16", "flash", 136)):
+    for d in (96, 136, 256):  # d inside a wider tile, and past 128: the tma forward too
+        plan, expand = _route("fwd", "float16", 8, 2, "flash", d=d)
+        assert (plan.schedule, expand, plan.kv_heads) == ("fast", False, 2), d
+    for dtype, algorithm, d in (("float32", "flash", 64), ("float16", "standard", 64)):
         plan, expand = _route("fwd", dtype, 8, 2, algorithm, d=d)
         assert expand and plan.bh == plan.bh_kv == 16, (dtype, algorithm, d)
 
