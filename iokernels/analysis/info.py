@@ -71,7 +71,9 @@ def availability(cc: tuple[int, int] | None) -> list[dict[str, Any]]:
             row = {"algorithm": algorithm, "schedule": schedule, "pass": direction,
                    "dtypes": ["float32", "float16", "bfloat16"], "head_dims": "16-256, multiples of 8"}
             if schedule == "fast":
-                row.update(dtypes=list(FAST_DTYPES), head_dims=", ".join(map(str, FAST_HEAD_DIMS)))
+                top = 256 if direction == "fwd" else 128  # sm_90: d inside the tile of the next multiple of 64
+                row.update(dtypes=list(FAST_DTYPES),
+                           head_dims=f"{', '.join(map(str, FAST_HEAD_DIMS))}; sm_90: 16-{top}, multiples of 8")
             if cc is None:
                 row.update(available=False, kernel="-", note="needs a CUDA GPU (the simulator and model run here)")
             elif schedule == "fast":
@@ -79,7 +81,8 @@ def availability(cc: tuple[int, int] | None) -> list[dict[str, Any]]:
                     row.update(available=False, kernel="-", note="tensor-core kernels need compute capability 8.0")
                 else:
                     wgmma = cc[0] == WGMMA_CC[0]
-                    row.update(available=True, kernel="wgmma (sm_90a)" if wgmma else "mma.sync",
+                    sm90 = "tma + wgmma (sm_90a)" if direction == "fwd" else "wgmma (sm_90a)"
+                    row.update(available=True, kernel=sm90 if wgmma else "mma.sync",
                                note="" if wgmma else "wgmma kernels need sm_90 (H100, H200)")
             else:
                 row.update(available=True, kernel="CUDA cores" + (", tensor-core GEMMs" if algorithm == "standard"

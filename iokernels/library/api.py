@@ -302,7 +302,7 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     (``with cupy.cuda.Stream(): ...``) and the call does not synchronize it for cupy inputs.
 
     algorithm: "flash" (default), "two_pass" or "standard". schedule: for flash, "fast" (tensor cores: float16
-    with d of 64 or 128, the forward on sm_90 every multiple of 8 up to 128; the default there), "q_outer" (the
+    with d of 64 or 128, the forward on sm_90 every multiple of 8 up to 256; the default there), "q_outer" (the
     FlashAttention-2 order on CUDA cores, the default elsewhere) or "kv_outer" (the paper's Algorithm 1); for two_pass,
     "store" (default) or "recompute". Flash needs O(N) device memory beyond inputs and outputs;
     standard and two_pass "store" keep N_q x N_k scores per head (:func:`memory_needed`). A call

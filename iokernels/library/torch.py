@@ -66,7 +66,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     enable_gqa, which is taken for SDPA's signature); d a multiple of 8 from 16 to 256. dtypes:
     torch.float32, torch.float16 or torch.bfloat16, one for all, on one CUDA device. bfloat16 crosses to
     cupy as raw 16-bit words (cupy has no bfloat16), with the same kernels as float16: the tensor-core
-    flash path for d of 64 or 128 (on sm_90, forward and backward: every multiple of 8 up to 128), the research
+    flash path for d of 64 or 128 (on sm_90 every multiple of 8: up to 256 forward, 128 backward), the research
     kernels elsewhere.
 
     The call is the operator ``torch.ops.iokernels.attention_fwd`` (:mod:`iokernels.library.torch_ops`):

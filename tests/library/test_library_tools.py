@@ -29,7 +29,7 @@ def test_info_lists_every_schedule_and_the_caches():
     assert keys == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
     assert doc["kernel_cache"]["sm_90a cubins"].startswith(doc["kernel_cache"]["cupy"])
     fast = [r for r in doc["algorithms"] if r["schedule"] == "fast"]
-    assert all(r["dtypes"] == ["float16", "bfloat16"] and r["head_dims"] == "64, 128" for r in fast)
+    assert all(r["dtypes"] == ["float16", "bfloat16"] and r["head_dims"].startswith("64, 128; sm_90: 16-") for r in fast)
     if not HAS_GPU:
         assert doc["device"] is None and doc["no_gpu"].startswith("no GPU")
         assert not any(r["available"] for r in doc["algorithms"])
@@ -37,12 +37,15 @@ def test_info_lists_every_schedule_and_the_caches():
     assert ("no GPU" in text) is (not HAS_GPU) and "kernel cache (cupy)" in text
 
 
-@pytest.mark.parametrize("cc, fast_available, kernel", [((7, 0), False, "-"), ((8, 0), True, "mma.sync"),
-                                                        ((8, 9), True, "mma.sync"), ((9, 0), True, "wgmma (sm_90a)")])
-def test_info_availability_follows_the_compute_capability(cc, fast_available, kernel):
+@pytest.mark.parametrize("cc, fast_available, kernels", [
+    ((7, 0), False, ("-", "-")), ((8, 0), True, ("mma.sync", "mma.sync")), ((8, 9), True, ("mma.sync", "mma.sync")),
+    ((9, 0), True, ("tma + wgmma (sm_90a)", "wgmma (sm_90a)"))])
+def test_info_availability_follows_the_compute_capability(cc, fast_available, kernels):
     rows = info.availability(cc)
-    fast = [r for r in rows if r["schedule"] == "fast"]
-    assert len(fast) == 2 and all(r["available"] is fast_available and r["kernel"] == kernel for r in fast)
+    fast = {r["pass"]: r for r in rows if r["schedule"] == "fast"}
+    assert sorted(fast) == ["bwd", "fwd"] and all(r["available"] is fast_available for r in fast.values())
+    assert (fast["fwd"]["kernel"], fast["bwd"]["kernel"]) == kernels
+    assert "16-256" in fast["fwd"]["head_dims"] and "16-128" in fast["bwd"]["head_dims"]
     assert all(r["available"] for r in rows if r["schedule"] != "fast")
 
 

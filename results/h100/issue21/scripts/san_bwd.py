@@ -1,0 +1,20 @@
+import cupy as cp
+from iokernels.kernels import launch
+from iokernels.plan.dropout import Dropout
+from iokernels.plan.fast_bwd import make_fast_backward_plan
+from iokernels.plan.variants import with_causal, with_dropout
+n = 0
+for d, tiles in ((96, {}), (32, {}), (32, {"block_r": 64, "block_c": 64}), (112, {})):
+    for variant in ("", "bottom_right", "top_left", "dropout"):
+        for n_q, n_k in ((113, 17), (17, 300), (1, 1)):
+            kw = dict(N_q=n_q, N_k=n_k, d=d, dtype="bfloat16", batch=1, heads=2, kernel="wgmma", **tiles)
+            if variant == "dropout":
+                plan = with_dropout(make_fast_backward_plan(**kw, dropout=True), Dropout(0.1, 7, 3))
+            else:
+                plan = with_causal(make_fast_backward_plan(**kw), variant)
+            inputs, _ = launch.make_device_inputs(plan, seed=1)
+            for counting in (True, False):
+                launch.run_plan(plan, inputs, counting=counting)
+                n += 1
+cp.cuda.runtime.deviceSynchronize()
+print("ran", n)
