@@ -29,7 +29,8 @@ def test_info_lists_every_schedule_and_the_caches():
     assert keys == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
     assert doc["kernel_cache"]["sm_90a cubins"].startswith(doc["kernel_cache"]["cupy"])
     fast = [r for r in doc["algorithms"] if r["schedule"] == "fast"]
-    assert all(r["dtypes"] == ["float16", "bfloat16"] and r["head_dims"].startswith("64, 128; sm_90: 16-") for r in fast)
+    assert all(r["dtypes"] == ["float16", "bfloat16"] and r["head_dims"].startswith("64, 128; sm_90: 16-")
+               for r in fast)
     if not HAS_GPU:
         assert doc["device"] is None and doc["no_gpu"].startswith("no GPU")
         assert not any(r["available"] for r in doc["algorithms"])
