@@ -7,8 +7,8 @@ the one an arch-specific source is for) and of each variant
 family (causal, block-sparse, explicit masks, dropout, standard attention's masks, the tensor-core dropout
 kernels: for one architecture, sm_90 or the source's own), merged by (source, defines, architecture) with every
 template instance any of them names, so that nothing is compiled twice. Each case asserts, for the counting and
-the plain build: a cubin, no warnings, a ptxas report for every instance, no spills and zero stack; and the
-64-bit counter flush in the counting build only.
+the plain build: a cubin, no warnings, no wgmma serialized by ptxas, a ptxas report for every instance, no spills
+and zero stack; and the 64-bit counter flush in the counting build only.
 """
 
 from __future__ import annotations
@@ -92,6 +92,11 @@ def test_compiles_in_both_builds_without_spills(source: str, defines: tuple, arc
         build = "counting" if counting else "plain"
         assert result.cubin, build
         assert "warning" not in result.log.lower(), f"{build}: {result.log}"
+        # ptxas keeps every wgmma asynchronous (C7519: products serialized by a compiler-inserted wait in a
+        # divergent path; C7517: a wait injected), and honours setmaxnreg (C7508)
+        assert not any(code in result.log for code in ("C7508", "C7517", "C7519")), f"{build}: {result.log}"
+        if source == "flash_tma.cu":  # the copies and the register reallocation are in its PTX
+            assert "cp.async.bulk.tensor.3d" in result.ptx and "setmaxnreg.inc" in result.ptx, build
         for expr in instances:
             assert result.resources_of(expr).registers, f"{build} {expr}: no ptxas report\n{result.log}"
         for fn, res in result.resources.items():
