@@ -136,7 +136,7 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     K/V-outer kernel, 1 does not (less memory); ``ds_stages``: the same for its dSᵀ (2: one barrier
     per step instead of two). ``deterministic``: no atomics (a query-outer dQ stage and a dK/dV
     stage), bit-identical results. ``kernel``: ``"wgmma"`` or ``"mma"`` (default: see the module);
-    the wgmma kernel takes B_r and B_c of 64 or 128 (default :data:`FAST_BWD_WGMMA_TILES`), with
+    the wgmma kernel takes B_r <= B_c of 64 or 128 (default :data:`FAST_BWD_WGMMA_TILES`), with
     double-buffered query blocks (``q_stages``/``ds_stages`` apply to mma only). ``kv_heads``
     (grouped-query attention, K and V with fewer heads than Q; wgmma only): the main stage's grid has
     one block per key block of each K/V head, which loops over the heads / kv_heads query heads that
@@ -218,6 +218,8 @@ def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, 
     block_r = default_r if block_r is None else block_r
     block_c = default_c if block_c is None else block_c
     _check_tiles(block_r, block_c)
+    if block_r > block_c:  # never planned, and a timing of it on an H100 (2026-11-25, d 32) did not finish
+        raise ValueError(f"wgmma backward tiles: block_r <= block_c, got block_r={block_r} > block_c={block_c}")
     e, bh = itemsize(dtype), batch * heads
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
     params = () if tile_d == d else (("HEAD_D_TILE", tile_d),)

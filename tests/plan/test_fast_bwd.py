@@ -166,6 +166,7 @@ def test_fast_is_a_backward_schedule_of_flash():
     ({"d": 64, "dtype": "float16", "ds_stages": 0}, "ds_stages must be 1 or 2"),
     ({"d": 64, "dtype": "float16", "ds_stages": 1, "kernel": "wgmma"}, "options of the mma kernel"),
     ({"d": 64, "dtype": "float16", "block_r": 128, "block_c": 64, "kernel": "mma"}, "block_r=128 > block_c=64"),
+    ({"d": 32, "dtype": "float16", "block_r": 128, "block_c": 64, "kernel": "wgmma"}, "block_r=128 > block_c=64"),
     ({"d": 64, "dtype": "float16", "kernel": "wmma"}, "kernel must be one of"),
     ({"d": 64, "dtype": "float16", "kernel": "wgmma", "deterministic": True}, "deterministic=True runs the mma"),
     ({"d": 64, "dtype": "float16", "N_k": 0}, "N_k must be"),
