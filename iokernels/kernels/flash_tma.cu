@@ -4,13 +4,14 @@
 // move and when the products are issued differ:
 //
 // A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
-// (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec: 40 with two consumer warpgroups, 32
-// with three; the consumers take 232 or 160) and one of its threads issues every copy: Q_i once, then K_0, and
-// K_{j+1} before V_j, into two-stage rings, each tile as TILE_D / 64 TMA boxes of 64 columns (kernels/tma.cuh;
-// the maps from kernels/tensormap.py, one head at a time, so rows past N are zero-filled, never read) that land
-// 128-byte swizzled as wgmma reads them. Stage s has a "full" barrier (the producer's expect_tx plus the copies'
-// bytes) and an "empty" one (one arrival per consumer warp, after its product has read the stage). No block-wide
-// barrier runs between the roles: every thread meets again only in iok_flush (the counting build).
+// (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec: 24 with two consumer warpgroups, 40 in
+// the counting build, 32 with three; the consumers take 240, 232 or 160) and one of its threads issues every copy:
+// Q_i once, then K_0, and K_{j+1} before V_j, into two-stage rings, each tile as TILE_D / 64 TMA boxes of 64
+// columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a time, so rows past N are zero-filled,
+// never read) that land 128-byte swizzled as wgmma reads them. Stage s has a "full" barrier (the producer's
+// expect_tx plus the copies' bytes) and an "empty" one (one arrival per consumer warp, after its product has read
+// the stage). No block-wide barrier runs between the roles: every thread meets again only in iok_flush (the
+// counting build).
 //
 // A consumer warpgroup's step j issues S_j = Q K_jᵀ and then O += P_{j-1} V_{j-1} (P from registers), waits for
 // the first, masks and exponentiates S_j while the second runs, then waits for it, rescales O and rounds P_j into
