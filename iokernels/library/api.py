@@ -31,6 +31,7 @@ from ..plan import (
     D_MIN,
     D_MULTIPLE,
     Plan,
+    SramTooSmall,
     Unsupported,
     make_plan,
     normalize_causal,
@@ -203,9 +204,9 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
     """The plan a call runs, and whether K and V are expanded to q's heads for it.
 
     With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
-    problem, else its research default. Grouped-query attention (``group`` > 1) runs natively where
-    the plan takes ``kv_heads`` (the fast forward; the fast backward on sm_90), else on K and V with
-    each head repeated ``group`` times (expanded)."""
+    problem and their tiles fit the M given (``sram``), else its research default. Grouped-query
+    attention (``group`` > 1) runs natively where the plan takes ``kv_heads`` (the fast forward; the fast
+    backward on sm_90), else on K and V with each head repeated ``group`` times (expanded)."""
     fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES  # the head dims: the plans say
             and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None
             and (dropout is None or supports_dropout("flash", "fast", direction)))
@@ -219,6 +220,11 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
             except Unsupported as exc:  # the next choice, or this error when there is none
                 failure = exc
                 continue
+            except SramTooSmall as exc:  # an M given too small for the tensor-core tiles: the research schedule
+                if sched != "fast" or len(schedules) == 1:
+                    raise
+                failure = exc
+                break
             return plan, kv_group != group
     assert failure is not None
     raise failure
@@ -345,7 +351,8 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
 
     scale: the softmax scale, default 1/sqrt(d). sram: M, the shared memory per thread block the
     plan may use (bytes, or a size such as "96KB"; default 96 KB, for "fast" the device's limit;
-    never above the device's limit). return_lse: also return the row logsumexp (..., N_q), float32.
+    never above the device's limit; with no schedule given, an M too small for the tensor-core tiles runs
+    the research schedule in that M). return_lse: also return the row logsumexp (..., N_q), float32.
 
     graph: capture the call's kernel launches into a CUDA graph the first time these plans meet
     inputs at these device addresses, and replay it when they meet them again (a loop over the same

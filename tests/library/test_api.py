@@ -336,3 +336,18 @@ def test_bad_explicit_masks_are_refused_before_the_gpu(mask, error, message):
     with pytest.raises(ValueError, match="deterministic"):
         iokernels.attention_backward(q, k, k, q, q, np.zeros((2, 5), np.float32), mask=np.ones((5, 7), bool),
                                      deterministic=True)
+
+
+@pytest.mark.parametrize("direction, d, sram, want", [("fwd", 256, 100 * 1024, "flash/q_outer/fwd"),
+                                                      ("bwd", 96, 96 * 1024, "flash/kv_outer/bwd"),
+                                                      ("fwd", 96, 96 * 1024, "flash/fast/fwd")])
+def test_an_m_too_small_for_the_tensor_core_tiles_takes_the_research_schedule(direction, d, sram, want):
+    """With no schedule given, an explicit M (sram) that the tensor-core tiles do not fit runs the research schedule
+    in that M; asked for by name, the tensor-core schedule still refuses."""
+    from iokernels.library.api import choose_plan
+    from iokernels.plan import SramTooSmall
+
+    plan, _ = choose_plan(direction, "flash", None, 300, 200, d, "float16", (2, 4), sram, 1, "", False)
+    assert plan.label == want and plan.smem_bytes <= sram
+    with pytest.raises(SramTooSmall, match="smallest M that works"):
+        choose_plan(direction, "flash", "fast", 300, 200, d, "float16", (2, 4), 16 * 1024, 1, "", False)
