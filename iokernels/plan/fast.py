@@ -41,9 +41,9 @@ FAST_HEAD_DIMS = (64, 128)  # the tile widths; every kernel takes these d
 # the tma kernel's d: every multiple of 8 up to 256, in the tile of the next multiple of 64 (the copy engine
 # zero-fills the columns past d; kernels/flash_tma.cu)
 TMA_HEAD_DIMS = tuple(range(16, 257, 8))
-# (tile width, causal) -> the tma kernel's (B_r, B_c), timed on an H200 (results/h200/tma/): three consumer
-# warpgroups at d 64 unless causal (where the diagonal's masked work grows with B_r); past d 128, S, O and P
-# fit the registers at 128 x 64 only
+# (tile width, causal) -> the tma kernel's (B_r, B_c), timed on an H100 (results/h100/issue21/tma-ab-820a93d.txt):
+# three consumer warpgroups at d 64 unless causal (where the diagonal's masked work grows with B_r); past d 128,
+# S, O and P fit the registers at 128 x 64 only
 TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 128), (128, True): (128, 128),
              (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
 FAST_KERNELS = ("tma", "wgmma", "mma")
