@@ -36,12 +36,8 @@ QUICK_SHAPES = ((113, 17),)
 
 
 RESEARCH_HEAD_DIMS = (16, 128)
-
-
-FAST_BWD_WIDER_HEAD_DIMS = (96,)  # the wgmma backward's d inside a wider tile (HEAD_D_TILE 128)
-
-
 RESEARCH_SRAM = {16: 16 * KB, 128: 96 * KB}  # several ragged tiles over 113 rows at both head dims
+FAST_BWD_WIDER_HEAD_DIMS = (96,)  # the wgmma backward's d inside a wider tile (HEAD_D_TILE 128)
 
 
 @dataclass(frozen=True)

@@ -247,19 +247,19 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             }
         };
         auto pack_p = [&]() {
+#ifdef DROPOUT
 #pragma unroll
             for (int kk = 0; kk < BC / 16; ++kk) {
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-#ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
+                for (int r = 0; r < 4; ++r) {  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
                     const int bit = 4 * kk + 2 * (r >> 1);
                     pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
                                            wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
-#else
-                    pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-#endif
                 }
             }
+#else
+            wg_acc_to_a<T, BC>(pa, s);
+#endif
         };
 
         // Step 0: S_0 alone. Every later step issues S_j and then P_{j-1} V_{j-1}, waits for the first, runs

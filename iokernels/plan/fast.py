@@ -48,13 +48,12 @@ TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128
              (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
-# kernel -> (stage kernel name, default (B_r, B_c) per d); both run 2 B_r threads per block (a warp
-# per 16 rows, or a warpgroup per 64)
+# kernel -> (stage kernel name, default (B_r, B_c) per d; tma's per (tile width, causal)); wgmma and mma run
+# 2 B_r threads per block (a warp per 16 rows, or a warpgroup per 64), tma a producer warpgroup besides
 _KERNELS = {
     "wgmma": ("flash_wgmma_fwd", {64: (128, 64), 128: (128, 128)}),
     "mma": ("flash_tc_fwd", {64: (64, 64), 128: (64, 64)}),
-    # sm_90a, a producer warpgroup beside the 2 consumer warpgroups (kernels/flash_tma.cu)
-    "tma": ("flash_tma_fwd", {w: TMA_TILES[w, False] for w in (64, 128, 192, 256)}),
+    "tma": ("flash_tma_fwd", TMA_TILES),
 }
 # (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
 FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
@@ -81,6 +80,13 @@ def default_kernel() -> str:
 def tile_head_dim(d: int) -> int:
     """The tile width that holds d columns: the next multiple of 64 (d itself where it is one)."""
     return -(-d // 64) * 64
+
+
+def tile_params(d: int) -> tuple[tuple[str, int], ...]:
+    """The stage parameter of a kernel that runs d inside a wider tile: ``HEAD_D_TILE`` where the tile width is not
+    d (kernels/wg.cuh's TILE_D), none where it is."""
+    tile_d = tile_head_dim(d)
+    return () if tile_d == d else (("HEAD_D_TILE", tile_d),)
 
 
 def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[tuple[str, int]]:
@@ -113,7 +119,7 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
                           f"multiple of 8 from 16 to 256), got d={d} with kernel {kernel}")
     tile_d = tile_head_dim(d)
     name, defaults = _KERNELS[kernel]
-    tiles = TMA_TILES[tile_d, bool(causal)] if kernel == "tma" else defaults[tile_d]
+    tiles = defaults[tile_d, bool(causal)] if kernel == "tma" else defaults[tile_d]
     block_r = tiles[0] if block_r is None else block_r
     block_c = tiles[1] if block_c is None else block_c
     if kernel == "tma":
@@ -136,7 +142,7 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
     threads = 2 * block_r + (128 if kernel == "tma" else 0)  # tma: and the producer warpgroup
-    params = () if tile_d == d else (("HEAD_D_TILE", tile_d),)
+    params = tile_params(d)
     stage = Stage("main", name, (tr, 1, batch * heads), threads, layout(buffers), params)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads,

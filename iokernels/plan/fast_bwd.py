@@ -37,7 +37,7 @@ build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks th
 from __future__ import annotations
 
 from .core import Plan, Stage, Unsupported, check_problem, layout, rowwise_stage
-from .fast import SM90_KERNELS, default_kernel, tile_head_dim
+from .fast import SM90_KERNELS, default_kernel, tile_head_dim, tile_params
 from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 
@@ -222,9 +222,8 @@ def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, 
         raise ValueError(f"wgmma backward tiles: block_r <= block_c, got block_r={block_r} > block_c={block_c}")
     e, bh = itemsize(dtype), batch * heads
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
-    params = () if tile_d == d else (("HEAD_D_TILE", tile_d),)
     main = Stage("main", KERNEL_WGMMA, (tc, 1, batch * kv_heads), 2 * block_c,
-                 layout(wgmma_buffers(tile_d, e, block_r, block_c)), params)
+                 layout(wgmma_buffers(tile_d, e, block_r, block_c)), tile_params(d))
     stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
               rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
     return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
