@@ -10,7 +10,8 @@ import platform
 from typing import Any
 
 from ..plan import SCHEDULES
-from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_HEAD_DIMS
+from ..plan.fast_bwd import WGMMA_BWD_HEAD_DIMS
 
 FAST_MIN_CC = (8, 0)  # mma.sync m16n8k16 for float16 and bfloat16
 WGMMA_CC = (9, 0)  # wgmma: sm_90a (H100, H200)
@@ -71,9 +72,9 @@ def availability(cc: tuple[int, int] | None) -> list[dict[str, Any]]:
             row = {"algorithm": algorithm, "schedule": schedule, "pass": direction,
                    "dtypes": ["float32", "float16", "bfloat16"], "head_dims": "16-256, multiples of 8"}
             if schedule == "fast":
-                top = 256 if direction == "fwd" else 128  # sm_90: d inside the tile of the next multiple of 64
-                row.update(dtypes=list(FAST_DTYPES),
-                           head_dims=f"{', '.join(map(str, FAST_HEAD_DIMS))}; sm_90: 16-{top}, multiples of 8")
+                wider = TMA_HEAD_DIMS if direction == "fwd" else WGMMA_BWD_HEAD_DIMS  # d inside a wider tile
+                row.update(dtypes=list(FAST_DTYPES), head_dims=f"{', '.join(map(str, FAST_HEAD_DIMS))}; sm_90: "
+                           f"{wider[0]}-{wider[-1]}, multiples of 8")
             if cc is None:
                 row.update(available=False, kernel="-", note="needs a CUDA GPU (the simulator and model run here)")
             elif schedule == "fast":
