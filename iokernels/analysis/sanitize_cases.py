@@ -136,18 +136,20 @@ def _fast_forward_configs(quick: bool) -> Iterator[Factory]:
 
 
 def _fast_backward_configs(quick: bool) -> Iterator[Factory]:
-    # wgmma (default tiles and make_plan's 64 x 64 fallback), mma with FAST_BWD_FALLBACKS, deterministic=True;
-    # grouped-query K/V where a kernel takes it (the others raise Unsupported and are left out); wgmma at d 96
-    options: list[dict] = [{"kernel": "wgmma"}, {"kernel": "mma"}, {"kernel": "mma", "deterministic": True}]
+    # tma and wgmma (default tiles and make_plan's 64 x 64 fallback), mma with FAST_BWD_FALLBACKS,
+    # deterministic=True; grouped-query K/V where a kernel takes it (the others raise Unsupported and are left
+    # out); tma and wgmma at d inside a wider tile
+    options: list[dict] = [{"kernel": "tma"}, {"kernel": "wgmma"}, {"kernel": "mma"},
+                           {"kernel": "mma", "deterministic": True}]
     if not quick:
-        options += [{"kernel": "wgmma", **FAST_BWD_WGMMA_FALLBACK}]
+        options += [{"kernel": k, **FAST_BWD_WGMMA_FALLBACK} for k in ("tma", "wgmma")]
         options += [{"kernel": "mma", "deterministic": det, **f} for det in (False, True) for f in FAST_BWD_FALLBACKS
                     if f]
     for dtype in FAST_DTYPES:
         for d in (*FAST_HEAD_DIMS, *FAST_BWD_WIDER_HEAD_DIMS):
             for option in options:
-                if d not in FAST_HEAD_DIMS and option != {"kernel": "wgmma"}:
-                    continue  # d inside a wider tile: the wgmma kernel's default tiles (its other tiles as at d 128)
+                if d not in FAST_HEAD_DIMS and option not in ({"kernel": "tma"}, {"kernel": "wgmma"}):
+                    continue  # d inside a wider tile: the sm_90 kernels' default tiles (their others as at d 128)
                 for kv_heads in ((HEADS,) if quick else (HEADS, 1)):
                     yield lambda n_q, n_k, t=dtype, d=d, o=option, kv=kv_heads: make_fast_backward_plan(
                         N_q=n_q, N_k=n_k, d=d, dtype=t, batch=BATCH, heads=HEADS, **({"kv_heads": kv} if kv != HEADS

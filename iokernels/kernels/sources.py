@@ -95,7 +95,7 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, ds_stages=ds,
                                           kernel="mma")
                   for d, br, bc, ds in FAST_BWD_TUNING]  # tuning variants
-    if source == "flash_wgmma_bwd.cu":
+    if source in ("flash_wgmma_bwd.cu", "flash_tma_bwd.cu"):
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,
             FAST_BWD_HEAD_DIMS,
@@ -104,12 +104,13 @@ def _plan_variants(source: str) -> list[CompileVariant]:
             make_fast_backward_plan,
         )
 
-        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel="wgmma", **tiles)
+        kernel = "wgmma" if source == "flash_wgmma_bwd.cu" else "tma"
+        plans = [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel=kernel, **tiles)
                  for t in FAST_BWD_DTYPES for d in FAST_BWD_HEAD_DIMS
                  for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)]  # defaults and make_plan's fallback
-        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel="wgmma")
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel=kernel)
                   for d, br, bc in FAST_BWD_WGMMA_TUNING]  # tuning variants
-        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel="wgmma")
+        plans += [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel=kernel)
                   for t in FAST_BWD_DTYPES for d in (32, 96)]  # d inside a wider tile (HEAD_D_TILE 64, 128)
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
@@ -124,13 +125,14 @@ COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
-                      "flash_wgmma.cu", "flash_tma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu")},
+                      "flash_wgmma.cu", "flash_tma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu",
+                      "flash_tma_bwd.cu")},
 }
 
 # Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these
 # real architectures only, on the GPU and in the CPU compile test; any other device cannot use them.
 SOURCE_ARCHS: dict[str, tuple[str, ...]] = {"flash_wgmma.cu": ("sm_90a",), "flash_wgmma_bwd.cu": ("sm_90a",),
-                                             "flash_tma.cu": ("sm_90a",)}
+                                             "flash_tma.cu": ("sm_90a",), "flash_tma_bwd.cu": ("sm_90a",)}
 
 
 def list_sources() -> list[str]:

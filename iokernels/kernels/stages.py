@@ -40,6 +40,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "flash_wgmma_fwd": ("flash_wgmma.cu", "flash_wgmma_fwd"),
     "flash_tma_fwd": ("flash_tma.cu", "flash_tma_fwd"),
     "flash_wgmma_bwd": ("flash_wgmma_bwd.cu", "flash_wgmma_bwd"),
+    "flash_tma_bwd": ("flash_tma_bwd.cu", "flash_tma_bwd"),
 }
 # kernels that stream whole rows, one block over ROWS_PER_BLOCK rows (no attention tiles)
 ROWWISE = frozenset(k for k, (source, _) in SOURCES.items() if source == "rowwise.cu")

@@ -2,9 +2,9 @@
 (``const __grid_constant__ IokTensorMap``, kernels/tma.cuh), encoded on the host by the driver's
 ``cuTensorMapEncodeTiled`` through ctypes.
 
-:func:`attention_map` is the one layout the attention kernels load: a row-major (BH, N, d) tensor of 2-byte
-elements seen as 3-D {d, N, BH} (innermost first), boxes of ``rows`` x 64 elements (128 bytes, the 128-byte
-swizzle) inside one head, so rows past N are zero-filled instead of read from the next head. A tile is
+:func:`attention_map` is the one layout the attention kernels load: a row-major (BH, N, d) tensor seen as 3-D
+{d, N, BH} (innermost first), boxes of ``rows`` x 128 bytes (64 2-byte elements, or 32 float32 for the backward's
+dQacc; the 128-byte swizzle) inside one head, so rows past N are zero-filled instead of read from the next head. A tile is
 ceil(d / 64) boxes, one per slab (column coordinate 64 s); the columns of the last box past d are zero-filled
 too. :func:`check_tiled` states the driver's rules, so a bad map fails here with a message instead of inside the
 driver.
@@ -25,6 +25,7 @@ DATA_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
 ITEMSIZE = {"float16": 2, "float32": 4, "bfloat16": 2}
 SWIZZLE_BYTES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes of the swizzle span -> the enum
 BOX_MAX = 256
+SWIZZLE_SPAN = 128  # bytes: the attention maps' boxes are one 128-byte swizzle span wide
 
 
 class TensorMapError(ValueError):
@@ -64,7 +65,7 @@ def attention_args(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int
     itemsize = ITEMSIZE[dtype]
     if (d * itemsize) % 16:
         raise TensorMapError(f"attention tensor map: rows of d={d} {dtype} elements are not a multiple of 16 bytes")
-    return [d, n, bh], [d * itemsize, n * d * itemsize], [64, rows, 1], 64 * itemsize
+    return [d, n, bh], [d * itemsize, n * d * itemsize], [SWIZZLE_SPAN // itemsize, rows, 1], SWIZZLE_SPAN
 
 
 def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
@@ -88,8 +89,9 @@ def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequenc
 
 
 def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int) -> bytes:
-    """The map of a (bh, n, d) row-major tensor at ``pointer`` loaded as boxes of ``rows`` x 64 elements,
-    128-byte swizzled; box (slab s, first row r, head z) is at coordinates (64 s, r, z)."""
+    """The map of a (bh, n, d) row-major tensor at ``pointer`` loaded as boxes of ``rows`` x 128 bytes (64 2-byte
+    elements, 32 float32), 128-byte swizzled; box (slab s, first row r, head z) is at coordinates (64 s, r, z) for
+    2-byte elements, (32 s, r, z) for float32."""
     return encode_tiled(pointer, dtype, *attention_args(pointer, dtype, bh, n, d, rows))
 
 

@@ -77,6 +77,29 @@ __device__ __forceinline__ void iok_tma_prefetch_map(const IokTensorMap* map)
 {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
+// Add the box at `src` (shared memory, laid out as the map's box) into the tensor at element coordinates (c0, c1,
+// c2) of `map`: the copy engine reads, adds and writes global memory (float32 add, a read-modify-write per
+// element); elements outside the tensor are skipped. Completes in the thread's bulk group (iok_bulk_commit).
+__device__ __forceinline__ void iok_tma_reduce_add_3d(const IokTensorMap* map, const void* src, int c0, int c1, int c2)
+{
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(iok_smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void iok_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of the thread's bulk groups are still reading their shared-memory source (the buffer may be
+// written again) ...
+template <int N>
+__device__ __forceinline__ void iok_bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// ... or are still incomplete (their writes to global memory done).
+template <int N>
+__device__ __forceinline__ void iok_bulk_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
 // Generic-proxy shared-memory accesses (st.shared, ld.shared) ordered with the async proxy (TMA, wgmma).
 __device__ __forceinline__ void iok_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

@@ -114,13 +114,6 @@ __device__ __forceinline__ void wg_fence_regs(unsigned (&r)[N][4])
 // async proxy); a block barrier follows.
 __device__ __forceinline__ void wg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// Two floats -> one register of two T (low half = first).
-template <typename T>
-__device__ __forceinline__ unsigned wg_pack(float lo, float hi)
-{
-    return to_bits(from_f<T>(lo)) | (to_bits(from_f<T>(hi)) << 16);
-}
-
 // An m64nN accumulator (N / 2 floats per thread) as the register A fragments of the next product:
 // 16 columns (one k step) per fragment.
 template <typename T, int N>
@@ -129,7 +122,7 @@ __device__ __forceinline__ void wg_acc_to_a(unsigned (&a)[N / 16][4], const floa
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) a[kk][r] = wg_pack<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+        for (int r = 0; r < 4; ++r) a[kk][r] = tc_pack<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
     }
 }
 
@@ -151,7 +144,7 @@ __device__ __forceinline__ float wg_keep(float x, unsigned bits, int bit)
 {
     return __uint_as_float(__float_as_uint(x) & wg_bit_mask(bits, bit));
 }
-// The same on a register of two T (wg_pack's layout): the low half kept iff bit lo_bit of lo, the high half
+// The same on a register of two T (tc_pack's layout): the low half kept iff bit lo_bit of lo, the high half
 // iff bit hi_bit of hi.
 __device__ __forceinline__ unsigned wg_keep2(unsigned x, unsigned lo, int lo_bit, unsigned hi, int hi_bit)
 {

@@ -1,8 +1,11 @@
 """Tensor-core FlashAttention backward for float16 / bfloat16 (issue #5, backward half).
 
 ``make_fast_backward_plan`` builds the plan of the schedule ``flash/fast`` in the ``bwd`` direction,
-with one of two kernels for its main stage:
+with one of three kernels for its main stage:
 
+* ``"tma"`` (``kernels/flash_tma_bwd.cu``, sm_90a only): the wgmma kernel's math, tiles, variants and bytes with
+  a producer warpgroup: TMA copies of Q_i, dO_i into a two-stage mbarrier ring (K_j, V_j once), register
+  reallocation, dQ added by the copy engine's bulk tensor reduction instead of per-thread atomics;
 * ``"wgmma"`` (``kernels/flash_wgmma_bwd.cu``, sm_90a only: H100/H200): warpgroup matrix products, a
   warpgroup per 64 keys; B_r = 128 (d = 64, float16) or 64, B_c = 128; every d that is a multiple of 8 from
   16 to 128 (:data:`WGMMA_BWD_HEAD_DIMS`), in the tile of the next width (64 or 128, the stage parameter
@@ -10,7 +13,7 @@ with one of two kernels for its main stage:
 * ``"mma"`` (``kernels/flash_tc_bwd.cu``, sm_80 and newer): ``mma.sync`` m16n8k16, a warp per 16 keys; d 64
   and 128 only (:data:`FAST_BWD_HEAD_DIMS`).
 
-``kernel=None`` picks ``"wgmma"`` on a compute-capability 9.x GPU and with no GPU visible, else
+``kernel=None`` picks ``"tma"`` on a compute-capability 9.x GPU and with no GPU visible, else
 ``"mma"`` (:func:`default_backward_kernel`); the deterministic variant is ``"mma"`` only. Two
 variants:
 
@@ -42,9 +45,9 @@ from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 
 def default_backward_kernel() -> str:
-    """``"wgmma"`` where the forward's default kernel is an sm_90 one (a compute-capability 9.x GPU, or none
+    """``"tma"`` where the forward's default kernel is an sm_90 one (a compute-capability 9.x GPU, or none
     visible), else ``"mma"``."""
-    return "wgmma" if default_kernel() in SM90_KERNELS else "mma"
+    return "tma" if default_kernel() in SM90_KERNELS else "mma"
 
 
 FAST_BWD_DTYPES = ("float16", "bfloat16")
@@ -64,7 +67,9 @@ FAST_BWD_KV_BLOCK = 64  # keys per step of the deterministic dq kernel (does not
 DETERMINISTIC = "deterministic"
 KERNEL = "flash_tc_bwd"
 KERNEL_WGMMA = "flash_wgmma_bwd"
-FAST_BWD_KERNELS = ("wgmma", "mma")
+KERNEL_TMA = "flash_tma_bwd"
+FAST_BWD_KERNELS = ("tma", "wgmma", "mma")
+SM90_BWD_KERNELS = ("tma", "wgmma")  # the same tiles, d, causal, dropout and grouped-query support
 # (tile width, dtype) -> (B_r, B_c) of the wgmma kernel (timed on an H200 at d = the tile width)
 FAST_BWD_WGMMA_TILES = {(64, "float16"): (128, 128), (64, "bfloat16"): (128, 128),
                         (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
@@ -81,6 +86,8 @@ FAST_BWD_TUNING = ((64, 64, 128, 2), (64, 128, 128, 1), (128, 64, 128, 1))
 FAST_BWD_ARGS: dict[str, tuple[str, ...]] = {
     KERNEL: ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale"),
     KERNEL_WGMMA: ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale", "kv_group"),
+    KERNEL_TMA: ("map:Q", "map:K", "map:V", "map:dO", "lse", "D", "map:dQacc", "dK", "dV", "n_q", "n_k", "scale",
+                 "kv_group"),  # TMA maps
     KERNEL_DKDV: ("Q", "K", "V", "dO", "lse", "D", "dK", "dV", "n_q", "n_k", "scale"),
     KERNEL_DQ: ("Q", "K", "V", "O", "dO", "lse", "D", "dQ", "n_q", "n_k", "scale"),
 }
@@ -107,6 +114,15 @@ def wgmma_buffers(d: int, e: int, block_r: int, block_c: int) -> list[tuple[str,
     q, kv, row = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE
     return [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q), ("dS", block_c * block_r * e),
             ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
+
+
+def tma_buffers(d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
+    """Shared memory of flash_tma_bwd: K_j, V_j; two stages of Q_i and dO_i; two of dSᵀ (B_c x B_r of T); the dQ
+    buffer (B_r x d float32, boxes of 64 rows x 32 columns); two stages of lse_i and D_i (last: every tile stays
+    1024-byte aligned). ``d``: the tiles' width."""
+    q, kv, row, ds = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE, block_c * block_r * e
+    return [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q), ("dS0", ds), ("dS1", ds),
+            ("dQ", block_r * d * ACC_ITEMSIZE), ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
 
 
 def dq_buffers(d: int, e: int, block_r: int, kv_block: int = FAST_BWD_KV_BLOCK) -> list[tuple[str, int]]:
@@ -156,26 +172,26 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         kernel = "mma" if deterministic else default_backward_kernel()
     if kernel not in FAST_BWD_KERNELS:
         raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
-    if d not in FAST_BWD_HEAD_DIMS and (kernel != "wgmma" or deterministic):
+    if d not in FAST_BWD_HEAD_DIMS and (kernel not in SM90_BWD_KERNELS or deterministic):
         raise Unsupported(_mma_head_dims(d))
-    if dropout and (kernel != "wgmma" or deterministic):
+    if dropout and (kernel not in SM90_BWD_KERNELS or deterministic):
         raise Unsupported(_NO_MMA_DROPOUT)
     kv_heads = heads if kv_heads is None else kv_heads
     if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
-    if kv_heads != heads and (kernel != "wgmma" or deterministic):
+    if kv_heads != heads and (kernel not in SM90_BWD_KERNELS or deterministic):
         raise Unsupported(f"grouped-query attention (kv_heads={kv_heads} < heads={heads}) in the backward is "
                           "implemented by the wgmma kernel (sm_90), without deterministic=True")
     for name, value in (("q_stages", q_stages), ("ds_stages", ds_stages)):
         if value not in (1, 2) or isinstance(value, bool):
             raise ValueError(f"{name} must be 1 or 2, got {value!r}")
-    if kernel == "wgmma":
+    if kernel in SM90_BWD_KERNELS:
         if deterministic:
-            raise ValueError("deterministic=True runs the mma kernels (the wgmma backward adds dQ with atomics)")
+            raise ValueError(f"deterministic=True runs the mma kernels (the {kernel} backward adds dQ with atomics)")
         if (q_stages, ds_stages) != (2, 2):
             raise ValueError("q_stages and ds_stages are options of the mma kernel (wgmma: double-buffered "
                              "query blocks, one dSᵀ buffer)")
-        return _wgmma_plan(N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c, dropout)
+        return _sm90_plan(kernel, N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c, dropout)
     if block_r is None:
         block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
     _check_tiles(block_r, block_c)
@@ -211,8 +227,8 @@ _NO_MMA_DROPOUT = ("dropout in the tensor-core backward is implemented by the wg
                    "backward kernels (flash_tc_bwd.cu, and deterministic=True) have none")
 
 
-def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, kv_heads: int,
-                block_r: int | None, block_c: int | None, dropout: bool = False) -> Plan:
+def _sm90_plan(kernel: str, N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, kv_heads: int,
+               block_r: int | None, block_c: int | None, dropout: bool = False) -> Plan:
     tile_d = tile_head_dim(d)
     default_r, default_c = (FAST_BWD_WGMMA_DROPOUT_TILES if dropout else FAST_BWD_WGMMA_TILES)[tile_d, dtype]
     block_r = default_r if block_r is None else block_r
@@ -222,8 +238,12 @@ def _wgmma_plan(N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, 
         raise ValueError(f"wgmma backward tiles: block_r <= block_c, got block_r={block_r} > block_c={block_c}")
     e, bh = itemsize(dtype), batch * heads
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
-    main = Stage("main", KERNEL_WGMMA, (tc, 1, batch * kv_heads), 2 * block_c,
-                 layout(wgmma_buffers(tile_d, e, block_r, block_c)), tile_params(d))
+    if kernel == "tma":  # a warpgroup per 64 keys and the producer warpgroup
+        main = Stage("main", KERNEL_TMA, (tc, 1, batch * kv_heads), 2 * block_c + 128,
+                     layout(tma_buffers(tile_d, e, block_r, block_c)), tile_params(d))
+    else:
+        main = Stage("main", KERNEL_WGMMA, (tc, 1, batch * kv_heads), 2 * block_c,
+                     layout(wgmma_buffers(tile_d, e, block_r, block_c)), tile_params(d))
     stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
               rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
     return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
@@ -243,19 +263,19 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
         kernel = "mma" if problem.get("deterministic") else default_backward_kernel()
     options: list[dict] = []
     if dropout:
-        if kernel != "wgmma" or problem.get("deterministic"):
+        if kernel not in SM90_BWD_KERNELS or problem.get("deterministic"):
             raise Unsupported(_NO_MMA_DROPOUT)
         problem = {**problem, "dropout": True}
         wgmma_only = True
-    if kernel == "wgmma":
-        options += [{"kernel": "wgmma"}, {"kernel": "wgmma", **FAST_BWD_WGMMA_FALLBACK}]
+    if kernel in SM90_BWD_KERNELS:
+        options += [{"kernel": kernel}, {"kernel": kernel, **FAST_BWD_WGMMA_FALLBACK}]
     elif wgmma_only:
         raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
                           "kernels have no causal mask")
     grouped = problem.get("kv_heads") not in (None, problem.get("heads", 1))
     # grouped-query, causal, d inside a wider tile: wgmma only (mma raises)
     wgmma_only = wgmma_only or grouped or problem.get("d") not in FAST_BWD_HEAD_DIMS
-    if not wgmma_only or kernel != "wgmma":
+    if not wgmma_only or kernel not in SM90_BWD_KERNELS:
         options += [{"kernel": "mma", **o} for o in FAST_BWD_FALLBACKS]
     for option in options:
         plan = make_fast_backward_plan(**problem, **option)

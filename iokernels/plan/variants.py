@@ -64,7 +64,7 @@ def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
     if plan.variant:
         raise Unsupported(f"dropout is not implemented by {plan.label}")
     if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_wgmma_bwd",
-                                                                     "flash_tma_fwd"):
+                                                                     "flash_tma_fwd", "flash_tma_bwd"):
         raise Unsupported(f"dropout in flash/fast is implemented by the wgmma kernels (sm_90); the mma.sync kernel "
                           f"{plan.stage('main').kernel} has none")
     stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in DROPOUT_STAGES[key] else s
@@ -167,7 +167,7 @@ CAUSAL_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("flash", "q_outer", "fwd"): ("main",),
     ("flash", "fast", "fwd"): ("main",),  # flash_wgmma.cu and the mma.sync flash_tc.cu
     ("flash", "kv_outer", "bwd"): ("main",),
-    ("flash", "fast", "bwd"): ("main",),  # the wgmma backward (flash_wgmma_bwd.cu) only
+    ("flash", "fast", "bwd"): ("main",),  # the sm_90 backwards (flash_tma_bwd.cu, flash_wgmma_bwd.cu) only
 }
 
 
@@ -186,7 +186,7 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
     if key not in CAUSAL_STAGES or plan.variant:
         raise Unsupported(f"causal attention is not implemented by {plan.label} yet")
     masked = CAUSAL_STAGES[key]
-    if key == ("flash", "fast", "bwd") and plan.stage("main").kernel != "flash_wgmma_bwd":
+    if key == ("flash", "fast", "bwd") and plan.stage("main").kernel not in ("flash_tma_bwd", "flash_wgmma_bwd"):
         raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
                           "kernels (flash_tc_bwd.cu, and deterministic=True) have no causal mask")
     stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s

@@ -82,12 +82,12 @@ def _fast_backward(kernel: str, deterministic: bool = False) -> Kernel:
         return with_causal(make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=BATCH, heads=HEADS,
                                                    kernel=kernel, deterministic=deterministic), causal)
     name = f"flash/fast/bwd/{kernel}" + ("/deterministic" if deterministic else "")
-    return Kernel(name, "bwd", FAST_DTYPES, make, sm90_only=kernel == "wgmma")
+    return Kernel(name, "bwd", FAST_DTYPES, make, sm90_only=kernel in ("tma", "wgmma"))
 
 
 KERNELS = [_research(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss if s != "fast"] + [
     _fast_forward("tma"), _fast_forward("wgmma"), _fast_forward("mma"),
-    _fast_backward("wgmma"), _fast_backward("mma"), _fast_backward("mma", deterministic=True)]
+    _fast_backward("tma"), _fast_backward("wgmma"), _fast_backward("mma"), _fast_backward("mma", deterministic=True)]
 FORWARD = [k for k in KERNELS if k.direction == "fwd"]
 CASES = [pytest.param(k, t, id=f"{k.name}-{t}") for k in KERNELS for t in k.dtypes]
 FORWARD_CASES = [pytest.param(k, t, id=f"{k.name}-{t}") for k in FORWARD for t in k.dtypes]

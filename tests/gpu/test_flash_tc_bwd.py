@@ -36,13 +36,13 @@ CASES = [  # (N_q, N_k, d, dtype, batch, heads)
 ]
 GRADS = ("dQ", "dK", "dV")
 # (kernel, deterministic): the wgmma kernel (sm_90 only) and the mma kernels, atomic and deterministic
-KERNELS = [("wgmma", False), ("mma", False), ("mma", True)]
-KERNEL_IDS = ["wgmma", "mma-atomic", "mma-deterministic"]
+KERNELS = [("tma", False), ("wgmma", False), ("mma", False), ("mma", True)]
+KERNEL_IDS = ["tma", "wgmma", "mma-atomic", "mma-deterministic"]
 
 
 def _need(kernel: str) -> None:
-    if kernel == "wgmma" and cp.cuda.Device().compute_capability != "90":
-        pytest.skip("the wgmma backward runs on sm_90 only")
+    if kernel in ("tma", "wgmma") and cp.cuda.Device().compute_capability != "90":
+        pytest.skip(f"the {kernel} backward runs on sm_90 only")
 
 
 def _seed(*parts) -> int:
@@ -86,8 +86,9 @@ def test_counters_and_gradients(case, kernel, deterministic):
 VARIANTS = ([{"kernel": "mma", "block_r": br, "block_c": bc, "ds_stages": ds, "d": d}
              for d, br, bc, ds in FAST_BWD_TUNING]
             + [{"kernel": "mma", **options, "d": d} for options in FAST_BWD_FALLBACKS[1:] for d in (64, 128)]
-            + [{"kernel": "wgmma", "block_r": br, "block_c": bc, "d": d} for d, br, bc in FAST_BWD_WGMMA_TUNING]
-            + [{"kernel": "wgmma", "block_r": 64, "block_c": 64, "d": d} for d in (64, 128, 40, 104)])
+            + [{"kernel": k, "block_r": br, "block_c": bc, "d": d} for d, br, bc in FAST_BWD_WGMMA_TUNING
+               for k in ("tma", "wgmma")]
+            + [{"kernel": k, "block_r": 64, "block_c": 64, "d": d} for d in (64, 128, 40, 104) for k in ("tma", "wgmma")])
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))
@@ -123,7 +124,7 @@ def test_head_dims_inside_a_wider_tile(case, causal):
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * 1024, batch=batch,
                      heads=heads, direction="bwd", causal=causal)
     main = plan.stage("main")
-    assert main.kernel == "flash_wgmma_bwd" and dict(main.params)["HEAD_D_TILE"] == (64 if d <= 64 else 128)
+    assert main.kernel == "flash_tma_bwd" and dict(main.params)["HEAD_D_TILE"] == (64 if d <= 64 else 128)
     inputs, host = launch.make_device_inputs(plan, seed=_seed("wider", case, causal))
     run = launch.run_plan(plan, inputs, counting=True)
     exact = model.exact(plan)

@@ -12,6 +12,7 @@ import functools
 from iokernels.kernels.sources import REPRESENTATIVE_PROBLEMS, CompileVariant
 from iokernels.plan import CAUSAL_ALIGNMENTS, all_plans, make_plan, with_causal
 from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, make_fast_plan
+from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.research import FORCED_TILE_PROBLEMS
 
 from .nvrtc_variants import plan_variants
@@ -21,13 +22,14 @@ def causal_plans(causal: str) -> list:
     plans = [plan for problem in REPRESENTATIVE_PROBLEMS
              for plan in all_plans(N_q=1000, N_k=1000, backward=True, causal=causal, **problem)]
     plans += [make_plan(N_q=1000, causal=causal, **problem) for problem in FORCED_TILE_PROBLEMS]
-    for d in FAST_HEAD_DIMS:  # the tensor-core kernels: forward wgmma and mma.sync, backward wgmma
+    for d in FAST_HEAD_DIMS:  # the tensor-core kernels: forward wgmma and mma.sync, backward tma and wgmma
         for dtype in FAST_DTYPES:
             plans += [with_causal(make_fast_plan(N_q=1000, d=d, dtype=dtype, kernel=kernel), causal)
                       for kernel in ("wgmma", "mma")]
             plans.append(make_plan("flash", "fast", N_q=1000, d=d, dtype=dtype, sram=227 * 1024, direction="bwd",
-                                   causal=causal))
-            # the backward's d inside a wider tile (wgmma, HEAD_D_TILE): 32 and 96
+                                   causal=causal))  # the default backward (tma)
+            plans.append(with_causal(make_fast_backward_plan(N_q=1000, d=d, dtype=dtype, kernel="wgmma"), causal))
+            # the backward's d inside a wider tile (HEAD_D_TILE): 32 and 96
             plans.append(make_plan("flash", "fast", N_q=1000, d=d - 32, dtype=dtype, sram=227 * 1024,
                                    direction="bwd", causal=causal))
     return plans
@@ -42,7 +44,7 @@ def causal_variants() -> dict[str, list[CompileVariant]]:
 def test_every_causal_kernel_family_has_variants():
     sources = set(causal_variants())
     assert {"gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
-            "flash_wgmma.cu", "flash_wgmma_bwd.cu"} <= sources
+            "flash_wgmma.cu", "flash_wgmma_bwd.cu", "flash_tma_bwd.cu"} <= sources
     for variants in causal_variants().values():
         assert all(v.defines["CAUSAL"] in (1, 2) for v in variants)
 

@@ -1,0 +1,437 @@
+// Tensor-core FlashAttention backward for sm_90a with a producer warpgroup (issue #21; docs/KERNELS.md,
+// "flash_tma_bwd.cu"; plan in iokernels/plan/fast_bwd.py, kernel "tma"). The math, the loop order, the tiles and
+// the bytes are flash_wgmma_bwd.cu's (the FlashAttention-2 K/V-outer loop: its comment states the products, the
+// causal and dropout rules); how tiles move and how dQ is added differ:
+//
+// A block is BC / 64 consumer warpgroups (keys [64 w, 64 w + 64) each) and one producer warpgroup
+// (THREADS = 2 BC + 128), which gives up registers (setmaxnreg, as flash_tma.cu). Its warp 0 loads: lane 0 issues
+// the TMA copies (kernels/tma.cuh; maps per head, so rows past N are zero-filled, never read) of K_j and V_j once,
+// then of Q_i and dO_i into a two-stage ring, while the 32 lanes copy lse_i and D_i into the same stage (rows past
+// N_q: 0); stage s is "full" after the copies' bytes and 33 arrivals, and "empty" after one arrival per consumer
+// warp once its products of the step have completed. Its warp 1 adds dQ: the consumers write τ dS K_j (float32,
+// 128-byte swizzled boxes of 64 rows x 32 columns) into shared memory and signal it (named barrier DQ_FULL); lane
+// 0 adds the boxes to dQacc with the bulk tensor reduction (cp.reduce.async.bulk.tensor ... add.f32: the copy
+// engine reads and writes dQacc, no atomic instruction per element), waits until the engine has read the buffer
+// and hands it back (DQ_EMPTY). The consumers exchange dSᵀ through a double buffer and one named barrier (DS) per
+// step; no block-wide barrier runs between the roles, every thread meets again only in iok_flush.
+//
+// Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
+// T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
+// read and 4 written of dQacc (the reduction's read-modify-write); the consumers count dK and dV. The totals are
+// flash_wgmma_bwd.cu's, so the model is the same.
+#include "common.cuh"
+
+#include "tiles.cuh"
+
+#include "wgmma.cuh"
+
+#include "wg.cuh"
+
+#include "tma.cuh"
+
+#if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
+#error "flash_tma_bwd.cu needs BR, BC, HEAD_D and THREADS from the plan"
+#endif
+constexpr int CONSUMERS = 2 * BC;  // threads of the consumer warpgroups
+static_assert(BC % 64 == 0 && THREADS == CONSUMERS + 128, "a warpgroup per 64 keys, and the producer's");
+static_assert((BR == 64 || BR == 128) && BR <= BC && (TILE_D == 64 || TILE_D == 128), "wgmma tile widths");
+constexpr int WGS = BC / 64;
+#ifdef IOK_COUNT
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // the counting build's producer adds 64-bit counters
+#else
+constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+#endif
+// setmaxnreg moves registers within the block's allocation at launch (65536 / THREADS per thread, a multiple of
+// 8): an increase beyond it waits forever
+constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8 < 256 ? (65536 / THREADS) / 8 * 8 : 256;
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= LAUNCH_REGS * THREADS, "the block's registers");
+#ifdef IOK_COUNT
+// the counting build's iok_flush runs in every thread after the roles: each role moves to an even share first
+// (the flush's sums need more than the producer's share)
+constexpr int FLUSH_REGS = LAUNCH_REGS < CONSUMER_REGS ? LAUNCH_REGS : CONSUMER_REGS;
+#endif
+
+constexpr int TB_DSLABS = TILE_D / 64;                 // 64-column slabs of the tiles
+constexpr int TB_DQ_BLOCKS = (BR / 64) * TB_DSLABS;    // 64 x 64 blocks of dQ_i per query block
+constexpr int TB_DQ_BOXES = (BR / 64) * (TILE_D / 32);  // dQ boxes (64 rows x 32 floats, 8 KB) per query block
+constexpr int TB_DSTEPS = (HEAD_D + 15) / 16;          // 16-wide steps of S, dP over d (past d: zero columns)
+constexpr int BAR_DS = 1, BAR_DQ_FULL = 2, BAR_DQ_EMPTY = 3;  // named barriers (0 is __syncthreads)
+
+template <typename T>
+__device__ constexpr bool tb_layout_ok()
+{
+    constexpr size_t q = BR * TILE_D * sizeof(T), kv = BC * TILE_D * sizeof(T), row = BR * sizeof(float);
+    constexpr size_t ds = BC * BR * sizeof(T), dq = TB_DQ_BOXES * 8192;
+    return layout_ok<13>({{SMEM_K, kv}, {SMEM_V, kv}, {SMEM_Q0, q}, {SMEM_Q1, q}, {SMEM_DO0, q}, {SMEM_DO1, q},
+                          {SMEM_DS0, ds}, {SMEM_DS1, ds}, {SMEM_DQ, dq}, {SMEM_LSE0, row}, {SMEM_LSE1, row},
+                          {SMEM_D0, row}, {SMEM_D1, row}})
+           && SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q0 % 1024 == 0 && SMEM_Q1 % 1024 == 0
+           && SMEM_DO0 % 1024 == 0 && SMEM_DO1 % 1024 == 0 && SMEM_DS0 % 1024 == 0 && SMEM_DS1 % 1024 == 0
+           && SMEM_DQ % 1024 == 0;
+}
+
+// One register of two T (as tc_pack makes it) -> two floats (low half first).
+template <typename T>
+__device__ __forceinline__ float2 tb_unpack(unsigned w)
+{
+    return make_float2(to_f(from_bits<T>(static_cast<unsigned short>(w & 0xffffu))),
+                       to_f(from_bits<T>(static_cast<unsigned short>(w >> 16))));
+}
+
+// The copy of a ROWS-row tile from row row0 of head `head` (TILE_D / 64 boxes on barrier `bar`), counted where it
+// is issued as the bytes it reads of tensor TI: its rows inside the tensor's n.
+template <int TI, int ROWS, typename T, int... Ts>
+__device__ __forceinline__ void tb_tile(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
+                                        unsigned long long* bar, int row0, int n, int head)
+{
+    constexpr int slot = iok_slot<TI, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) {
+        io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
+    }
+#pragma unroll
+    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
+}
+
+// Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp: rows
+// [0, rows_valid) read (4 bytes each, counted), the rest 0.
+template <int TI, int... Ts>
+__device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, const float* g, int rows_valid, int lane)
+{
+#pragma unroll
+    for (int r = lane; r < BR; r += 32) s[r] = r < rows_valid ? iok_ld<TI>(io, g + r) : 0.0f;
+}
+
+// Adds box b of the dQ buffer (query slab b / (TILE_D / 32), columns 32 (b % (TILE_D / 32)) ...) to dQacc at query
+// row row0 of head `head`; counted as 4 bytes read and 4 written per element inside (n_q, d) (rule 4).
+template <int... Ts>
+__device__ __forceinline__ void tb_dq_box(IokCounters<Ts...>& io, const unsigned char* box, const IokTensorMap* map,
+                                          int b, int row0, int n_q, int head)
+{
+    const int r0 = row0 + 64 * (b / (TILE_D / 32)), c0 = 32 * (b % (TILE_D / 32));
+    if (c0 >= HEAD_D) return;  // the tile's columns past d: nothing to add
+    constexpr int slot = iok_slot<IOK_T_dQacc, Ts...>();
+    static_assert(slot >= 0, "dQacc not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) {
+        const unsigned long long bytes = 4ull * max(0, min(64, n_q - r0)) * min(32, HEAD_D - c0);
+        io.r[slot] += bytes;
+        io.w[slot] += bytes;
+    }
+    iok_tma_reduce_add_3d(map, box, c0, r0, head);
+}
+
+// Grid (ceil(n_k / BC), 1, BH / kv_group). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
+// K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q, HEAD_D) float32 in boxes of 64 rows
+// x 32 (tensormap.py); lse, D: (BH, n_q) float32; dK, dV: as K. Query head z reads K/V head z / kv_group.
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 1)
+flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
+              const __grid_constant__ IokTensorMap tmV, const __grid_constant__ IokTensorMap tmdO,
+              const float* __restrict__ lse, const float* __restrict__ Dg, const __grid_constant__ IokTensorMap tmdQ,
+              T* __restrict__ dK, T* __restrict__ dV, int n_q, int n_k, float scale, int kv_group,
+              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+{
+    static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
+    extern __shared__ __align__(1024) unsigned char smem[];
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV> io;
+    if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
+
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int col0 = blockIdx.x * BC;
+    const int cols = min(BC, n_k - col0);  // the last K/V block is ragged
+    // the first query block: the first whose last row sees key col0 (all of them when no query sees it); then the
+    // query blocks per query head (span) and the steps, (query head of the group, query block) pairs. A function
+    // that each role calls after its register reallocation (kept live across it, a value spills)
+    auto schedule = [&](int& first, int& span) {
+        const int tiles = (n_q + BR - 1) / BR;
+#ifdef CAUSAL
+        const int off = iok_causal_offset(n_q, n_k);
+        first = col0 - off > n_q - 1 ? tiles : max(0, col0 - off) / BR;
+#else
+        first = 0;
+#endif
+        span = tiles - first;
+        return span * kv_group;
+    };
+
+    // barriers: K and V; per stage of the Q / dO / lse / D ring, full (the loader's expect_tx arrival, the copies'
+    // bytes and its 32 lanes' arrivals after their scalar stores) and empty (one arrival per consumer warp)
+    __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
+    if (threadIdx.x == 0) {
+        iok_mbar_init(&bar_kv, 1);
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            iok_mbar_init(&full[st], 33);
+            iok_mbar_init(&empty[st], CONSUMERS / 32);
+        }
+        iok_mbar_fence_init();
+    }
+    __syncthreads();  // the last block-wide barrier before the roles part
+
+    if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
+        iok_regs_dec<PRODUCER_REGS>();
+        int first, span;
+        const int steps = schedule(first, span);
+        // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
+        auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
+        auto step_q0 = [&](int s) { return (first + s % span) * BR; };
+        if (warp == 0 && steps > 0) {  // the loader
+            if (lane == 0) {
+                iok_tma_prefetch_map(&tmQ);
+                iok_tma_prefetch_map(&tmdO);
+                iok_mbar_expect_tx(&bar_kv, 2 * BC * TILE_D * sizeof(T));
+                tb_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, &bar_kv, col0, n_k, blockIdx.z);
+                tb_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, &bar_kv, col0, n_k, blockIdx.z);
+            }
+#pragma unroll 1
+            for (int s = 0; s < steps; ++s) {
+                const int st = s & 1, head = step_head(s), q0 = step_q0(s);
+                iok_mbar_wait(&empty[st], ((s >> 1) & 1) ^ 1);  // the consumers are done with step s - 2
+                if (lane == 0) {
+                    iok_mbar_expect_tx(&full[st], 2 * BR * TILE_D * sizeof(T));
+                    tb_tile<IOK_T_Q, BR, T>(io, smem + (st ? SMEM_Q1 : SMEM_Q0), &tmQ, &full[st], q0, n_q, head);
+                    tb_tile<IOK_T_dO, BR, T>(io, smem + (st ? SMEM_DO1 : SMEM_DO0), &tmdO, &full[st], q0, n_q, head);
+                }
+                const size_t row = static_cast<size_t>(head) * n_q + q0;
+                const int rows = min(BR, n_q - q0);
+                tb_scalars<IOK_T_lse>(io, reinterpret_cast<float*>(smem + (st ? SMEM_LSE1 : SMEM_LSE0)), lse + row,
+                                      rows, lane);
+                tb_scalars<IOK_T_D>(io, reinterpret_cast<float*>(smem + (st ? SMEM_D1 : SMEM_D0)), Dg + row, rows,
+                                    lane);
+                iok_mbar_arrive(&full[st]);  // each lane's stores, released to the consumers' wait
+            }
+        } else if (warp == 1 && steps > 0) {  // the dQ writer
+#pragma unroll 1
+            for (int s = 0; s < steps; ++s) {
+                iok_bar_sync(BAR_DQ_FULL, CONSUMERS + 32);  // the consumers' τ dS K_j of step s is in the buffer
+                if (lane == 0) {
+#pragma unroll
+                    for (int b = 0; b < TB_DQ_BOXES; ++b) {
+                        tb_dq_box(io, smem + SMEM_DQ + b * 8192, &tmdQ, b, step_q0(s), n_q, step_head(s));
+                    }
+                    iok_bulk_commit();
+                    iok_bulk_wait_read<0>();  // the engine has read the buffer
+                }
+                __syncwarp();
+                if (s + 1 < steps) iok_bar_arrive(BAR_DQ_EMPTY, CONSUMERS + 32);  // the buffer is free again
+            }
+            if (lane == 0) iok_bulk_wait<0>();  // the additions are done before the block ends
+        }
+#ifdef IOK_COUNT
+        iok_regs_inc<FLUSH_REGS>();
+#endif
+    } else {  // the consumer warpgroups
+        iok_regs_inc<CONSUMER_REGS>();
+        int first, span;
+        const int steps = schedule(first, span);
+        auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
+        auto step_q0 = [&](int s) { return (first + s % span) * BR; };
+        const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block
+        const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
+        const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
+        const float scale2 = scale * WG_LOG2E;
+        const unsigned char* Ks = smem + SMEM_K;
+        const unsigned char* Vs = smem + SMEM_V;
+
+        float dk[TILE_D / 2], dv[TILE_D / 2], s[BR / 2], dp[BR / 2];
+#pragma unroll
+        for (int i = 0; i < TILE_D / 2; ++i) dk[i] = dv[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < BR / 2; ++i) s[i] = dp[i] = 0.0f;
+        const int key_w = wg * 64 + warp * 16;  // this warp's first key: rows key_w + g and key_w + g + 8
+        const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
+#ifdef DROPOUT
+        // the keep bits of step s (as flash_wgmma_bwd.cu); step 0's now, step s + 1's while step s's products fly
+        constexpr int KEEP_REGS = WG_COLS_REGS<BR>;
+        auto dropout_bits = [&](int s, unsigned (&keep)[KEEP_REGS]) {
+            wg_dropout_cols<BR>(keep, dropout_threshold, dropout_seed, dropout_offset, step_head(s), col0 + key_w,
+                                step_q0(s), g, t);
+        };
+        unsigned keep[KEEP_REGS];
+        if (steps > 0) dropout_bits(0, keep);
+#endif
+        if (steps > 0) iok_mbar_wait(&bar_kv, 0);
+
+#pragma unroll 1
+        for (int step = 0; step < steps; ++step) {
+            const int buf = step & 1;
+            iok_mbar_wait(&full[buf], (step >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
+            const unsigned char* Qs = smem + (buf ? SMEM_Q1 : SMEM_Q0);
+            const unsigned char* dOs = smem + (buf ? SMEM_DO1 : SMEM_DO0);
+            const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
+            const float* d_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_D1 : SMEM_D0));
+            unsigned char* dSb = smem + (buf ? SMEM_DS1 : SMEM_DS0);
+            T* dSs = reinterpret_cast<T*>(dSb);
+
+            // Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (64 keys x BR queries per warpgroup), two commit groups
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < TB_DSTEPS; ++kk) {
+                wg_mma_ss<T, BR>(s, wg_desc_k<BC>(Ks, wg * 64, kk), wg_desc_k<BR>(Qs, 0, kk), kk);
+            }
+            wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < TB_DSTEPS; ++kk) {
+                wg_mma_ss<T, BR>(dp, wg_desc_k<BC>(Vs, wg * 64, kk), wg_desc_k<BR>(dOs, 0, kk), kk);
+            }
+            wg_commit();
+            wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
+            wg_fence_regs(s);
+
+            // Pᵀ = exp(τ Sᵀ − lse) in base 2; element i: key g + 8 ((i >> 1) & 1), query 8 (i >> 2) + 2t + (i & 1)
+#pragma unroll
+            for (int i = 0; i < BR / 2; ++i) {
+                const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
+                const float p = exp2f(fmaf(s[i], scale2, -l2));
+                s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
+            }
+#ifdef CAUSAL
+            {  // keys past a query's last visible key: P = 0 (only blocks that cross the diagonal)
+                const int q0 = step_q0(step), off = iok_causal_offset(n_q, n_k);
+                if (col0 + BC - 1 > q0 + off) {
+#pragma unroll
+                    for (int i = 0; i < BR / 2; ++i) {
+                        const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
+                        if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + off) s[i] = 0.0f;
+                    }
+                }
+            }
+#endif
+            unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
+            wg_acc_to_a<T, BR>(pa, s);
+#ifdef DROPOUT
+            wg_wait<0>();  // dPᵀ done
+            wg_fence_regs(dp);
+            wg_pin(keep);
+#pragma unroll
+            for (int i = 0; i < BR / 2; ++i) {
+                const float2 p2 = tb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
+                const float p = (i & 1) ? p2.y : p2.x;
+                const int b = wg_cols_bit<BR>(i);
+                const float z = wg_keep(dropout_scale, keep[b / 32], b % 32);  // Z: the keep scale or 0
+                dp[i] = p * fmaf(dp[i], z, -d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
+            }
+            wg_acc_to_a<T, BR>(dsa, dp);
+            wg_fence_regs(pa);
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int lo = wg_cols_bit<BR>(8 * kk + 2 * r), hi = wg_cols_bit<BR>(8 * kk + 2 * r + 1);
+                    pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
+                }
+            }
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+            wg_commit();
+            if (step + 1 < steps) {
+                dropout_bits(step + 1, keep);
+                wg_pin(keep);  // here, while they fly
+            }
+#else
+            // dV_w += Pᵀ dO_i
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+            wg_commit();
+            wg_wait<1>();  // dPᵀ done (dV may fly)
+            wg_fence_regs(dp);
+
+            // dSᵀ = Pᵀ ∘ (dPᵀ − D), with Pᵀ as rounded for the dV product
+#pragma unroll
+            for (int i = 0; i < BR / 2; ++i) {
+                const float2 p2 = tb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
+                const float p = (i & 1) ? p2.y : p2.x;
+                dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
+            }
+            wg_acc_to_a<T, BR>(dsa, dp);
+            // dK_w += dSᵀ Q_i (τ applied at the end)
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+            wg_commit();
+#endif
+
+            // dSᵀ -> this step's buffer (BC keys x BR queries of T), fragment register r of step kk: key
+            // g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2t and the next. The buffer was last read by the dQ
+            // products of step - 2, which every warpgroup waited for before the DS barrier of step - 1.
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), 16 * kk + 8 * (r >> 1) + 2 * t))
+                        = dsa[kk][r];
+                }
+            }
+            wg_fence_async_smem();
+            iok_bar_sync(BAR_DS, CONSUMERS);  // every warpgroup's dSᵀ rows are visible
+
+            // τ dS K_j, 64 x 64 blocks (query slab, d slab) split among the warpgroups, into the dQ buffer once the
+            // writer has handed it back: box (query slab qs, 32 columns c) holds row r, float column x at byte
+            // r * 128 + 16 ((x / 4) ^ (r % 8)) + 4 (x % 4) (the 128-byte swizzle of the map)
+            if (step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
+#pragma unroll 1
+            for (int blk = wg; blk < TB_DQ_BLOCKS; blk += WGS) {
+                const int qs = blk / TB_DSLABS, ds = blk % TB_DSLABS;
+                float acc[32];  // overwritten by the first product (scale_d = 0)
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk) {
+                    wg_mma_ss_tt<T, 64>(acc, wg_desc_mn<BC>(dSb, qs, kk), wg_desc_mn<BC>(Ks, ds, kk), kk);
+                }
+                wg_commit();
+                wg_wait<0>();
+                wg_fence_regs(acc);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = warp * 16 + g + 8 * h;  // row of the query slab
+#pragma unroll
+                    for (int n = 0; n < 8; ++n) {  // columns 64 ds + 8n + 2t and the next
+                        const int x = 8 * (n & 3) + 2 * t;
+                        unsigned char* box = smem + SMEM_DQ + (qs * (TILE_D / 32) + 2 * ds + (n >> 2)) * 8192;
+                        *reinterpret_cast<float2*>(box + r * 128 + (((x >> 2) ^ (r & 7)) << 4) + 4 * (x & 3))
+                            = make_float2(acc[4 * n + 2 * h] * scale, acc[4 * n + 2 * h + 1] * scale);
+                    }
+                }
+            }
+            iok_fence_proxy_async();  // the buffer's writes, before the copy engine reads them
+            iok_bar_arrive(BAR_DQ_FULL, CONSUMERS + 32);
+            wg_wait<0>();  // dV and dK products done: the stage, pa, dsa may be reused
+            wg_fence_regs(pa);
+            wg_fence_regs(dsa);
+            wg_fence_regs(dv);
+            wg_fence_regs(dk);
+            __syncwarp();
+            if (lane == 0) iok_mbar_arrive(&empty[buf]);  // this warp is done with the stage
+        }
+
+        // dK_j = τ dK, dV_j rounded and written once (rows past n_k and columns past d skipped)
+#ifdef DROPOUT
+        const float dv_scale = dropout_scale;
+#else
+        constexpr float dv_scale = 1.0f;
+#endif
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int key = key_w + g + 8 * h;
+            if (key < cols) {
+                T* krow = dK + (kv_off + key) * HEAD_D + 2 * t;
+                T* vrow = dV + (kv_off + key) * HEAD_D + 2 * t;
+#pragma unroll
+                for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
+                    iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
+                                     tc_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
+                    iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8),
+                                     tc_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
+                }
+            }
+        }
+#ifdef IOK_COUNT
+        if constexpr (FLUSH_REGS < CONSUMER_REGS) iok_regs_dec<FLUSH_REGS>();
+#endif
+    }
+    iok_flush(io, iok_counters, smem);  // one call site for every role: its barriers are the same instructions
+}
