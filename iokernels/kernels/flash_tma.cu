@@ -256,7 +256,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
                     const int bit = 4 * kk + 2 * (r >> 1);
-                    pa[kk][r] = tc_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
+                    pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
                                            wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
                 }
             }
@@ -334,7 +334,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 for (int n = 0; n < TILE_D / 8; ++n) {
                     if (n * 8 < HEAD_D) {  // the tile's columns past d: not stored
                         const float a = o[4 * n + 2 * h] * out_scale[h], b = o[4 * n + 2 * h + 1] * out_scale[h];
-                        iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), tc_pack<T>(a, b));
+                        iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), wg_pack<T>(a, b));
                     }
                 }
                 if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);

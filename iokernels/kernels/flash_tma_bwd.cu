@@ -70,7 +70,7 @@ __device__ constexpr bool tb_layout_ok()
            && SMEM_DQ % 1024 == 0;
 }
 
-// One register of two T (as tc_pack makes it) -> two floats (low half first).
+// One register of two T (as wg_pack makes it) -> two floats (low half first).
 template <typename T>
 __device__ __forceinline__ float2 tb_unpack(unsigned w)
 {
@@ -423,9 +423,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
                 for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
                     iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
-                                     tc_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
+                                     wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
                     iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8),
-                                     tc_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
+                                     wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
                 }
             }
         }

@@ -194,10 +194,10 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             for (int r = 0; r < 4; ++r) {
 #ifdef DROPOUT  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
                 const int bit = 4 * kk + 2 * (r >> 1);
-                pa[kk][r] = tc_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
+                pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
                                        wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
 #else
-                pa[kk][r] = tc_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+                pa[kk][r] = wg_pack<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 #endif
             }
         }
@@ -237,7 +237,7 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll
             for (int n = 0; n < HEAD_D / 8; ++n) {
                 iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t),
-                                tc_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
+                                wg_pack<T>(o[4 * n + 2 * h] * out_scale[h], o[4 * n + 2 * h + 1] * out_scale[h]));
             }
             if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
         }

@@ -270,8 +270,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
 
 
 def _map_arg(plan: Plan, name: str, tiles: dict[str, int]) -> tensormap.MapArg:
-    """The TMA map of tensor ``name``: boxes of B_r rows for Q and dO, B_c for K and V, 64 for the float32 dQacc
-    (the backward's reduce-add, a 64-row query slab at a time)."""
+    """The TMA map of tensor ``name``: boxes of B_r rows for Q and dO, B_c for K and V, 64 for dQacc (float32)."""
     bh, n, d = tensor_shape(plan, name)
     rows = tiles["Br"] if name in ("Q", "dO") else 64 if name == "dQacc" else tiles["Bc"]
     return tensormap.MapArg(name, "float32" if name in FLOAT32_TENSORS else plan.dtype, bh, n, d, rows)

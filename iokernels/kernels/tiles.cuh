@@ -53,31 +53,12 @@ __device__ __forceinline__ void tc_mma<__nv_bfloat16>(float (&d)[4], const unsig
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats -> one register of two T (low half = first), each rounded to nearest even. On sm_80 and newer one
-// packed conversion (cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32: a single F2FP), the same bits as two separate
-// roundings; ptxas packs only some pairs of separate bfloat16 roundings and leaves single F2F.BF16.F32 on the
-// quarter-rate pipe that exp2 also uses.
+// Two floats -> one register of two T (low half = first).
 template <typename T>
 __device__ __forceinline__ unsigned tc_pack(float lo, float hi)
 {
     return to_bits(from_f<T>(lo)) | (to_bits(from_f<T>(hi)) << 16);
 }
-#if __CUDA_ARCH__ >= 800
-template <>
-__device__ __forceinline__ unsigned tc_pack<__half>(float lo, float hi)
-{
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));  // the first source is the high half
-    return r;
-}
-template <>
-__device__ __forceinline__ unsigned tc_pack<__nv_bfloat16>(float lo, float hi)
-{
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-#endif
 
 // Rows move as 16-byte vectors: HEAD_D % 8 == 0 keeps every row of Q, K, V, O 16-byte aligned.
 template <typename T> constexpr int VEC = 16 / sizeof(T);

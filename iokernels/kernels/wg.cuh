@@ -114,6 +114,22 @@ __device__ __forceinline__ void wg_fence_regs(unsigned (&r)[N][4])
 // async proxy); a block barrier follows.
 __device__ __forceinline__ void wg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Two floats -> one register of two T (low half = first), each rounded to nearest even (tiles.cuh's tc_pack).
+// bfloat16 through the packed intrinsic, one F2FP.BF16.F32.PACK_AB, the same bits: from two separate roundings
+// ptxas packs only some pairs and leaves single F2F.BF16.F32 on the quarter-rate pipe exp2 also uses (the
+// mma.sync kernels keep tc_pack: the packed form makes their counting builds spill).
+template <typename T>
+__device__ __forceinline__ unsigned wg_pack(float lo, float hi)
+{
+    return tc_pack<T>(lo, hi);
+}
+template <>
+__device__ __forceinline__ unsigned wg_pack<__nv_bfloat16>(float lo, float hi)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo, the low half
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+
 // An m64nN accumulator (N / 2 floats per thread) as the register A fragments of the next product:
 // 16 columns (one k step) per fragment.
 template <typename T, int N>
@@ -122,7 +138,7 @@ __device__ __forceinline__ void wg_acc_to_a(unsigned (&a)[N / 16][4], const floa
 #pragma unroll
     for (int kk = 0; kk < N / 16; ++kk) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r) a[kk][r] = tc_pack<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+        for (int r = 0; r < 4; ++r) a[kk][r] = wg_pack<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
     }
 }
 
@@ -144,7 +160,7 @@ __device__ __forceinline__ float wg_keep(float x, unsigned bits, int bit)
 {
     return __uint_as_float(__float_as_uint(x) & wg_bit_mask(bits, bit));
 }
-// The same on a register of two T (tc_pack's layout): the low half kept iff bit lo_bit of lo, the high half
+// The same on a register of two T (wg_pack's layout): the low half kept iff bit lo_bit of lo, the high half
 // iff bit hi_bit of hi.
 __device__ __forceinline__ unsigned wg_keep2(unsigned x, unsigned lo, int lo_bit, unsigned hi, int hi_bit)
 {

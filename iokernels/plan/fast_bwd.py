@@ -181,7 +181,7 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
     if kv_heads != heads and (kernel not in SM90_BWD_KERNELS or deterministic):
         raise Unsupported(f"grouped-query attention (kv_heads={kv_heads} < heads={heads}) in the backward is "
-                          "implemented by the wgmma kernel (sm_90), without deterministic=True")
+                          "implemented by the sm_90 kernels (tma, wgmma), without deterministic=True")
     for name, value in (("q_stages", q_stages), ("ds_stages", ds_stages)):
         if value not in (1, 2) or isinstance(value, bool):
             raise ValueError(f"{name} must be 1 or 2, got {value!r}")
@@ -219,11 +219,11 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
 
 
 def _mma_head_dims(d: int) -> str:
-    return (f"flash/fast backward: d={d} inside a wider tile is taken by the wgmma kernel (sm_90) only, without "
+    return (f"flash/fast backward: d={d} inside a wider tile is taken by the sm_90 kernels (tma, wgmma) only, without "
             f"deterministic=True; the mma.sync backward kernels take d in {FAST_BWD_HEAD_DIMS}")
 
 
-_NO_MMA_DROPOUT = ("dropout in the tensor-core backward is implemented by the wgmma kernel (sm_90); the mma.sync "
+_NO_MMA_DROPOUT = ("dropout in the tensor-core backward is implemented by the sm_90 kernels (tma, wgmma); the mma.sync "
                    "backward kernels (flash_tc_bwd.cu, and deterministic=True) have none")
 
 
@@ -253,8 +253,8 @@ def _sm90_plan(kernel: str, N_q: int, N_k: int, d: int, dtype: str, batch: int, 
 
 def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: bool = False,
                            dropout: bool = False, **problem) -> Plan:
-    """The fastest backward plan whose shared memory fits in ``sram`` bytes: the wgmma kernel's
-    default tiles, then its 64 x 64 tiles (where the kernel is wgmma), then the mma kernel with
+    """The fastest backward plan whose shared memory fits in ``sram`` bytes: the tma kernel's default tiles, then
+    its 64 x 64 tiles, then the same two of the wgmma kernel (from the kernel asked for on), then the mma kernel with
     :data:`FAST_BWD_FALLBACKS` in order (the last, the smallest, when none fits: the caller checks
     that the result fits). ``wgmma_only`` (causal plans), grouped-query attention and d inside a wider tile
     (not in :data:`FAST_BWD_HEAD_DIMS`) leave the mma kernels out (Unsupported where the kernel is not wgmma).
@@ -267,10 +267,11 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
             raise Unsupported(_NO_MMA_DROPOUT)
         problem = {**problem, "dropout": True}
         wgmma_only = True
-    if kernel in SM90_BWD_KERNELS:
-        options += [{"kernel": kernel}, {"kernel": kernel, **FAST_BWD_WGMMA_FALLBACK}]
+    if kernel in SM90_BWD_KERNELS:  # tma's extra buffers (dQ, a second dSᵀ) cost shared memory: then wgmma's
+        options += [{"kernel": k, **tiles} for k in SM90_BWD_KERNELS[SM90_BWD_KERNELS.index(kernel):]
+                    for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)]
     elif wgmma_only:
-        raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
+        raise Unsupported("the causal tensor-core backward is the sm_90 kernels (tma, wgmma); the mma.sync backward "
                           "kernels have no causal mask")
     grouped = problem.get("kv_heads") not in (None, problem.get("heads", 1))
     # grouped-query, causal, d inside a wider tile: wgmma only (mma raises)

@@ -187,7 +187,7 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
         raise Unsupported(f"causal attention is not implemented by {plan.label} yet")
     masked = CAUSAL_STAGES[key]
     if key == ("flash", "fast", "bwd") and plan.stage("main").kernel not in ("flash_tma_bwd", "flash_wgmma_bwd"):
-        raise Unsupported("the causal tensor-core backward is the wgmma kernel (sm_90); the mma.sync backward "
+        raise Unsupported("the causal tensor-core backward is the sm_90 kernels (tma, wgmma); the mma.sync backward "
                           "kernels (flash_tc_bwd.cu, and deterministic=True) have no causal mask")
     stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s
                    for s in plan.stages)

@@ -88,7 +88,8 @@ VARIANTS = ([{"kernel": "mma", "block_r": br, "block_c": bc, "ds_stages": ds, "d
             + [{"kernel": "mma", **options, "d": d} for options in FAST_BWD_FALLBACKS[1:] for d in (64, 128)]
             + [{"kernel": k, "block_r": br, "block_c": bc, "d": d} for d, br, bc in FAST_BWD_WGMMA_TUNING
                for k in ("tma", "wgmma")]
-            + [{"kernel": k, "block_r": 64, "block_c": 64, "d": d} for d in (64, 128, 40, 104) for k in ("tma", "wgmma")])
+            + [{"kernel": k, "block_r": 64, "block_c": 64, "d": d} for d in (64, 128, 40, 104)
+               for k in ("tma", "wgmma")])
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items()))

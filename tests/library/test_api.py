@@ -128,13 +128,13 @@ def test_the_backward_at_d_inside_a_wider_tile_is_the_wgmma_kernel(d):
 
     for q_heads, kv_heads in ((4, 4), (8, 2)):
         plan, expand = _route("bwd", "float16", q_heads, kv_heads, d=d)
-        if default_backward_kernel() == "wgmma":
+        if default_backward_kernel() == "tma":
             assert (plan.schedule, expand, plan.bh_kv, plan.d) == ("fast", False, 2 * kv_heads, d)
-            assert plan.stage("main").kernel == "flash_wgmma_bwd"
+            assert plan.stage("main").kernel == "flash_tma_bwd"
             assert dict(plan.stage("main").params)["HEAD_D_TILE"] == (64 if d <= 64 else 128)
         else:
             assert plan.schedule != "fast"
-    with pytest.raises(Unsupported, match="wgmma kernel"):  # deterministic=True: the mma kernels, d 64 and 128
+    with pytest.raises(Unsupported, match="sm_90 kernels"):  # deterministic=True: the mma kernels, d 64 and 128
         _route("bwd", "float16", 4, 4, deterministic=True, d=d)
 
 

@@ -103,7 +103,7 @@ def test_fast_backward_causal_is_the_wgmma_kernel(n_q, n_k, heads, kv_heads, cau
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=64, dtype="float16", sram=227 * KB, direction="bwd",
                      causal=causal, heads=heads, kv_heads=kv_heads)
     assert dict(plan.stage("main").params)["CAUSAL"] == (1 if causal == "top_left" else 2)
-    assert plan.stage("main").kernel == "flash_wgmma_bwd" and plan.causal == causal
+    assert plan.stage("main").kernel == "flash_tma_bwd" and plan.causal == causal
     inputs = sim.make_inputs(plan, seed=5)
     result = sim.simulate(plan, inputs)
     assert result.counts == model.exact(plan)

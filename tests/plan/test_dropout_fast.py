@@ -13,7 +13,7 @@ import pytest
 
 from iokernels import model
 from iokernels.kernels.sources import CompileVariant
-from iokernels.plan import Unsupported, make_plan, supports_dropout, with_dropout
+from iokernels.plan import Unsupported, make_plan, supports_dropout, with_causal, with_dropout
 from iokernels.plan.dropout import Dropout
 from iokernels.plan.fast import (
     FAST_DTYPES,
@@ -46,7 +46,7 @@ def _fast(direction, **kw):
 def test_fast_plans_take_dropout():
     assert supports_dropout("flash", "fast", "fwd") and supports_dropout("flash", "fast", "bwd")
     fwd, bwd = _fast("fwd"), _fast("bwd")
-    assert fwd.stage("main").kernel == "flash_tma_fwd" and bwd.stage("main").kernel == "flash_wgmma_bwd"
+    assert fwd.stage("main").kernel == "flash_tma_fwd" and bwd.stage("main").kernel == "flash_tma_bwd"
     for plan in (fwd, bwd):
         assert plan.dropout == DROPOUT
         assert dict(plan.stage("main").params)["DROPOUT"] == 1
@@ -137,8 +137,12 @@ def _compile_plans() -> list:
             for causal in (False, "bottom_right"):
                 for direction in ("fwd", "bwd"):
                     plans.append(_fast(direction, d=d, dtype=dtype, causal=causal))
-            for direction in ("fwd", "bwd"):  # d inside a wider tile (tma, wgmma backward): 32 and 96
+            for direction in ("fwd", "bwd"):  # d inside a wider tile (the tma kernels): 32 and 96
                 plans.append(_fast(direction, d=d - 32, dtype=dtype))
+            for causal in (False, "bottom_right"):  # the wgmma backward's, as the tma backward's above
+                for dd in (d, d - 32):
+                    plans.append(with_dropout(with_causal(make_fast_backward_plan(
+                        N_q=300, N_k=200, d=dd, dtype=dtype, kernel="wgmma", dropout=True), causal), DROPOUT))
             # make_plan's smaller fallbacks (forward B_c = 64, tma's and wgmma's; backward 64 x 64)
             plans.append(with_dropout(make_fast_plan(N_q=300, d=d, dtype=dtype, kernel="tma", **TMA_FALLBACK), DROPOUT))
             plans.append(with_dropout(make_fast_plan(N_q=300, d=d, dtype=dtype, kernel="wgmma", **WGMMA_FALLBACK),
@@ -155,15 +159,15 @@ def dropout_variants() -> dict[str, list[CompileVariant]]:
 
 def test_dropout_variants_cover_the_sm90_kernels():
     variants = dropout_variants()
-    assert set(variants) == {"flash_tma.cu", "flash_wgmma.cu", "flash_wgmma_bwd.cu"}
+    assert set(variants) == {"flash_tma.cu", "flash_wgmma.cu", "flash_tma_bwd.cu", "flash_wgmma_bwd.cu"}
     for source, vs in variants.items():
         if source != "flash_wgmma.cu":  # the wgmma forward: make_plan's fallback tiles only, without the mask
             assert any("CAUSAL" in v.defines for v in vs) and any("CAUSAL" not in v.defines for v in vs)
-        # d inside a wider tile: the tma forward's and the wgmma backward's
-        wider = {32, 96} if source in ("flash_tma.cu", "flash_wgmma_bwd.cu") else set()
+        # d inside a wider tile: the tma forward's and both backwards'
+        wider = {32, 96} if source in ("flash_tma.cu", "flash_tma_bwd.cu", "flash_wgmma_bwd.cu") else set()
         assert {v.defines["HEAD_D"] for v in vs} == set(FAST_HEAD_DIMS) | wider
         assert all(len(v.name_expressions) == 2 for v in vs)  # float16 and bfloat16
-    assert sum(len(vs) for vs in variants.values()) <= 24  # a few dozen compiles in all
+    assert sum(len(vs) for vs in variants.values()) <= 36  # a few dozen compiles in all
 
 
 @needs_nvrtc

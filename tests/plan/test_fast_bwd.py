@@ -134,7 +134,7 @@ def test_theta_and_formulas():
 
 
 def test_fast_is_a_backward_schedule_of_flash():
-    plan = make_plan("flash", "fast", N_q=300, d=64, dtype="bfloat16", sram=192 * KB, direction="bwd")
+    plan = make_plan("flash", "fast", N_q=300, d=64, dtype="bfloat16", sram=227 * KB, direction="bwd")
     assert plan == make_fast_backward_plan(N_q=300, d=64, dtype="bfloat16")
     labels = [p.label for p in all_plans(N_q=300, d=128, dtype="float16", sram=227 * KB, backward=True)]
     assert "flash/fast/bwd" in labels and "flash/fast/fwd" in labels
@@ -249,7 +249,7 @@ def test_wgmma_takes_d_inside_the_next_tile(d, tile):
 def test_wgmma_inside_a_wider_tile_model_equals_simulator(n_q, n_k, d, causal):
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * KB, heads=2,
                      direction="bwd", causal=causal)
-    assert plan.stage("main").kernel == "flash_wgmma_bwd"
+    assert plan.stage("main").kernel == "flash_tma_bwd"
     inputs = make_inputs(plan, seed=d + n_q)
     result = simulate(plan, inputs)
     assert result.counts == model.exact(plan)
@@ -262,19 +262,19 @@ def test_d_inside_a_wider_tile_is_wgmma_only(d):
     fit_fast_backward_plan offers no mma option for such d (its smallest plan is wgmma's 64 x 64)."""
     problem = {"N_q": 300, "N_k": 200, "d": d, "dtype": "float16"}
     for kwargs in ({"kernel": "mma"}, {"deterministic": True}, {"kernel": "wgmma", "deterministic": True}):
-        with pytest.raises(Unsupported, match="inside a wider tile is taken by the wgmma kernel"):
+        with pytest.raises(Unsupported, match="inside a wider tile is taken by the sm_90 kernels"):
             make_fast_backward_plan(**problem, **kwargs)
-        with pytest.raises(Unsupported, match="inside a wider tile is taken by the wgmma kernel"):
+        with pytest.raises(Unsupported, match="inside a wider tile is taken by the sm_90 kernels"):
             fit_fast_backward_plan(sram=227 * KB, **problem, **kwargs)
     kernels = {fit_fast_backward_plan(sram=m * KB, kernel="wgmma", **problem).stage("main").kernel
                for m in (227, 100, 16)}
     assert kernels == {"flash_wgmma_bwd"}
     smallest = fit_fast_backward_plan(sram=16 * KB, kernel="wgmma", **problem)
     assert (smallest.tile["Br"], smallest.tile["Bc"]) == (64, 64)
-    # make_plan (the default kernel with no GPU visible is wgmma): with and without dropout, causal
+    # make_plan (the default kernel with no GPU visible is tma): with and without dropout, causal
     for kwargs in ({}, {"dropout": Dropout(0.1, 1, 0)}, {"causal": "bottom_right"}):
         plan = make_plan("flash", "fast", sram=227 * KB, direction="bwd", **problem, **kwargs)
-        assert plan.stage("main").kernel == "flash_wgmma_bwd" and plan.d == d
+        assert plan.stage("main").kernel == "flash_tma_bwd" and plan.d == d
     with pytest.raises(SramTooSmall):
         make_plan("flash", "fast", sram=16 * KB, direction="bwd", **problem)
     labels = [p.label for p in all_plans(**problem, sram=227 * KB, backward=True)]
@@ -295,7 +295,7 @@ def test_grouped_query_backward_model_equals_simulator(batch, heads, kv_heads, n
     counts equal the model's and its gradients (dK, dV summed over each group) equal the float64 reference."""
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * KB, batch=batch,
                      heads=heads, kv_heads=kv_heads, direction="bwd")
-    assert plan.kv_heads == kv_heads and plan.stage("main").kernel == "flash_wgmma_bwd"
+    assert plan.kv_heads == kv_heads and plan.stage("main").kernel == "flash_tma_bwd"
     assert plan.stage("main").grid[2] == batch * kv_heads and plan.stage("prep").grid[2] == batch * heads
     inputs = make_inputs(plan, seed=heads + kv_heads)
     assert inputs["K"].shape == (batch * kv_heads, n_k, d)
