@@ -177,6 +177,7 @@ def stage_row(plan: Plan, stage: Stage, launch: dict | None, counted: dict[str, 
         "counted_read_bytes": cr, "counted_write_bytes": cw, "counted_bytes": cr + cw,
         "predicted_read_bytes": pr, "predicted_write_bytes": pw, "predicted_bytes": pr + pw,
         "copy_engine_read_bytes": sum(counted.get(t, (0, 0))[0] for t in copied_tensors(stage.kernel)),
+        "copy_engine_write_bytes": sum(counted.get(t, (0, 0))[1] for t in copied_tensors(stage.kernel)),
         "requested_read_bytes": _add(m["req_ld"], m["req_ldgsts"], rmw_req),
         "requested_write_bytes": _add(m["req_st"], rmw_req),
         "l1_read_bytes": _add(m["l1_ld"], rmw_l1), "l1_write_bytes": _add(m["l1_st"], rmw_l1),
@@ -206,6 +207,7 @@ def _derived(row: dict) -> None:
 
 
 _SUMMED = ("counted_read_bytes", "counted_write_bytes", "counted_bytes", "copy_engine_read_bytes",
+           "copy_engine_write_bytes",
            "predicted_read_bytes", "predicted_write_bytes", "predicted_bytes", "requested_read_bytes",
            "requested_write_bytes", "l1_read_bytes", "l1_write_bytes", "dram_read_bytes", "dram_write_bytes",
            "l2_read_sectors", "l2_write_sectors", "l2_red_sectors", "l2_atom_sectors", "l1_to_l2_read_sectors",

@@ -123,7 +123,7 @@ def test_forward_counters_and_outputs(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_backward_counters_and_gradients(case):
     plan = _plan(case, "bwd", _dropout(case, "bwd"))
-    assert plan.stage("main").kernel == "flash_wgmma_bwd"
+    assert plan.stage("main").kernel == "flash_tma_bwd"
     inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "bwd"))  # O: the dropped forward's output
     run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
