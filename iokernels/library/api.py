@@ -475,7 +475,7 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
 
     causal: as :func:`attention` (True is the bottom-right alignment), the same as the forward that
     produced o and lse; queries that see no key get dq = 0 and add nothing to dk, dv. Causal runs
-    the tensor-core backward's wgmma kernel on sm_90; elsewhere (its mma.sync kernel has no mask)
+    the tensor-core backward's sm_90 kernel (tma); elsewhere (its mma.sync kernel has no mask)
     causal gradients come from "kv_outer". block_mask: as :func:`attention`, the same as the
     forward's; block-sparse gradients come from "kv_outer" (not deterministic=True). mask: as
     :func:`attention`, the same as the forward's (gradients from "kv_outer", not deterministic=True).

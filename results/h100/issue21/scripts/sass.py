@@ -1,4 +1,4 @@
-"""SASS of the default tma forward and wgmma backward plans (plain builds, compiled by NVRTC on the CPU): the count of
+"""SASS of the default tma forward and the tma and wgmma backward plans (plain builds, compiled by NVRTC on the CPU): the count of
 each instruction class, and whether HGMMA and UTMALDG sit inside the main loop (between a backward branch's
 target and the branch). Usage: PYTHONPATH=. python3 results/h100/issue21/scripts/sass.py /path/to/cuobjdump"""
 import re
@@ -13,10 +13,11 @@ from iokernels.plan.fast import make_fast_plan
 from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.variants import with_causal
 
-OPS = ("HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "BAR", "LDGSTS", "RED", "STG", "MUFU.EX2")
+OPS = ("HGMMA", "UTMALDG", "UTMAREDG", "SYNCS", "USETMAXREG", "BAR", "LDGSTS", "RED", "STG", "MUFU.EX2")
 plans = [with_causal(make_fast_plan(N_q=4096, d=d, dtype="float16", heads=16, kernel="tma", causal=c), c)
          for d in (64, 128, 256) for c in ("", "bottom_right")]
-plans += [make_fast_backward_plan(N_q=4096, d=d, dtype="float16", heads=16, kernel="wgmma") for d in (64, 96, 128)]
+plans += [make_fast_backward_plan(N_q=4096, d=d, dtype="float16", heads=16, kernel=k) for d in (64, 96, 128)
+          for k in ("wgmma", "tma")]
 for plan in plans:
     ref = kernel_ref(plan, plan.stage("main"))
     res = nvrtc.compile_to_cubin(build_source(ref.source, ref.define_dict, False), arch="sm_90a", name=ref.source,
