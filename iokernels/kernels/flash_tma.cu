@@ -65,22 +65,6 @@ __device__ constexpr bool wg_layout_ok()
            && SMEM_V1 % 1024 == 0;
 }
 
-// The copy of a ROWS-row tile from row row0 of head `head` (TILE_D / 64 boxes of ROWS x 64 on barrier `bar`),
-// counted where it is issued (DESIGN.md's rule 6) as the bytes it reads of tensor TI: its rows inside the
-// tensor's n (the rows past it are zero-filled, nothing read).
-template <int TI, int ROWS, typename T, int... Ts>
-__device__ __forceinline__ void tma_tile(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
-                                         unsigned long long* bar, int row0, int n, int head)
-{
-    constexpr int slot = iok_slot<TI, Ts...>();
-    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
-    if constexpr (IokCounters<Ts...>::counting) {
-        io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
-    }
-#pragma unroll
-    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
-}
-
 // Grid (ceil(N_q / BR), 1, BH). tmQ: Q (BH, N_q, HEAD_D) of T in boxes of BR rows; tmK, tmV: K, V (BH / kv_group,
 // N_k, HEAD_D) in boxes of BC rows (tensormap.attention_map), query head z reading K/V head z / kv_group
 // (grouped-query attention; 1 for none). O: (BH, N_q, HEAD_D) of T; lse: (BH, N_q) float32.
@@ -138,7 +122,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
             iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
-            tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, row0, n_q, blockIdx.z);
+            wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, row0, n_q, blockIdx.z);
             // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
             auto load = [&](int j, bool is_k) {
                 const int st = j & 1;
@@ -148,9 +132,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
                 iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
                 if (is_k) {
-                    tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, j * BC, n_k, kv_head);
+                    wg_tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, j * BC, n_k, kv_head);
                 } else {
-                    tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, j * BC, n_k, kv_head);
+                    wg_tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, j * BC, n_k, kv_head);
                 }
             };
             load(0, true);

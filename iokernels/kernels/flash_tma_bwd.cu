@@ -29,6 +29,8 @@
 
 #include "tma.cuh"
 
+#include "wg_bwd.cuh"
+
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
 #error "flash_tma_bwd.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
@@ -54,7 +56,6 @@ constexpr int FLUSH_REGS = LAUNCH_REGS < CONSUMER_REGS ? LAUNCH_REGS : CONSUMER_
 constexpr int TB_DSLABS = TILE_D / 64;                 // 64-column slabs of the tiles
 constexpr int TB_DQ_BLOCKS = (BR / 64) * TB_DSLABS;    // 64 x 64 blocks of dQ_i per query block
 constexpr int TB_DQ_BOXES = (BR / 64) * (TILE_D / 32);  // dQ boxes (64 rows x 32 floats, 8 KB) per query block
-constexpr int TB_DSTEPS = (HEAD_D + 15) / 16;          // 16-wide steps of S, dP over d (past d: zero columns)
 constexpr int BAR_DS = 1, BAR_DQ_FULL = 2, BAR_DQ_EMPTY = 3;  // named barriers (0 is __syncthreads)
 
 template <typename T>
@@ -68,29 +69,6 @@ __device__ constexpr bool tb_layout_ok()
            && SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q0 % 1024 == 0 && SMEM_Q1 % 1024 == 0
            && SMEM_DO0 % 1024 == 0 && SMEM_DO1 % 1024 == 0 && SMEM_DS0 % 1024 == 0 && SMEM_DS1 % 1024 == 0
            && SMEM_DQ % 1024 == 0;
-}
-
-// One register of two T (as wg_pack makes it) -> two floats (low half first).
-template <typename T>
-__device__ __forceinline__ float2 tb_unpack(unsigned w)
-{
-    return make_float2(to_f(from_bits<T>(static_cast<unsigned short>(w & 0xffffu))),
-                       to_f(from_bits<T>(static_cast<unsigned short>(w >> 16))));
-}
-
-// The copy of a ROWS-row tile from row row0 of head `head` (TILE_D / 64 boxes on barrier `bar`), counted where it
-// is issued as the bytes it reads of tensor TI: its rows inside the tensor's n.
-template <int TI, int ROWS, typename T, int... Ts>
-__device__ __forceinline__ void tb_tile(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
-                                        unsigned long long* bar, int row0, int n, int head)
-{
-    constexpr int slot = iok_slot<TI, Ts...>();
-    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
-    if constexpr (IokCounters<Ts...>::counting) {
-        io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
-    }
-#pragma unroll
-    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
 }
 
 // Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp: rows
@@ -180,8 +158,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_tma_prefetch_map(&tmQ);
                 iok_tma_prefetch_map(&tmdO);
                 iok_mbar_expect_tx(&bar_kv, 2 * BC * TILE_D * sizeof(T));
-                tb_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, &bar_kv, col0, n_k, blockIdx.z);
-                tb_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, &bar_kv, col0, n_k, blockIdx.z);
+                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, &bar_kv, col0, n_k, blockIdx.z);
+                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, &bar_kv, col0, n_k, blockIdx.z);
             }
 #pragma unroll 1
             for (int s = 0; s < steps; ++s) {
@@ -189,8 +167,10 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_mbar_wait(&empty[st], ((s >> 1) & 1) ^ 1);  // the consumers are done with step s - 2
                 if (lane == 0) {
                     iok_mbar_expect_tx(&full[st], 2 * BR * TILE_D * sizeof(T));
-                    tb_tile<IOK_T_Q, BR, T>(io, smem + (st ? SMEM_Q1 : SMEM_Q0), &tmQ, &full[st], q0, n_q, head);
-                    tb_tile<IOK_T_dO, BR, T>(io, smem + (st ? SMEM_DO1 : SMEM_DO0), &tmdO, &full[st], q0, n_q, head);
+                    unsigned char* q = smem + (st ? SMEM_Q1 : SMEM_Q0);
+                    unsigned char* dO = smem + (st ? SMEM_DO1 : SMEM_DO0);
+                    wg_tma_tile<IOK_T_Q, BR, T>(io, q, &tmQ, &full[st], q0, n_q, head);
+                    wg_tma_tile<IOK_T_dO, BR, T>(io, dO, &tmdO, &full[st], q0, n_q, head);
                 }
                 const size_t row = static_cast<size_t>(head) * n_q + q0;
                 const int rows = min(BR, n_q - q0);
@@ -263,109 +243,26 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             unsigned char* dSb = smem + (buf ? SMEM_DS1 : SMEM_DS0);
             T* dSs = reinterpret_cast<T*>(dSb);
 
-            // Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (64 keys x BR queries per warpgroup), two commit groups
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < TB_DSTEPS; ++kk) {
-                wg_mma_ss<T, BR>(s, wg_desc_k<BC>(Ks, wg * 64, kk), wg_desc_k<BR>(Qs, 0, kk), kk);
-            }
-            wg_commit();
-#pragma unroll
-            for (int kk = 0; kk < TB_DSTEPS; ++kk) {
-                wg_mma_ss<T, BR>(dp, wg_desc_k<BC>(Vs, wg * 64, kk), wg_desc_k<BR>(dOs, 0, kk), kk);
-            }
-            wg_commit();
-            wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
-            wg_fence_regs(s);
-
-            // Pᵀ = exp(τ Sᵀ − lse) in base 2; element i: key g + 8 ((i >> 1) & 1), query 8 (i >> 2) + 2t + (i & 1)
-#pragma unroll
-            for (int i = 0; i < BR / 2; ++i) {
-                const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
-                const float p = exp2f(fmaf(s[i], scale2, -l2));
-                s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
-            }
+            wgb_s_dp<T>(s, dp, Ks, Vs, Qs, dOs, wg);  // Sᵀ done, dPᵀ may fly
+            wgb_probs(s, lse_s, scale2, key_out, t);
 #ifdef CAUSAL
-            {  // keys past a query's last visible key: P = 0 (only blocks that cross the diagonal)
-                const int q0 = step_q0(step), off = iok_causal_offset(n_q, n_k);
-                if (col0 + BC - 1 > q0 + off) {
-#pragma unroll
-                    for (int i = 0; i < BR / 2; ++i) {
-                        const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
-                        if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + off) s[i] = 0.0f;
-                    }
-                }
-            }
+            wgb_causal(s, col0, key_w, g, t, step_q0(step), iok_causal_offset(n_q, n_k));
 #endif
             unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
             wg_acc_to_a<T, BR>(pa, s);
 #ifdef DROPOUT
-            wg_wait<0>();  // dPᵀ done
-            wg_fence_regs(dp);
-            wg_pin(keep);
-#pragma unroll
-            for (int i = 0; i < BR / 2; ++i) {
-                const float2 p2 = tb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
-                const float p = (i & 1) ? p2.y : p2.x;
-                const int b = wg_cols_bit<BR>(i);
-                const float z = wg_keep(dropout_scale, keep[b / 32], b % 32);  // Z: the keep scale or 0
-                dp[i] = p * fmaf(dp[i], z, -d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
-            }
-            wg_acc_to_a<T, BR>(dsa, dp);
-            wg_fence_regs(pa);
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int lo = wg_cols_bit<BR>(8 * kk + 2 * r), hi = wg_cols_bit<BR>(8 * kk + 2 * r + 1);
-                    pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
-                }
-            }
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
-            wg_commit();
+            wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t, keep, dropout_scale);
             if (step + 1 < steps) {
                 dropout_bits(step + 1, keep);
-                wg_pin(keep);  // here, while they fly
+                wg_pin(keep);  // here, while the products fly
             }
 #else
-            // dV_w += Pᵀ dO_i
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
-            wg_commit();
-            wg_wait<1>();  // dPᵀ done (dV may fly)
-            wg_fence_regs(dp);
-
-            // dSᵀ = Pᵀ ∘ (dPᵀ − D), with Pᵀ as rounded for the dV product
-#pragma unroll
-            for (int i = 0; i < BR / 2; ++i) {
-                const float2 p2 = tb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
-                const float p = (i & 1) ? p2.y : p2.x;
-                dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
-            }
-            wg_acc_to_a<T, BR>(dsa, dp);
-            // dK_w += dSᵀ Q_i (τ applied at the end)
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
-            wg_commit();
+            wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t);
 #endif
 
-            // dSᵀ -> this step's buffer (BC keys x BR queries of T), fragment register r of step kk: key
-            // g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2t and the next. The buffer was last read by the dQ
-            // products of step - 2, which every warpgroup waited for before the DS barrier of step - 1.
-#pragma unroll
-            for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), 16 * kk + 8 * (r >> 1) + 2 * t))
-                        = dsa[kk][r];
-                }
-            }
+            // dSᵀ -> this step's buffer; it was last read by the dQ products of step - 2, which every warpgroup
+            // waited for before the DS barrier of step - 1
+            wgb_store_ds<T>(dSs, dsa, key_w, g, t);
             wg_fence_async_smem();
             iok_bar_sync(BAR_DS, CONSUMERS);  // every warpgroup's dSᵀ rows are visible
 
@@ -408,27 +305,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             if (lane == 0) iok_mbar_arrive(&empty[buf]);  // this warp is done with the stage
         }
 
-        // dK_j = τ dK, dV_j rounded and written once (rows past n_k and columns past d skipped)
+        // dK_j = τ dK, dV_j rounded and written once
 #ifdef DROPOUT
-        const float dv_scale = dropout_scale;
+        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dropout_scale);
 #else
-        constexpr float dv_scale = 1.0f;
+        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, 1.0f);
 #endif
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int key = key_w + g + 8 * h;
-            if (key < cols) {
-                T* krow = dK + (kv_off + key) * HEAD_D + 2 * t;
-                T* vrow = dV + (kv_off + key) * HEAD_D + 2 * t;
-#pragma unroll
-                for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
-                    iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
-                                     wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
-                    iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8),
-                                     wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
-                }
-            }
-        }
 #ifdef IOK_COUNT
         if constexpr (FLUSH_REGS < CONSUMER_REGS) iok_regs_dec<FLUSH_REGS>();
 #endif

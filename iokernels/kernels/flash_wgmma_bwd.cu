@@ -47,6 +47,8 @@
 
 #include "bwd.cuh"
 
+#include "wg_bwd.cuh"
+
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS) || !defined(SMEM_BYTES)
 #error "flash_wgmma_bwd.cu needs BR, BC, HEAD_D, THREADS and SMEM_* from the plan"
 #endif
@@ -57,7 +59,6 @@ constexpr int WB_WARPGROUPS = BC / 64;
 constexpr int WB_DSLABS = TILE_D / 64;                  // 64-column slabs of the tiles
 constexpr int WB_DQ_BLOCKS = (BR / 64) * WB_DSLABS;     // 64 x 64 blocks of dQ_i per query block
 constexpr int WB_LAST_N = (HEAD_D - (TILE_D - 64)) / 8;  // 8-column groups of d in the tiles' last slab
-constexpr int WB_DSTEPS = (HEAD_D + 15) / 16;           // 16-wide steps of S, dP over d (past d: zero columns)
 
 template <typename T>
 __device__ constexpr bool wb_layout_ok()
@@ -68,14 +69,6 @@ __device__ constexpr bool wb_layout_ok()
                           {SMEM_D1, row}})
            && SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q0 % 1024 == 0 && SMEM_Q1 % 1024 == 0
            && SMEM_DO0 % 1024 == 0 && SMEM_DO1 % 1024 == 0 && SMEM_DS % 1024 == 0;
-}
-
-// One register of two T (as wg_pack makes it) -> two floats (low half first).
-template <typename T>
-__device__ __forceinline__ float2 wb_unpack(unsigned w)
-{
-    return make_float2(to_f(from_bits<T>(static_cast<unsigned short>(w & 0xffffu))),
-                       to_f(from_bits<T>(static_cast<unsigned short>(w >> 16))));
 }
 
 // Grid (ceil(n_k / BC), 1, BH / kv_group). Q, dO: (BH, n_q, HEAD_D) of T; K, V, dK, dV:
@@ -189,111 +182,23 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
         const float* d_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_D1 : SMEM_D0));
 
-        // Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (64 keys x BR queries per warpgroup), two commit groups
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < WB_DSTEPS; ++kk) {
-            wg_mma_ss<T, BR>(s, wg_desc_k<BC>(Ks, wg * 64, kk), wg_desc_k<BR>(Qs, 0, kk), kk);
-        }
-        wg_commit();
-#pragma unroll
-        for (int kk = 0; kk < WB_DSTEPS; ++kk) {
-            wg_mma_ss<T, BR>(dp, wg_desc_k<BC>(Vs, wg * 64, kk), wg_desc_k<BR>(dOs, 0, kk), kk);
-        }
-        wg_commit();
-        wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
-        wg_fence_regs(s);
-
-        // Pᵀ = exp(τ Sᵀ − lse) in base 2; element i: key g + 8 ((i >> 1) & 1), query 8 (i >> 2) + 2t + (i & 1)
-#pragma unroll
-        for (int i = 0; i < BR / 2; ++i) {
-            const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
-            const float p = exp2f(fmaf(s[i], scale2, -l2));
-            s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
-        }
+        wgb_s_dp<T>(s, dp, Ks, Vs, Qs, dOs, wg);  // Sᵀ done, dPᵀ may fly
+        wgb_probs(s, lse_s, scale2, key_out, t);
 #ifdef CAUSAL
-        {  // keys past a query's last visible key: P = 0 (only blocks that cross the diagonal)
-            const int q0 = step_block(step) * BR;
-            if (col0 + BC - 1 > q0 + off) {
-#pragma unroll
-                for (int i = 0; i < BR / 2; ++i) {
-                    const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
-                    if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + off) s[i] = 0.0f;
-                }
-            }
-        }
+        wgb_causal(s, col0, key_w, g, t, step_block(step) * BR, off);
 #endif
         unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
         wg_acc_to_a<T, BR>(pa, s);
 #ifdef DROPOUT
-        wg_wait<0>();  // dPᵀ done
-        wg_fence_regs(dp);
-        wg_pin(keep);  // no use of them earlier
-        // dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D), with the undropped Pᵀ as rounded for the dV product
-#pragma unroll
-        for (int i = 0; i < BR / 2; ++i) {
-            const float2 p2 = wb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
-            const float p = (i & 1) ? p2.y : p2.x;
-            const int b = wg_cols_bit<BR>(i);
-            const float z = wg_keep(dropout_scale, keep[b / 32], b % 32);  // Z: the keep scale or 0
-            dp[i] = p * fmaf(dp[i], z, -d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
-        }
-        wg_acc_to_a<T, BR>(dsa, dp);
-        wg_fence_regs(pa);  // the dropped Pᵀ below, not earlier beside the undropped one
-        // (Z ∘ Pᵀ) / keep scale: register r of step kk holds elements 8 kk + 2r and the next
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int lo = wg_cols_bit<BR>(8 * kk + 2 * r), hi = wg_cols_bit<BR>(8 * kk + 2 * r + 1);
-                pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
-            }
-        }
-        // dV_w += (Z ∘ Pᵀ) dO_i / keep scale, dK_w += dSᵀ Q_i (τ applied at the end)
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
-        wg_commit();
+        wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t, keep, dropout_scale);
         if (step + 1 < steps) {
             dropout_bits(step + 1, keep);
             wg_pin(keep);  // here, while they fly
         }
 #else
-        // dV_w += Pᵀ dO_i
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
-        wg_commit();
-        wg_wait<1>();  // dPᵀ done (dV may fly)
-        wg_fence_regs(dp);
-
-        // dSᵀ = Pᵀ ∘ (dPᵀ − D), with Pᵀ as rounded for the dV product
-#pragma unroll
-        for (int i = 0; i < BR / 2; ++i) {
-            const float2 p2 = wb_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
-            const float p = (i & 1) ? p2.y : p2.x;
-            dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
-        }
-        wg_acc_to_a<T, BR>(dsa, dp);
-        // dK_w += dSᵀ Q_i (τ applied at the end)
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
-        wg_commit();
+        wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t);
 #endif
-
-        // dSᵀ -> shared memory (BC keys x BR queries of T), fragment register r of step kk: key
-        // g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2t and the next
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; ++kk) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), 16 * kk + 8 * (r >> 1) + 2 * t))
-                    = dsa[kk][r];
-            }
-        }
+        wgb_store_ds<T>(dSs, dsa, key_w, g, t);
         wg_fence_async_smem();
         __syncthreads();  // every warpgroup's dSᵀ rows are visible
 
@@ -336,26 +241,12 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     iok_cp_async_wait<0>();
 
-    // dK_j = τ dK, dV_j rounded and written once (rows past n_k and columns past d skipped)
+    // dK_j = τ dK, dV_j rounded and written once
 #ifdef DROPOUT
-    const float dv_scale = dropout_scale;
+    wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dropout_scale);
 #else
-    constexpr float dv_scale = 1.0f;
+    wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, 1.0f);
 #endif
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key_w + g + 8 * h;
-        if (key < cols) {
-            T* krow = dK + (kv_off + key) * HEAD_D + 2 * t;
-            T* vrow = dV + (kv_off + key) * HEAD_D + 2 * t;
-#pragma unroll
-            for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
-                iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
-                                 wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
-                iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8), wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
-            }
-        }
-    }
     __syncthreads();  // shared memory is reused by iok_flush
     iok_flush(io, iok_counters, smem);
 }

@@ -87,8 +87,7 @@ def stage_tensors(stage: Stage) -> tuple[str, ...]:
 
 
 def copied_tensors(kernel: str) -> tuple[str, ...]:
-    """The tensors a kernel takes as TMA maps ("map:" in ARGS): the copy engine moves them, no load or store
-    instruction (it reads them; the backward's dQacc it also writes, by its bulk reduce-add)."""
+    """The tensors a kernel takes as TMA maps ("map:" in ARGS): the copy engine reads (dQacc: and writes) them."""
     return tuple(a[4:] for a in ARGS.get(kernel, ()) if a.startswith("map:"))
 
 

@@ -103,6 +103,25 @@ __device__ __forceinline__ void iok_bulk_wait()
 // Generic-proxy shared-memory accesses (st.shared, ld.shared) ordered with the async proxy (TMA, wgmma).
 __device__ __forceinline__ void iok_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// ---- warpgroup tiles ------------------------------------------------------------------------------------
+
+// The copy of a ROWS-row tile (wg.cuh's TILE_D wide: include wg.cuh first) from row row0 of head `head`:
+// TILE_D / 64 boxes of ROWS x 64 on barrier `bar`, counted where it is issued (DESIGN.md's rule 6) as the bytes it
+// reads of tensor TI: its rows inside the tensor's n (the rows past it are zero-filled, nothing read), HEAD_D
+// elements each.
+template <int TI, int ROWS, typename T, int... Ts>
+__device__ __forceinline__ void wg_tma_tile(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
+                                            unsigned long long* bar, int row0, int n, int head)
+{
+    constexpr int slot = iok_slot<TI, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) {
+        io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
+    }
+#pragma unroll
+    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
+}
+
 // ---- warp specialization ---------------------------------------------------------------------------------
 
 // Register reallocation (sm_90a; every warp of the warpgroup executes the same one; the kernel needs

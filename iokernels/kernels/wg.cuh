@@ -130,6 +130,14 @@ __device__ __forceinline__ unsigned wg_pack<__nv_bfloat16>(float lo, float hi)
     return *reinterpret_cast<const unsigned*>(&v);
 }
 
+// One register of two T (as wg_pack makes it) -> two floats (low half first).
+template <typename T>
+__device__ __forceinline__ float2 wg_unpack(unsigned w)
+{
+    return make_float2(to_f(from_bits<T>(static_cast<unsigned short>(w & 0xffffu))),
+                       to_f(from_bits<T>(static_cast<unsigned short>(w >> 16))));
+}
+
 // An m64nN accumulator (N / 2 floats per thread) as the register A fragments of the next product:
 // 16 columns (one k step) per fragment.
 template <typename T, int N>
