@@ -105,6 +105,7 @@ __device__ __forceinline__ void iok_fence_proxy_async() { asm volatile("fence.pr
 
 // ---- warpgroup tiles ------------------------------------------------------------------------------------
 
+#ifdef IOK_NUM_TENSORS  // the kernels (common.cuh's counters), not a bare probe of this header
 // The copy of a ROWS-row tile (wg.cuh's TILE_D wide: include wg.cuh first) from row row0 of head `head`:
 // TILE_D / 64 boxes of ROWS x 64 on barrier `bar`, counted where it is issued (DESIGN.md's rule 6) as the bytes it
 // reads of tensor TI: its rows inside the tensor's n (the rows past it are zero-filled, nothing read), HEAD_D
@@ -121,6 +122,7 @@ __device__ __forceinline__ void wg_tma_tile(IokCounters<Ts...>& io, unsigned cha
 #pragma unroll
     for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
 }
+#endif
 
 // ---- warp specialization ---------------------------------------------------------------------------------
 
