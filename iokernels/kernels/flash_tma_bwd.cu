@@ -43,14 +43,16 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // the counting build's 
 #else
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 #endif
-// setmaxnreg moves registers within the block's allocation at launch (65536 / THREADS per thread, a multiple of
-// 8): an increase beyond it waits forever
-constexpr int LAUNCH_REGS = (65536 / THREADS) / 8 * 8 < 256 ? (65536 / THREADS) / 8 * 8 : 256;
+// setmaxnreg moves registers within the block's allocation at launch: an increase beyond it waits forever. ptxas
+// launches with the largest setmaxnreg target, capped by __launch_bounds__ (65536 / THREADS rounded down to 8):
+// 168 at 384 threads, the consumers' share at 256 (sm_90a, CUDA 13)
+constexpr int CAP_REGS = (65536 / THREADS) / 8 * 8;
+constexpr int LAUNCH_REGS = CAP_REGS < CONSUMER_REGS ? CAP_REGS : CONSUMER_REGS;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= LAUNCH_REGS * THREADS, "the block's registers");
 #ifdef IOK_COUNT
 // the counting build's iok_flush runs in every thread after the roles: each role moves to an even share first
 // (the flush's sums need more than the producer's share)
-constexpr int FLUSH_REGS = LAUNCH_REGS < CONSUMER_REGS ? LAUNCH_REGS : CONSUMER_REGS;
+constexpr int FLUSH_REGS = LAUNCH_REGS;
 #endif
 
 constexpr int TB_DSLABS = TILE_D / 64;                 // 64-column slabs of the tiles

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -99,6 +100,15 @@ def test_compiles_in_both_builds_without_spills(source: str, defines: tuple, arc
             assert "cp.async.bulk.tensor.3d" in result.ptx and "setmaxnreg.inc" in result.ptx, build
         for expr in instances:
             assert result.resources_of(expr).registers, f"{build} {expr}: no ptxas report\n{result.log}"
+        # setmaxnreg moves registers within the block's launch allocation (an increase past it waits forever): the
+        # producer warpgroup's smallest share and the consumers' largest must fit the registers it launched with
+        incs = [int(n) for n in re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", result.ptx)]
+        decs = [int(n) for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", result.ptx)]
+        if incs:
+            threads = dict(defines)["THREADS"]
+            for expr in instances:
+                launched = result.resources_of(expr).registers * threads
+                assert min(decs) * 128 + max(incs) * (threads - 128) <= launched, (build, expr, incs, decs, launched)
         for fn, res in result.resources.items():
             assert (res.stack_frame, res.spill_stores, res.spill_loads) == (0, 0, 0), f"{build} {fn}: {res}"
     assert results[True].cubin != results[False].cubin
