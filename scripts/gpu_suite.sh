@@ -8,7 +8,8 @@
 #     PARTS=bench BENCH_SETS="main long" OUT=/tmp/out bash scripts/gpu_suite.sh
 #
 # Parts (PARTS, space-separated, run in this order; default "tests io"):
-#   tests     tests/gpu without the slow tests, in TEST_GROUPS (default 3) pytest processes side by side
+#   tests     tests/gpu without the slow tests, in TEST_GROUPS (default 3) pytest processes side by side (the files
+#             split by size, largest first, so that the groups take about as long)
 #             on the one GPU (correctness and counters only: nothing in tests/gpu reports a timing) -> tests/
 #   slow      the slow GPU tests (-m slow: 2^31-element sizes, N = 1,048,576)                      -> tests/
 #   sanitize  compute-sanitizer's memcheck, racecheck, initcheck and synccheck over every kernel variant
@@ -130,16 +131,27 @@ if has tests; then
     n=${TEST_GROUPS:-3}
     pids=()
     rm -f "$DIR"/gpu-tests-*.log
+    # the files in n groups of about equal size (largest first, each to the group with the fewest bytes so far:
+    # a file's size stands for its run time), each group in file order
+    mapfile -t groups < <("$PY" -c '
+import os, sys
+n, files = int(sys.argv[1]), sys.argv[2:]
+groups, sizes = [[] for _ in range(n)], [0] * n
+for f in sorted(files, key=os.path.getsize, reverse=True):
+    g = sizes.index(min(sizes))
+    groups[g].append(f)
+    sizes[g] += os.path.getsize(f)
+print("\n".join(" ".join(sorted(g)) for g in groups))' "$n" "${files[@]}")
     for ((g = 0; g < n; g++)); do
-        group=()
-        for ((i = g; i < ${#files[@]}; i += n)); do group+=("${files[i]}"); done
+        read -r -a group <<< "${groups[g]:-}"
+        [ ${#group[@]} -gt 0 ] || continue
         cmd=("$PY" -m pytest -q -p no:cacheprovider --tb=short -rfE -m "not slow" "${group[@]}")
         echo "${cmd[*]} > gpu-tests-$g.log" >> "$DIR/commands.txt"
         timeout "${TEST_LIMIT:-540}" "${cmd[@]}" > "$DIR/gpu-tests-$g.log" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || status=1; done
-    for ((g = 0; g < n; g++)); do echo "group $g: $(tail -1 "$DIR/gpu-tests-$g.log")"; done
+    for ((g = 0; g < n; g++)); do [ -f "$DIR/gpu-tests-$g.log" ] && echo "group $g: $(tail -1 "$DIR/gpu-tests-$g.log")"; done
     grep -h "^FAILED\|^ERROR" "$DIR"/gpu-tests-*.log | head -40
     elapsed tests
 fi
