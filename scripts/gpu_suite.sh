@@ -8,9 +8,9 @@
 #     PARTS=bench BENCH_SETS="main long" OUT=/tmp/out bash scripts/gpu_suite.sh
 #
 # Parts (PARTS, space-separated, run in this order; default "tests io"):
-#   tests     tests/gpu without the slow tests, in TEST_GROUPS (default 3) pytest processes side by side (the files
-#             split by size, largest first, so that the groups take about as long)
-#             on the one GPU (correctness and counters only: nothing in tests/gpu reports a timing) -> tests/
+#   tests     tests/gpu without the slow tests, in TEST_GROUPS (default 3) pytest processes side by side
+#             on the one GPU (correctness and counters only: nothing in tests/gpu reports a timing; the files
+#             split into groups by size, largest first, so that the groups take about as long) -> tests/
 #   slow      the slow GPU tests (-m slow: 2^31-element sizes, N = 1,048,576)                      -> tests/
 #   sanitize  compute-sanitizer's memcheck, racecheck, initcheck and synccheck over every kernel variant
 #             (python3 -m iokernels.analysis.sanitize; SAN_ARGS, e.g. "--quick" or "--tools memcheck") -> sanitize/
