@@ -122,7 +122,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // the first query block: the first whose last row sees key col0 (all of them when no query sees it); then the
     // query blocks per query head (span) and the steps, (query head of the group, query block) pairs. A function
     // that each role calls after its register reallocation (kept live across it, a value spills)
-    auto schedule = [&](int& first, int& span) {
+    int first, span;
+    auto schedule = [&]() {
         const int tiles = (n_q + BR - 1) / BR;
 #ifdef CAUSAL
         const int off = iok_causal_offset(n_q, n_k);
@@ -133,6 +134,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         span = tiles - first;
         return span * kv_group;
     };
+    // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
+    auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
+    auto step_q0 = [&](int s) { return (first + s % span) * BR; };
 
     // barriers: K and V; per stage of the Q / dO / lse / D ring, full (the loader's expect_tx arrival, the copies'
     // bytes and its 32 lanes' arrivals after their scalar stores) and empty (one arrival per consumer warp)
@@ -150,11 +154,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
         iok_regs_dec<PRODUCER_REGS>();
-        int first, span;
-        const int steps = schedule(first, span);
-        // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
-        auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
-        auto step_q0 = [&](int s) { return (first + s % span) * BR; };
+        const int steps = schedule();
         if (warp == 0 && steps > 0) {  // the loader
             if (lane == 0) {
                 iok_tma_prefetch_map(&tmQ);
@@ -204,10 +204,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
-        int first, span;
-        const int steps = schedule(first, span);
-        auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
-        auto step_q0 = [&](int s) { return (first + s % span) * BR; };
+        const int steps = schedule();
         const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
         const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
@@ -296,7 +293,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     }
                 }
             }
-            iok_fence_proxy_async();  // the buffer's writes, before the copy engine reads them
+            wg_fence_async_smem();  // the buffer's writes, before the copy engine reads them
             iok_bar_arrive(BAR_DQ_FULL, CONSUMERS + 32);
             wg_wait<0>();  // dV and dK products done: the stage, pa, dsa may be reused
             wg_fence_regs(pa);

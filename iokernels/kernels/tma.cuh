@@ -100,8 +100,6 @@ __device__ __forceinline__ void iok_bulk_wait()
 {
     asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
-// Generic-proxy shared-memory accesses (st.shared, ld.shared) ordered with the async proxy (TMA, wgmma).
-__device__ __forceinline__ void iok_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---- warpgroup tiles ------------------------------------------------------------------------------------
 

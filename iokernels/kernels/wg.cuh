@@ -110,8 +110,8 @@ __device__ __forceinline__ void wg_fence_regs(unsigned (&r)[N][4])
         for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
     }
 }
-// Shared-memory writes of the generic proxy (st.shared, cp.async) made visible to wgmma's reads (the
-// async proxy); a block barrier follows.
+// Shared-memory writes of the generic proxy (st.shared, cp.async) made visible to the async proxy's reads (wgmma,
+// the copy engine's bulk copies); a barrier follows.
 __device__ __forceinline__ void wg_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // Two floats -> one register of two T (low half = first), each rounded to nearest even (tiles.cuh's tc_pack).

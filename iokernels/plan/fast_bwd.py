@@ -107,22 +107,15 @@ def kv_outer_buffers(d: int, e: int, block_r: int, block_c: int, dq: bool = True
     return out
 
 
-def wgmma_buffers(d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
-    """Shared memory of flash_wgmma_bwd: K_j, V_j; two stages of Q_i and dO_i; dSᵀ (B_c x B_r of T);
-    two stages of lse_i and D_i (last, so that every tile stays 1024-byte aligned). ``d``: the tiles' width
-    (:func:`iokernels.plan.fast.tile_head_dim` of the problem's d)."""
-    q, kv, row = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE
-    return [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q), ("dS", block_c * block_r * e),
-            ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
-
-
-def tma_buffers(d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
-    """Shared memory of flash_tma_bwd: K_j, V_j; two stages of Q_i and dO_i; two of dSᵀ (B_c x B_r of T); the dQ
-    buffer (B_r x d float32, boxes of 64 rows x 32 columns); two stages of lse_i and D_i (last: every tile stays
-    1024-byte aligned). ``d``: the tiles' width."""
+def sm90_buffers(kernel: str, d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
+    """Shared memory of the sm_90 backwards: K_j, V_j; two stages of Q_i and dO_i; dSᵀ (B_c x B_r of T: one buffer
+    for flash_wgmma_bwd, two for flash_tma_bwd, which also has the dQ buffer, B_r x d float32 in boxes of 64 rows x
+    32 columns); two stages of lse_i and D_i (last, so that every tile stays 1024-byte aligned). ``d``: the tiles'
+    width (:func:`iokernels.plan.fast.tile_head_dim` of the problem's d)."""
     q, kv, row, ds = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE, block_c * block_r * e
-    return [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q), ("dS0", ds), ("dS1", ds),
-            ("dQ", block_r * d * ACC_ITEMSIZE), ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
+    out = [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q)]
+    out += [("dS0", ds), ("dS1", ds), ("dQ", block_r * d * ACC_ITEMSIZE)] if kernel == "tma" else [("dS", ds)]
+    return [*out, ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
 
 
 def dq_buffers(d: int, e: int, block_r: int, kv_block: int = FAST_BWD_KV_BLOCK) -> list[tuple[str, int]]:
@@ -189,8 +182,8 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         if deterministic:
             raise ValueError(f"deterministic=True runs the mma kernels (the {kernel} backward adds dQ with atomics)")
         if (q_stages, ds_stages) != (2, 2):
-            raise ValueError("q_stages and ds_stages are options of the mma kernel (wgmma: double-buffered "
-                             "query blocks, one dSᵀ buffer)")
+            raise ValueError("q_stages and ds_stages are options of the mma kernel (the sm_90 kernels: "
+                             "double-buffered query blocks)")
         return _sm90_plan(kernel, N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c, dropout)
     if block_r is None:
         block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
@@ -238,12 +231,9 @@ def _sm90_plan(kernel: str, N_q: int, N_k: int, d: int, dtype: str, batch: int, 
         raise ValueError(f"wgmma backward tiles: block_r <= block_c, got block_r={block_r} > block_c={block_c}")
     e, bh = itemsize(dtype), batch * heads
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
-    if kernel == "tma":  # a warpgroup per 64 keys and the producer warpgroup
-        main = Stage("main", KERNEL_TMA, (tc, 1, batch * kv_heads), 2 * block_c + 128,
-                     layout(tma_buffers(tile_d, e, block_r, block_c)), tile_params(d))
-    else:
-        main = Stage("main", KERNEL_WGMMA, (tc, 1, batch * kv_heads), 2 * block_c,
-                     layout(wgmma_buffers(tile_d, e, block_r, block_c)), tile_params(d))
+    threads = 2 * block_c + (128 if kernel == "tma" else 0)  # a warpgroup per 64 keys (tma: and the producer's)
+    main = Stage("main", KERNEL_TMA if kernel == "tma" else KERNEL_WGMMA, (tc, 1, batch * kv_heads), threads,
+                 layout(sm90_buffers(kernel, tile_d, e, block_r, block_c)), tile_params(d))
     stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
               rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
     return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
