@@ -10,6 +10,10 @@ HEADER = Path(__file__).resolve().parent.parent / "iokernels" / "kernels" / "wgm
 PTX_TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
 WIDTHS = (64, 128)
 RS_WIDTHS = (192, 256)  # the forward's O += P V past d 128 (flash_tma.cu)
+# the backward past d 128 (flash_tma_bwd.cu's wide tiles): Sᵀ, dPᵀ of 32 queries per warpgroup (wg_mma_ss, N 32);
+# dV or dK of the block's keys with Pᵀ, dSᵀ from shared memory (wg_mma_ss_tb, the tile's width)
+SS32_WIDTH = 32
+SS_TB_WIDTHS = (192, 256)
 
 
 def _regs(first: int, count: int) -> str:
@@ -57,7 +61,8 @@ def render() -> str:
 //   wg_mma_rs_tb<T, N>(d, a, db, scale_d): the same with A from registers (the mma.sync m16n8k16 A
 //       fragment of each warp's 16 rows) and B from shared memory MN-major (imm-trans-b = 1);
 //   wg_mma_ss_tt<T, N>(d, da, db, scale_d): A and B from shared memory, both MN-major (imm-trans-a =
-//       imm-trans-b = 1).
+//       imm-trans-b = 1);
+//   wg_mma_ss_tb<T, N>(d, da, db, scale_d): A K-major and B MN-major from shared memory (imm-trans-b = 1).
 // scale_d = 0 overwrites d instead of accumulating. Accumulator register i of a warp holds row
 // 16 * warp + g (+ 8 for i % 4 >= 2), column 8 * (i / 4) + 2 * t + (i % 2), g = lane / 4, t = lane % 4.
 #pragma once
@@ -71,11 +76,15 @@ __device__ __forceinline__ void wg_mma_rs_tb(float (&d)[N / 2], const unsigned (
 template <typename T, int N>
 __device__ __forceinline__ void wg_mma_ss_tt(float (&d)[N / 2], unsigned long long da, unsigned long long db,
                                              int scale_d);
+template <typename T, int N>
+__device__ __forceinline__ void wg_mma_ss_tb(float (&d)[N / 2], unsigned long long da, unsigned long long db,
+                                             int scale_d);
 ''']
     for ctype in PTX_TYPES:
         for n in WIDTHS:
             parts += [_ss(ctype, n), _rs(ctype, n), _ss(ctype, n, "wg_mma_ss_tt", 1, 1)]
-        parts += [_rs(ctype, n) for n in RS_WIDTHS]
+        parts += [_rs(ctype, n) for n in RS_WIDTHS] + [_ss(ctype, SS32_WIDTH)]
+        parts += [_ss(ctype, n, "wg_mma_ss_tb", 0, 1) for n in SS_TB_WIDTHS]
     return "\n".join(parts)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..plan import SCHEDULES
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_HEAD_DIMS
-from ..plan.fast_bwd import WGMMA_BWD_HEAD_DIMS
+from ..plan.fast_bwd import TMA_BWD_HEAD_DIMS
 
 FAST_MIN_CC = (8, 0)  # mma.sync m16n8k16 for float16 and bfloat16
 WGMMA_CC = (9, 0)  # wgmma: sm_90a (H100, H200)
@@ -72,7 +72,7 @@ def availability(cc: tuple[int, int] | None) -> list[dict[str, Any]]:
             row = {"algorithm": algorithm, "schedule": schedule, "pass": direction,
                    "dtypes": ["float32", "float16", "bfloat16"], "head_dims": "16-256, multiples of 8"}
             if schedule == "fast":
-                wider = TMA_HEAD_DIMS if direction == "fwd" else WGMMA_BWD_HEAD_DIMS  # d inside a wider tile
+                wider = TMA_HEAD_DIMS if direction == "fwd" else TMA_BWD_HEAD_DIMS  # d inside a wider tile
                 row.update(dtypes=list(FAST_DTYPES), head_dims=f"{', '.join(map(str, FAST_HEAD_DIMS))}; sm_90: "
                            f"{wider[0]}-{wider[-1]}, multiples of 8")
             if cc is None:
@@ -82,7 +82,7 @@ def availability(cc: tuple[int, int] | None) -> list[dict[str, Any]]:
                     row.update(available=False, kernel="-", note="tensor-core kernels need compute capability 8.0")
                 else:
                     wgmma = cc[0] == WGMMA_CC[0]
-                    sm90 = "tma + wgmma (sm_90a)" if direction == "fwd" else "wgmma (sm_90a)"
+                    sm90 = "tma + wgmma (sm_90a)"
                     row.update(available=True, kernel=sm90 if wgmma else "mma.sync",
                                note="" if wgmma else "wgmma kernels need sm_90 (H100, H200)")
             else:

@@ -15,6 +15,14 @@
 // and hands it back (DQ_EMPTY). The consumers exchange dSᵀ through a double buffer and one named barrier (DS) per
 // step; no block-wide barrier runs between the roles, every thread meets again only in iok_flush.
 //
+// Wide tiles (TILE_D 192 or 256, kernel flash_tma_bwd_wide in the plan; BR = BC = 64): a warpgroup's dK and dV of
+// 64 keys x TILE_D would not fit its registers, so both consumer warpgroups own the block's 64 keys and split the
+// work: warpgroup w computes Sᵀ and dPᵀ for queries [32 w, 32 w + 32) of the step (m64n32), writes its columns of
+// Pᵀ (with DROPOUT the dropped one) and dSᵀ into the step's buffers (two of each); after the DS barrier warpgroup 0
+// adds dV += Pᵀ dO_i and warpgroup 1 dK += dSᵀ Q_i (m64nTILE_D, A from shared memory), and each adds its d slabs of
+// τ dS K_j to dQacc with float32 reductions (red.global.add.v2.f32, flash_wgmma_bwd.cu's way: with the two-stage
+// ring no shared memory is left for a dQ buffer). The producer's warp 1 has no work there.
+//
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
 // read and 4 written of dQacc (the reduction's read-modify-write); the consumers count dK and dV. The totals are
@@ -29,15 +37,24 @@
 
 #include "tma.cuh"
 
+#include "bwd.cuh"
+
 #include "wg_bwd.cuh"
 
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
 #error "flash_tma_bwd.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
-constexpr int CONSUMERS = 2 * BC;  // threads of the consumer warpgroups
-static_assert(BC % 64 == 0 && THREADS == CONSUMERS + 128, "a warpgroup per 64 keys, and the producer's");
-static_assert((BR == 64 || BR == 128) && BR <= BC && (TILE_D == 64 || TILE_D == 128), "wgmma tile widths");
-constexpr int WGS = BC / 64;
+#if defined(HEAD_D_TILE) ? HEAD_D_TILE > 128 : HEAD_D > 128  // wide tiles: two warpgroups share 64 keys
+#define TB_WIDE 1
+constexpr int CONSUMERS = 256;  // threads of the consumer warpgroups
+static_assert(BR == 64 && BC == 64 && (TILE_D == 192 || TILE_D == 256), "wide tiles: 64 x 64");
+#else
+#define TB_WIDE 0
+constexpr int CONSUMERS = 2 * BC;  // threads of the consumer warpgroups: one per 64 keys
+static_assert(BC % 64 == 0 && (BR == 64 || BR == 128) && BR <= BC && (TILE_D == 64 || TILE_D == 128),
+              "wgmma tile widths");
+#endif
+static_assert(THREADS == CONSUMERS + 128, "the consumer warpgroups and the producer's");
 #ifdef IOK_COUNT
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // the counting build's producer adds 64-bit counters
 #else
@@ -55,22 +72,36 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= LAUNCH_REGS * T
 constexpr int FLUSH_REGS = LAUNCH_REGS;
 #endif
 
-constexpr int TB_DSLABS = TILE_D / 64;                 // 64-column slabs of the tiles
-constexpr int TB_DQ_BLOCKS = (BR / 64) * TB_DSLABS;    // 64 x 64 blocks of dQ_i per query block
+constexpr int TB_DSLABS = TILE_D / 64;  // 64-column slabs of the tiles
+constexpr int BAR_DS = 1;               // named barriers (0 is __syncthreads)
+#if !TB_WIDE
+constexpr int WGS = BC / 64;                            // consumer warpgroups
+constexpr int TB_DQ_BLOCKS = (BR / 64) * TB_DSLABS;     // 64 x 64 blocks of dQ_i per query block
 constexpr int TB_DQ_BOXES = (BR / 64) * (TILE_D / 32);  // dQ boxes (64 rows x 32 floats, 8 KB) per query block
-constexpr int BAR_DS = 1, BAR_DQ_FULL = 2, BAR_DQ_EMPTY = 3;  // named barriers (0 is __syncthreads)
+constexpr int BAR_DQ_FULL = 2, BAR_DQ_EMPTY = 3;
+#endif
 
+__device__ constexpr bool tb_aligned()
+{
+    return SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q0 % 1024 == 0 && SMEM_Q1 % 1024 == 0
+           && SMEM_DO0 % 1024 == 0 && SMEM_DO1 % 1024 == 0 && SMEM_DS0 % 1024 == 0 && SMEM_DS1 % 1024 == 0;
+}
 template <typename T>
 __device__ constexpr bool tb_layout_ok()
 {
     constexpr size_t q = BR * TILE_D * sizeof(T), kv = BC * TILE_D * sizeof(T), row = BR * sizeof(float);
-    constexpr size_t ds = BC * BR * sizeof(T), dq = TB_DQ_BOXES * 8192;
+    constexpr size_t ds = BC * BR * sizeof(T);
+#if TB_WIDE  // two Pᵀ buffers
+    return layout_ok<14>({{SMEM_K, kv}, {SMEM_V, kv}, {SMEM_Q0, q}, {SMEM_Q1, q}, {SMEM_DO0, q}, {SMEM_DO1, q},
+                          {SMEM_DS0, ds}, {SMEM_DS1, ds}, {SMEM_P0, ds}, {SMEM_P1, ds}, {SMEM_LSE0, row},
+                          {SMEM_LSE1, row}, {SMEM_D0, row}, {SMEM_D1, row}})
+           && SMEM_P0 % 1024 == 0 && SMEM_P1 % 1024 == 0 && tb_aligned();
+#else  // the dQ buffer
     return layout_ok<13>({{SMEM_K, kv}, {SMEM_V, kv}, {SMEM_Q0, q}, {SMEM_Q1, q}, {SMEM_DO0, q}, {SMEM_DO1, q},
-                          {SMEM_DS0, ds}, {SMEM_DS1, ds}, {SMEM_DQ, dq}, {SMEM_LSE0, row}, {SMEM_LSE1, row},
-                          {SMEM_D0, row}, {SMEM_D1, row}})
-           && SMEM_K % 1024 == 0 && SMEM_V % 1024 == 0 && SMEM_Q0 % 1024 == 0 && SMEM_Q1 % 1024 == 0
-           && SMEM_DO0 % 1024 == 0 && SMEM_DO1 % 1024 == 0 && SMEM_DS0 % 1024 == 0 && SMEM_DS1 % 1024 == 0
-           && SMEM_DQ % 1024 == 0;
+                          {SMEM_DS0, ds}, {SMEM_DS1, ds}, {SMEM_DQ, TB_DQ_BOXES * 8192}, {SMEM_LSE0, row},
+                          {SMEM_LSE1, row}, {SMEM_D0, row}, {SMEM_D1, row}})
+           && SMEM_DQ % 1024 == 0 && tb_aligned();
+#endif
 }
 
 // Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp: rows
@@ -100,14 +131,24 @@ __device__ __forceinline__ void tb_dq_box(IokCounters<Ts...>& io, const unsigned
     iok_tma_reduce_add_3d(map, box, c0, r0, head);
 }
 
+#if TB_WIDE
+constexpr int TBW_Q = 32;  // queries of a step's block per warpgroup in Sᵀ and dPᵀ
+#endif
+
 // Grid (ceil(n_k / BC), 1, BH / kv_group). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
 // K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q, HEAD_D) float32 in boxes of 64 rows
-// x 32 (tensormap.py); lse, D: (BH, n_q) float32; dK, dV: as K. Query head z reads K/V head z / kv_group.
+// x 32 (tensormap.py; wide tiles: dQacc itself); lse, D: (BH, n_q) float32; dK, dV: as K. Query head z reads K/V
+// head z / kv_group.
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, const __grid_constant__ IokTensorMap tmdO,
-              const float* __restrict__ lse, const float* __restrict__ Dg, const __grid_constant__ IokTensorMap tmdQ,
+              const float* __restrict__ lse, const float* __restrict__ Dg,
+#if TB_WIDE
+              float* __restrict__ dQacc,
+#else
+              const __grid_constant__ IokTensorMap tmdQ,
+#endif
               T* __restrict__ dK, T* __restrict__ dV, int n_q, int n_k, float scale, int kv_group,
               IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
@@ -182,7 +223,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                                     lane);
                 iok_mbar_arrive(&full[st]);  // each lane's stores, released to the consumers' wait
             }
-        } else if (warp == 1 && steps > 0) {  // the dQ writer
+        }
+#if !TB_WIDE
+        else if (warp == 1 && steps > 0) {  // the dQ writer
 #pragma unroll 1
             for (int s = 0; s < steps; ++s) {
                 iok_bar_sync(BAR_DQ_FULL, CONSUMERS + 32);  // the consumers' τ dS K_j of step s is in the buffer
@@ -199,19 +242,150 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             }
             if (lane == 0) iok_bulk_wait<0>();  // the additions are done before the block ends
         }
+#endif
 #ifdef IOK_COUNT
         iok_regs_inc<FLUSH_REGS>();
 #endif
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
         const int steps = schedule();
-        const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block
+        const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
         const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
         const float scale2 = scale * WG_LOG2E;
         const unsigned char* Ks = smem + SMEM_K;
         const unsigned char* Vs = smem + SMEM_V;
+#ifdef DROPOUT
+        const float dv_scale = dropout_scale;  // dV = (Z ∘ P)ᵀ dO: P's kept elements times 1 / (1 − p), at the end
+#else
+        const float dv_scale = 1.0f;
+#endif
 
+#if TB_WIDE
+        float kv[TILE_D / 2], s[TBW_Q / 2], dp[TBW_Q / 2];  // kv: dV (warpgroup 0) or dK (warpgroup 1)
+#pragma unroll
+        for (int i = 0; i < TILE_D / 2; ++i) kv[i] = 0.0f;
+        const int key_w = warp * 16;  // this warp's first key: rows key_w + g and key_w + g + 8
+        const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
+        const int qw = TBW_Q * wg;  // this warpgroup's first query of a step's block in Sᵀ and dPᵀ
+#ifdef DROPOUT
+        auto dropout_bits = [&](int s, unsigned (&keep)[WG_COLS_REGS<TBW_Q>]) {
+            wg_dropout_cols<TBW_Q>(keep, dropout_threshold, dropout_seed, dropout_offset, step_head(s), col0 + key_w,
+                                   step_q0(s) + qw, g, t);
+        };
+        unsigned keep[WG_COLS_REGS<TBW_Q>];
+        if (steps > 0) dropout_bits(0, keep);
+#endif
+        if (steps > 0) iok_mbar_wait(&bar_kv, 0);
+
+#pragma unroll 1
+        for (int step = 0; step < steps; ++step) {
+            const int buf = step & 1;
+            iok_mbar_wait(&full[buf], (step >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
+            const unsigned char* Qs = smem + (buf ? SMEM_Q1 : SMEM_Q0);
+            const unsigned char* dOs = smem + (buf ? SMEM_DO1 : SMEM_DO0);
+            const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
+            const float* d_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_D1 : SMEM_D0));
+            unsigned char* Pb = smem + (buf ? SMEM_P1 : SMEM_P0);
+            unsigned char* dSb = smem + (buf ? SMEM_DS1 : SMEM_DS0);
+
+            // Sᵀ = K_j Q_wᵀ, dPᵀ = V_j dO_wᵀ for this warpgroup's 32 queries
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < WGB_DSTEPS; ++kk) {
+                wg_mma_ss<T, TBW_Q>(s, wg_desc_k<BC>(Ks, 0, kk), wg_desc_k<BR>(Qs, qw, kk), kk);
+            }
+            wg_commit();
+#pragma unroll
+            for (int kk = 0; kk < WGB_DSTEPS; ++kk) {
+                wg_mma_ss<T, TBW_Q>(dp, wg_desc_k<BC>(Vs, 0, kk), wg_desc_k<BR>(dOs, qw, kk), kk);
+            }
+            wg_commit();
+            wg_wait<1>();
+            wg_fence_regs(s);
+            wgb_probs(s, lse_s + qw, scale2, key_out, t);
+#ifdef CAUSAL
+            wgb_causal(s, col0, key_w, g, t, step_q0(step) + qw, iok_causal_offset(n_q, n_k));
+#endif
+            unsigned pa[TBW_Q / 16][4], dsa[TBW_Q / 16][4];  // Pᵀ and dSᵀ rounded to T
+            wg_acc_to_a<T, TBW_Q>(pa, s);
+            wg_wait<0>();  // dPᵀ done
+            wg_fence_regs(dp);
+#pragma unroll
+            for (int i = 0; i < TBW_Q / 2; ++i) {  // dSᵀ = Pᵀ ∘ (dPᵀ − D) (DROPOUT: Z ∘ dPᵀ) with Pᵀ as rounded
+                const float2 p2 = wg_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
+                const float p = (i & 1) ? p2.y : p2.x, dq = d_s[qw + 8 * (i >> 2) + 2 * t + (i & 1)];
+#ifdef DROPOUT
+                const int bit = wg_cols_bit<TBW_Q>(i);
+                dp[i] = p * fmaf(dp[i], wg_keep(dropout_scale, keep[bit / 32], bit % 32), -dq);
+#else
+                dp[i] = p * (dp[i] - dq);
+#endif
+            }
+            wg_acc_to_a<T, TBW_Q>(dsa, dp);
+#ifdef DROPOUT
+#pragma unroll
+            for (int kk = 0; kk < TBW_Q / 16; ++kk) {  // Pᵀ's dropped elements zeroed for the dV product
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int lo = wg_cols_bit<TBW_Q>(8 * kk + 2 * r), hi = wg_cols_bit<TBW_Q>(8 * kk + 2 * r + 1);
+                    pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
+                }
+            }
+#endif
+            // this warpgroup's columns of Pᵀ and dSᵀ -> the step's buffers; they were last read by the products of
+            // step - 2, which both warpgroups waited for before the DS barrier of step - 1
+            wgb_store_ds<T>(reinterpret_cast<T*>(Pb), pa, key_w, g, t, qw);
+            wgb_store_ds<T>(reinterpret_cast<T*>(dSb), dsa, key_w, g, t, qw);
+            wg_fence_async_smem();
+            iok_bar_sync(BAR_DS, CONSUMERS);  // both warpgroups' columns are visible
+
+            // dV += Pᵀ dO_i (warpgroup 0) or dK += dSᵀ Q_i (warpgroup 1): the same products on other operands (A from
+            // shared memory, K-major; B MN-major), no branch around them (ptxas would serialize every wgmma)
+            const unsigned char* a_s = wg ? dSb : Pb;
+            const unsigned char* b_s = wg ? Qs : dOs;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; ++kk) {
+                wg_mma_ss_tb<T, TILE_D>(kv, wg_desc_k<BC>(a_s, 0, kk), wg_desc_mn<BR>(b_s, 0, kk), 1);
+            }
+            wg_commit();
+#ifdef DROPOUT
+            if (step + 1 < steps) {
+                dropout_bits(step + 1, keep);
+                wg_pin(keep);  // here, while the products fly
+            }
+#endif
+            // dQacc_i += τ dS K_j: this warpgroup's d slabs (warpgroup 0 the first half, rounded up)
+            const int head = step_head(step), q0 = step_q0(step);
+            const size_t row0 = static_cast<size_t>(head) * n_q + q0;
+            constexpr int half = (TB_DSLABS + 1) / 2;
+#pragma unroll 1
+            for (int ds = wg ? half : 0; ds < (wg ? TB_DSLABS : half); ++ds) {
+                float acc[32];  // overwritten by the first product (scale_d = 0)
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk) {
+                    wg_mma_ss_tt<T, 64>(acc, wg_desc_mn<BC>(dSb, 0, kk), wg_desc_mn<BC>(Ks, ds, kk), kk);
+                }
+                wg_commit();
+                wg_wait<0>();
+                wg_fence_regs(acc);
+                wgb_dq_red(io, dQacc, acc, row0, min(BR, n_q - q0), 0, ds, warp, g, t, scale);
+            }
+            wg_wait<0>();  // the dV or dK product done: the stage may be reused
+            wg_fence_regs(kv);
+            __syncwarp();
+            if (lane == 0) iok_mbar_arrive(&empty[buf]);  // this warp is done with the stage
+        }
+
+        // dV_j (warpgroup 0) or dK_j = τ dK (warpgroup 1) rounded and written once
+        if (wg == 0) {
+            wgb_store_rows<IOK_T_dV>(io, dV, kv, kv_off, key_w, g, t, cols, dv_scale);
+        } else {
+            wgb_store_rows<IOK_T_dK>(io, dK, kv, kv_off, key_w, g, t, cols, scale);
+        }
+#else
         float dk[TILE_D / 2], dv[TILE_D / 2], s[BR / 2], dp[BR / 2];
 #pragma unroll
         for (int i = 0; i < TILE_D / 2; ++i) dk[i] = dv[i] = 0.0f;
@@ -305,10 +479,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         }
 
         // dK_j = τ dK, dV_j rounded and written once
-#ifdef DROPOUT
-        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dropout_scale);
-#else
-        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, 1.0f);
+        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dv_scale);
 #endif
 #ifdef IOK_COUNT
         if constexpr (FLUSH_REGS < CONSUMER_REGS) iok_regs_dec<FLUSH_REGS>();

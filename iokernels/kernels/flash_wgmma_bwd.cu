@@ -58,7 +58,6 @@ static_assert((BR == 64 || BR == 128) && (TILE_D == 64 || TILE_D == 128), "wgmma
 constexpr int WB_WARPGROUPS = BC / 64;
 constexpr int WB_DSLABS = TILE_D / 64;                  // 64-column slabs of the tiles
 constexpr int WB_DQ_BLOCKS = (BR / 64) * WB_DSLABS;     // 64 x 64 blocks of dQ_i per query block
-constexpr int WB_LAST_N = (HEAD_D - (TILE_D - 64)) / 8;  // 8-column groups of d in the tiles' last slab
 
 template <typename T>
 __device__ constexpr bool wb_layout_ok()
@@ -208,7 +207,6 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #pragma unroll 1
         for (int blk = wg; blk < WB_DQ_BLOCKS; blk += WB_WARPGROUPS) {
             const int qs = blk / WB_DSLABS, ds = blk % WB_DSLABS;
-            const bool last = ds == WB_DSLABS - 1;  // the slab d ends in (its first WB_LAST_N column groups)
             float acc[32];  // overwritten by the first product (scale_d = 0)
             wg_fence();
 #pragma unroll
@@ -218,20 +216,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             wg_commit();
             wg_wait<0>();
             wg_fence_regs(acc);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = qs * 64 + warp * 16 + g + 8 * h;
-                if (r < rows) {
-                    float* dst = dQacc + (row0 + r) * HEAD_D + ds * 64 + 2 * t;
-#pragma unroll
-                    for (int n = 0; n < 8; ++n) {
-                        if (TILE_D == HEAD_D || n < WB_LAST_N || !last) {  // columns past d: not added
-                            bwd_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[4 * n + 2 * h] * scale,
-                                                      acc[4 * n + 2 * h + 1] * scale);
-                        }
-                    }
-                }
-            }
+            wgb_dq_red(io, dQacc, acc, row0, rows, qs, ds, warp, g, t, scale);
         }
         wg_wait<0>();  // dV and dK products done: pa, dsa may be reused
         wg_fence_regs(pa);

@@ -110,8 +110,9 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)]  # defaults and make_plan's fallback
         plans += [make_fast_backward_plan(N_q=1000, d=d, dtype="float16", block_r=br, block_c=bc, kernel=kernel)
                   for d, br, bc in FAST_BWD_WGMMA_TUNING]  # tuning variants
+        # d inside a wider tile (HEAD_D_TILE 64, 128; tma: its wide tiles, 192 and 256 wide, and d 256)
         plans += [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel=kernel)
-                  for t in FAST_BWD_DTYPES for d in (32, 96)]  # d inside a wider tile (HEAD_D_TILE 64, 128)
+                  for t in FAST_BWD_DTYPES for d in ((32, 96, 160, 256) if kernel == "tma" else (32, 96))]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

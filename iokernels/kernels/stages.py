@@ -41,6 +41,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "flash_tma_fwd": ("flash_tma.cu", "flash_tma_fwd"),
     "flash_wgmma_bwd": ("flash_wgmma_bwd.cu", "flash_wgmma_bwd"),
     "flash_tma_bwd": ("flash_tma_bwd.cu", "flash_tma_bwd"),
+    "flash_tma_bwd_wide": ("flash_tma_bwd.cu", "flash_tma_bwd"),  # built with a tile width past 128
 }
 # kernels that stream whole rows, one block over ROWS_PER_BLOCK rows (no attention tiles)
 ROWWISE = frozenset(k for k, (source, _) in SOURCES.items() if source == "rowwise.cu")

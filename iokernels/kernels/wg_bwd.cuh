@@ -1,7 +1,8 @@
 // The per-step math of the sm_90 backwards (flash_wgmma_bwd.cu, flash_tma_bwd.cu: the same products, masks and
 // dropout; they differ in how tiles move and how dQ is added). A warpgroup owns 64 keys of the block's BC (rows
-// key_w + g and key_w + g + 8 of a thread); its accumulators hold Sᵀ and dPᵀ (64 keys x BR queries: element i of
-// a thread is key g + 8 ((i >> 1) & 1), query 8 (i >> 2) + 2t + (i & 1)) and dK, dV (64 keys x TILE_D).
+// key_w + g and key_w + g + 8 of a thread); its accumulators hold Sᵀ and dPᵀ (64 keys x BR queries, or x 32 of
+// them in flash_tma_bwd.cu's wide tiles: element i of a thread is key g + 8 ((i >> 1) & 1), query 8 (i >> 2) + 2t
+// + (i & 1) of its first) and dK, dV (64 keys x TILE_D, or the warpgroup's columns of it).
 // The comment of flash_wgmma_bwd.cu states the products and the rules.
 #pragma once
 
@@ -33,25 +34,27 @@ __device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2]
     wg_fence_regs(s);
 }
 
-// Pᵀ = exp(τ Sᵀ − lse) in base 2 (lse_s: the step's BR lse values), 0 for keys past n_k (key_out); with CAUSAL, 0
-// past each query's last visible key (q0 the step's first query, off the causal offset; only blocks that cross
-// the diagonal).
-__device__ __forceinline__ void wgb_probs(float (&s)[BR / 2], const float* lse_s, float scale2,
-                                          const bool (&key_out)[2], int t)
+// Pᵀ = exp(τ Sᵀ − lse) in base 2 (lse_s: the lse values of the accumulator's queries), 0 for keys past n_k
+// (key_out); with CAUSAL, 0 past each query's last visible key (q0 the accumulator's first query, off the causal
+// offset; only blocks that cross the diagonal).
+template <int NS>
+__device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, float scale2, const bool (&key_out)[2],
+                                          int t)
 {
 #pragma unroll
-    for (int i = 0; i < BR / 2; ++i) {
+    for (int i = 0; i < NS; ++i) {
         const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
         const float p = exp2f(fmaf(s[i], scale2, -l2));
         s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
     }
 }
 #ifdef CAUSAL
-__device__ __forceinline__ void wgb_causal(float (&s)[BR / 2], int col0, int key_w, int g, int t, int q0, int off)
+template <int NS>
+__device__ __forceinline__ void wgb_causal(float (&s)[NS], int col0, int key_w, int g, int t, int q0, int off)
 {
     if (col0 + BC - 1 > q0 + off) {
 #pragma unroll
-        for (int i = 0; i < BR / 2; ++i) {
+        for (int i = 0; i < NS; ++i) {
             const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
             if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + off) s[i] = 0.0f;
         }
@@ -123,17 +126,18 @@ __device__ __forceinline__ void wgb_grads(float (&dk)[TILE_D / 2], float (&dv)[T
 #endif
 }
 
-// dSᵀ -> shared memory (BC keys x BR queries of T, the wg.cuh tile layout): fragment register r of step kk holds
-// key g + 8 (r & 1), queries 16 kk + 8 (r >> 1) + 2t and the next.
-template <typename T>
-__device__ __forceinline__ void wgb_store_ds(T* dSs, const unsigned (&dsa)[BR / 16][4], int key_w, int g, int t)
+// dSᵀ (or Pᵀ) -> shared memory (BC keys x BR queries of T, the wg.cuh tile layout): fragment register r of step
+// kk holds key g + 8 (r & 1), queries q0 + 16 kk + 8 (r >> 1) + 2t and the next.
+template <typename T, int KS>
+__device__ __forceinline__ void wgb_store_ds(T* dSs, const unsigned (&dsa)[KS][4], int key_w, int g, int t,
+                                             int q0 = 0)
 {
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; ++kk) {
+    for (int kk = 0; kk < KS; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-            *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), 16 * kk + 8 * (r >> 1) + 2 * t))
-                = dsa[kk][r];
+            const int q = q0 + 16 * kk + 8 * (r >> 1) + 2 * t;
+            *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), q)) = dsa[kk][r];
         }
     }
 }
@@ -157,6 +161,49 @@ __device__ __forceinline__ void wgb_store_dkdv(C& io, T* dK, T* dV, const float 
                                  wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
                 iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8),
                                  wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
+            }
+        }
+    }
+}
+// The same for one of them (tensor TI: dK or dV, x = its scale).
+template <int TI, typename T, typename C>
+__device__ __forceinline__ void wgb_store_rows(C& io, T* dst, const float (&acc)[TILE_D / 2], size_t kv_off, int key_w,
+                                               int g, int t, int cols, float x)
+{
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_w + g + 8 * h;
+        if (key < cols) {
+            T* row = dst + (kv_off + key) * HEAD_D + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HEAD_D / 8; ++n) {
+                iok_st<TI>(io, reinterpret_cast<unsigned*>(row + n * 8),
+                           wg_pack<T>(acc[4 * n + 2 * h] * x, acc[4 * n + 2 * h + 1] * x));
+            }
+        }
+    }
+}
+
+// dQacc rows row0 + [0, rows) (row0: the global row of the block's first query), columns 64 ds + [0, 64) += τ acc
+// (a 64 x 64 block of dQ_i: query slab qs, d slab ds) by float32 reductions (bwd.cuh's red.global.add.v2.f32,
+// counted as 8 bytes read and 8 written each); rows past n_q and the tile's columns past d are not added.
+template <typename C>
+__device__ __forceinline__ void wgb_dq_red(C& io, float* dQacc, const float (&acc)[32], size_t row0, int rows, int qs,
+                                           int ds, int warp, int g, int t, float scale)
+{
+    constexpr int last_n = (HEAD_D - (TILE_D - 64)) / 8;  // 8-column groups of d in the tiles' last slab
+    const bool last = ds == TILE_D / 64 - 1;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = qs * 64 + warp * 16 + g + 8 * h;
+        if (r < rows) {
+            float* dst = dQacc + (row0 + r) * HEAD_D + ds * 64 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                if (TILE_D == HEAD_D || n < last_n || !last) {  // columns past d: not added
+                    bwd_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[4 * n + 2 * h] * scale,
+                                              acc[4 * n + 2 * h + 1] * scale);
+                }
             }
         }
     }

@@ -5,7 +5,10 @@ with one of three kernels for its main stage:
 
 * ``"tma"`` (``kernels/flash_tma_bwd.cu``, sm_90a only): the wgmma kernel's math, tiles, variants and bytes with
   a producer warpgroup: TMA copies of Q_i, dO_i into a two-stage mbarrier ring (K_j, V_j once), register
-  reallocation, dQ added by the copy engine's bulk tensor reduction instead of per-thread atomics;
+  reallocation, dQ added by the copy engine's bulk tensor reduction instead of per-thread atomics; past d 128
+  (tile widths 192 and 256, :data:`TMA_BWD_HEAD_DIMS`) its wide tiles (kernel ``flash_tma_bwd_wide``, B_r = B_c =
+  64): two consumer warpgroups share the block's keys and split Sᵀ, dPᵀ by queries and dK, dV, dQ by columns, dQ
+  added by float32 reductions;
 * ``"wgmma"`` (``kernels/flash_wgmma_bwd.cu``, sm_90a only: H100/H200): warpgroup matrix products, a
   warpgroup per 64 keys; B_r = 128 (d = 64, float16) or 64, B_c = 128; every d that is a multiple of 8 from
   16 to 128 (:data:`WGMMA_BWD_HEAD_DIMS`), in the tile of the next width (64 or 128, the stage parameter
@@ -54,6 +57,8 @@ FAST_BWD_DTYPES = ("float16", "bfloat16")
 FAST_BWD_HEAD_DIMS = (64, 128)  # the mma kernels' d (the tile widths)
 # the wgmma kernel's d: every multiple of 8 up to 128, in the tile of the next width (tile_head_dim)
 WGMMA_BWD_HEAD_DIMS = tuple(range(16, 129, 8))
+# the tma kernel's: up to 256 (past 128 its wide tiles, 192 or 256 wide)
+TMA_BWD_HEAD_DIMS = tuple(range(16, 257, 8))
 FAST_BWD_BR = {64: 128, 128: 64}  # d -> query rows per step of the K/V-outer loop (timed on an H200)
 FAST_BWD_BC = 128  # keys per block (a warp per 16 keys: 8 warps)
 FAST_BWD_DETERMINISTIC_BR = 64  # the deterministic plan's (its dK/dV kernel at d = 64, B_r = 128 would spill)
@@ -68,11 +73,14 @@ DETERMINISTIC = "deterministic"
 KERNEL = "flash_tc_bwd"
 KERNEL_WGMMA = "flash_wgmma_bwd"
 KERNEL_TMA = "flash_tma_bwd"
+KERNEL_TMA_WIDE = "flash_tma_bwd_wide"  # flash_tma_bwd.cu built with a tile width past 128
+SM90_BWD_KERNEL_NAMES = (KERNEL_TMA, KERNEL_TMA_WIDE, KERNEL_WGMMA)
 FAST_BWD_KERNELS = ("tma", "wgmma", "mma")
 SM90_BWD_KERNELS = ("tma", "wgmma")  # the same tiles, d, causal, dropout and grouped-query support
 # (tile width, dtype) -> (B_r, B_c) of the wgmma kernel (timed on an H200 at d = the tile width)
 FAST_BWD_WGMMA_TILES = {(64, "float16"): (128, 128), (64, "bfloat16"): (128, 128),
                         (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
+FAST_BWD_WIDE_TILES = (64, 64)  # the tma kernel's wide tiles (tile widths 192, 256): the only ones
 # the same for dropout plans (the DROPOUT build at d = 64, B_r = 128 spills registers)
 FAST_BWD_WGMMA_DROPOUT_TILES = {(64, "float16"): (64, 128), (64, "bfloat16"): (64, 128),
                                 (128, "float16"): (64, 128), (128, "bfloat16"): (64, 128)}
@@ -88,6 +96,8 @@ FAST_BWD_ARGS: dict[str, tuple[str, ...]] = {
     KERNEL_WGMMA: ("Q", "K", "V", "dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale", "kv_group"),
     KERNEL_TMA: ("map:Q", "map:K", "map:V", "map:dO", "lse", "D", "map:dQacc", "dK", "dV", "n_q", "n_k", "scale",
                  "kv_group"),  # TMA maps
+    KERNEL_TMA_WIDE: ("map:Q", "map:K", "map:V", "map:dO", "lse", "D", "dQacc", "dK", "dV", "n_q", "n_k", "scale",
+                      "kv_group"),  # dQacc by float32 reductions
     KERNEL_DKDV: ("Q", "K", "V", "dO", "lse", "D", "dK", "dV", "n_q", "n_k", "scale"),
     KERNEL_DQ: ("Q", "K", "V", "O", "dO", "lse", "D", "dQ", "n_q", "n_k", "scale"),
 }
@@ -110,11 +120,17 @@ def kv_outer_buffers(d: int, e: int, block_r: int, block_c: int, dq: bool = True
 def sm90_buffers(kernel: str, d: int, e: int, block_r: int, block_c: int) -> list[tuple[str, int]]:
     """Shared memory of the sm_90 backwards: K_j, V_j; two stages of Q_i and dO_i; dSᵀ (B_c x B_r of T: one buffer
     for flash_wgmma_bwd, two for flash_tma_bwd, which also has the dQ buffer, B_r x d float32 in boxes of 64 rows x
-    32 columns); two stages of lse_i and D_i (last, so that every tile stays 1024-byte aligned). ``d``: the tiles'
-    width (:func:`iokernels.plan.fast.tile_head_dim` of the problem's d)."""
+    32 columns, or with its wide tiles (d past 128) two Pᵀ buffers instead); two stages of lse_i and D_i (last, so
+    that every tile stays 1024-byte aligned). ``d``: the tiles' width (:func:`iokernels.plan.fast.tile_head_dim` of
+    the problem's d)."""
     q, kv, row, ds = block_r * d * e, block_c * d * e, block_r * ACC_ITEMSIZE, block_c * block_r * e
     out = [("K", kv), ("V", kv), ("Q0", q), ("Q1", q), ("dO0", q), ("dO1", q)]
-    out += [("dS0", ds), ("dS1", ds), ("dQ", block_r * d * ACC_ITEMSIZE)] if kernel == "tma" else [("dS", ds)]
+    if kernel == "wgmma":
+        out += [("dS", ds)]
+    elif d > 128:
+        out += [("dS0", ds), ("dS1", ds), ("P0", ds), ("P1", ds)]
+    else:
+        out += [("dS0", ds), ("dS1", ds), ("dQ", block_r * d * ACC_ITEMSIZE)]
     return [*out, ("lse0", row), ("lse1", row), ("D0", row), ("D1", row)]
 
 
@@ -132,7 +148,7 @@ def _check_tiles(block_r: int, block_c: int) -> None:
 
 
 def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
-                            heads: int = 1, block_r: int | None = None, block_c: int = FAST_BWD_BC,
+                            heads: int = 1, block_r: int | None = None, block_c: int | None = None,
                             q_stages: int = 2, ds_stages: int = 2, deterministic: bool = False,
                             kernel: str | None = None, kv_heads: int | None = None, dropout: bool = False) -> Plan:
     """The plan of the tensor-core backward for one problem (:class:`iokernels.plan.core.Unsupported`, a
@@ -156,9 +172,9 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     if dtype not in FAST_BWD_DTYPES:
         raise Unsupported(f"flash/fast backward (tensor cores) takes {' or '.join(FAST_BWD_DTYPES)}, got {dtype}")
-    if d not in WGMMA_BWD_HEAD_DIMS:
-        raise Unsupported(f"flash/fast backward (tensor cores) takes d in {FAST_BWD_HEAD_DIMS} (the wgmma kernel on "
-                          f"sm_90: a multiple of 8 from 16 to 128), got d={d}")
+    if d not in TMA_BWD_HEAD_DIMS:
+        raise Unsupported(f"flash/fast backward (tensor cores) takes d in {FAST_BWD_HEAD_DIMS} (the sm_90 kernels: a "
+                          f"multiple of 8 from 16 to 128, and up to 256 with tma), got d={d}")
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
     if kernel is None:
@@ -167,6 +183,9 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         raise ValueError(f"kernel must be one of {FAST_BWD_KERNELS}, got {kernel!r}")
     if d not in FAST_BWD_HEAD_DIMS and (kernel not in SM90_BWD_KERNELS or deterministic):
         raise Unsupported(_mma_head_dims(d))
+    if d not in WGMMA_BWD_HEAD_DIMS and kernel != "tma":
+        raise Unsupported(f"flash/fast backward: d={d} past 128 is taken by the tma kernel (sm_90) only, without "
+                          "deterministic=True")
     if dropout and (kernel not in SM90_BWD_KERNELS or deterministic):
         raise Unsupported(_NO_MMA_DROPOUT)
     kv_heads = heads if kv_heads is None else kv_heads
@@ -187,6 +206,7 @@ def make_fast_backward_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: 
         return _sm90_plan(kernel, N_q, N_k, d, dtype, batch, heads, kv_heads, block_r, block_c, dropout)
     if block_r is None:
         block_r = FAST_BWD_DETERMINISTIC_BR if deterministic else FAST_BWD_BR[d]
+    block_c = FAST_BWD_BC if block_c is None else block_c
     _check_tiles(block_r, block_c)
     if not deterministic and block_r > block_c:
         raise ValueError(f"block_r={block_r} > block_c={block_c}: the dQ product needs a warp per 16 query rows")
@@ -223,16 +243,25 @@ _NO_MMA_DROPOUT = ("dropout in the tensor-core backward is implemented by the sm
 def _sm90_plan(kernel: str, N_q: int, N_k: int, d: int, dtype: str, batch: int, heads: int, kv_heads: int,
                block_r: int | None, block_c: int | None, dropout: bool = False) -> Plan:
     tile_d = tile_head_dim(d)
-    default_r, default_c = (FAST_BWD_WGMMA_DROPOUT_TILES if dropout else FAST_BWD_WGMMA_TILES)[tile_d, dtype]
+    wide = tile_d > 128
+    if wide:
+        default_r, default_c = FAST_BWD_WIDE_TILES
+    else:
+        default_r, default_c = (FAST_BWD_WGMMA_DROPOUT_TILES if dropout else FAST_BWD_WGMMA_TILES)[tile_d, dtype]
     block_r = default_r if block_r is None else block_r
     block_c = default_c if block_c is None else block_c
     _check_tiles(block_r, block_c)
+    if wide and (block_r, block_c) != FAST_BWD_WIDE_TILES:
+        raise ValueError(f"the tma backward past d 128 (tile width {tile_d}) has tiles {FAST_BWD_WIDE_TILES}, got "
+                         f"block_r={block_r}, block_c={block_c}")
     if block_r > block_c:  # never planned, and a timing of it on an H100 (2026-11-25, d 32) did not finish
         raise ValueError(f"wgmma backward tiles: block_r <= block_c, got block_r={block_r} > block_c={block_c}")
     e, bh = itemsize(dtype), batch * heads
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
-    threads = 2 * block_c + (128 if kernel == "tma" else 0)  # a warpgroup per 64 keys (tma: and the producer's)
-    main = Stage("main", KERNEL_TMA if kernel == "tma" else KERNEL_WGMMA, (tc, 1, batch * kv_heads), threads,
+    # a warpgroup per 64 keys (wide: two for the 64) and, for tma, the producer's
+    threads = (256 if wide else 2 * block_c) + (128 if kernel == "tma" else 0)
+    name = KERNEL_WGMMA if kernel == "wgmma" else KERNEL_TMA_WIDE if wide else KERNEL_TMA
+    main = Stage("main", name, (tc, 1, batch * kv_heads), threads,
                  layout(sm90_buffers(kernel, tile_d, e, block_r, block_c)), tile_params(d))
     stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
               rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
@@ -258,8 +287,9 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
         problem = {**problem, "dropout": True}
         wgmma_only = True
     if kernel in SM90_BWD_KERNELS:  # tma's extra buffers (dQ, a second dSᵀ) cost shared memory: then wgmma's
+        wide = problem.get("d", 0) not in WGMMA_BWD_HEAD_DIMS  # past d 128: tma only, one tile shape
         options += [{"kernel": k, **tiles} for k in SM90_BWD_KERNELS[SM90_BWD_KERNELS.index(kernel):]
-                    for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)]
+                    for tiles in ({}, FAST_BWD_WGMMA_FALLBACK) if not (wide and (k != "tma" or tiles))]
     elif wgmma_only:
         raise Unsupported("the causal tensor-core backward is the sm_90 kernels (tma, wgmma); the mma.sync backward "
                           "kernels have no causal mask")

@@ -20,6 +20,7 @@ from dataclasses import replace
 from .causal import CAUSAL_CODES, normalize_causal
 from .core import Plan, Unsupported
 from .dropout import Dropout
+from .fast_bwd import SM90_BWD_KERNEL_NAMES
 from .masks import BlockMask, ExplicitMask
 
 # the stages whose kernels apply dropout to P (DROPOUT define; .dropout): every stage that uses
@@ -63,8 +64,8 @@ def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
     check_dropout(key, dropout)
     if plan.variant:
         raise Unsupported(f"dropout is not implemented by {plan.label}")
-    if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_wgmma_bwd",
-                                                                     "flash_tma_fwd", "flash_tma_bwd"):
+    if plan.schedule == "fast" and plan.stage("main").kernel not in ("flash_wgmma_fwd", "flash_tma_fwd",
+                                                                     *SM90_BWD_KERNEL_NAMES):
         raise Unsupported(f"dropout in flash/fast is implemented by the wgmma kernels (sm_90); the mma.sync kernel "
                           f"{plan.stage('main').kernel} has none")
     stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in DROPOUT_STAGES[key] else s
@@ -186,7 +187,7 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
     if key not in CAUSAL_STAGES or plan.variant:
         raise Unsupported(f"causal attention is not implemented by {plan.label} yet")
     masked = CAUSAL_STAGES[key]
-    if key == ("flash", "fast", "bwd") and plan.stage("main").kernel not in ("flash_tma_bwd", "flash_wgmma_bwd"):
+    if key == ("flash", "fast", "bwd") and plan.stage("main").kernel not in SM90_BWD_KERNEL_NAMES:
         raise Unsupported("the causal tensor-core backward is the sm_90 kernels (tma, wgmma); the mma.sync backward "
                           "kernels (flash_tc_bwd.cu, and deterministic=True) have no causal mask")
     stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s

@@ -94,16 +94,18 @@ def test_tensor_core_kernels_deterministic_and_grouped_query(variants):
     fwd = {s.kernel for p in fast if p.direction == "fwd" for s in p.stages}
     bwd = {s.kernel for p in fast if p.direction == "bwd" for s in p.stages}
     assert {"flash_wgmma_fwd", "flash_tc_fwd"} <= fwd
-    assert {"flash_tma_bwd", "flash_wgmma_bwd", "flash_tc_bwd", "flash_tc_bwd_dq", "flash_tc_bwd_dkdv"} <= bwd
+    assert {"flash_tma_bwd", "flash_tma_bwd_wide", "flash_wgmma_bwd", "flash_tc_bwd", "flash_tc_bwd_dq",
+            "flash_tc_bwd_dkdv"} <= bwd
     assert any(p.variant == "deterministic" for p in fast)
     assert any(p.kv_heads < p.heads for p in fast if p.direction == "fwd")
     assert all(p.dtype in ("float16", "bfloat16") for p in fast)
-    # d other than 64 and 128: the tma forward (d 96 and 256) and the wgmma backward (d 96), each in the tile of
-    # the next multiple of 64
+    # d other than 64 and 128: the tma forward (d 96 and 256), the sm_90 backwards (d 96) and tma's wide tiles (d
+    # 256), each in the tile of the next multiple of 64
     wider = [p for p in fast if p.d not in FAST_HEAD_DIMS]
-    assert {(p.direction, p.d) for p in wider} == {("fwd", 96), ("fwd", 256), ("bwd", 96)}
-    assert all(p.stage("main").kernel in {"fwd": ("flash_tma_fwd",), "bwd": ("flash_tma_bwd", "flash_wgmma_bwd")}[
-        p.direction] for p in wider)
+    assert {(p.direction, p.d) for p in wider} == {("fwd", 96), ("fwd", 256), ("bwd", 96), ("bwd", 256)}
+    kernels = {"fwd": ("flash_tma_fwd",), "bwd": ("flash_tma_bwd", "flash_wgmma_bwd", "flash_tma_bwd_wide")}
+    assert all(p.stage("main").kernel in kernels[p.direction] for p in wider)
+    assert all(p.stage("main").kernel == "flash_tma_bwd_wide" for p in wider if p.direction == "bwd" and p.d > 128)
     assert all(dict(p.stage("main").params).get("HEAD_D_TILE", p.d) == -(-p.d // 64) * 64 for p in wider)
     bwd = [p for p in wider if p.direction == "bwd"]
     if variants is FULL:

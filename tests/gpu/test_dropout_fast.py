@@ -120,10 +120,14 @@ def test_forward_counters_and_outputs(case):
     assert np.max(np.abs(lse[finite] - lse_want[finite]), initial=0.0) < 1e-2
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+# the backward also past d 128 (the tma kernel's wide tiles, 64 x 64)
+BWD_CASES = [*CASES, (239, 1000, 256, "float16", 1, 2, 1, "bottom_right"), (300, 300, 160, "bfloat16", 1, 2, 2, False)]
+
+
+@pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_backward_counters_and_gradients(case):
     plan = _plan(case, "bwd", _dropout(case, "bwd"))
-    assert plan.stage("main").kernel == "flash_tma_bwd"
+    assert plan.stage("main").kernel == ("flash_tma_bwd_wide" if case[2] > 128 else "flash_tma_bwd")
     inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "bwd"))  # O: the dropped forward's output
     run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
@@ -174,7 +178,7 @@ def test_forward_mask_equals_numpy(d, dtype, causal):
 
 
 @pytest.mark.parametrize("d, dtype, kv_heads", [(64, "float16", 3), (128, "bfloat16", 3), (64, "bfloat16", 1),
-                                               (96, "float16", 3)])
+                                               (96, "float16", 3), (256, "bfloat16", 3), (192, "float16", 1)])
 def test_backward_mask_equals_numpy(d, dtype, kv_heads):
     """Q = 0 (P = 1 / N_k), dO = I over N_q = d queries: dV_jc = sum over the query heads of a K/V head of
     Z_cj / N_k, the transposed mask of every key (ragged N_k: many key blocks and 4-groups)."""

@@ -140,6 +140,55 @@ def test_head_dims_inside_a_wider_tile(case, causal):
     np.testing.assert_allclose(plain["dQ"], counted["dQ"], rtol=1e-3, atol=1e-4)
 
 
+# past d 128: the tma kernel's wide tiles (64 x 64; two consumer warpgroups share the keys, the tile 192 or 256
+# wide), grouped-query K/V, awkward N and N_q != N_k
+WIDE_CASES = [  # (N_q, N_k, d, dtype, batch, heads, kv_heads)
+    (239, 1000, 256, "float16", 1, 2, 1),
+    (1000, 239, 136, "bfloat16", 1, 2, 2),
+    (1, 113, 192, "float16", 1, 1, 1),
+    (4097, 257, 256, "bfloat16", 1, 1, 1),
+    (300, 517, 200, "float16", 2, 4, 2),
+]
+
+
+@pytest.mark.parametrize("causal", ["", "bottom_right", "top_left"])
+@pytest.mark.parametrize("case", WIDE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_wide_tiles_past_d_128(case, causal):
+    """d 136-256 (flash_tma_bwd_wide): counters == model (== simulator where small), gradients against the float64
+    reference within flash-attention's same-precision idiom (dK, dV of a K/V head summed over its query heads), the
+    plain build as the counting build (dK, dV bit for bit; dQ to the order of its float reductions)."""
+    _need("tma")
+    n_q, n_k, d, dtype, batch, heads, kv_heads = case
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * 1024, batch=batch,
+                     heads=heads, kv_heads=kv_heads, direction="bwd", causal=causal)
+    assert plan.stage("main").kernel == "flash_tma_bwd_wide"
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("wide", case, causal))
+    run = launch.run_plan(plan, inputs, counting=True)
+    exact = model.exact(plan)
+    assert run.counts == exact
+    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
+        assert simulate(plan, host).counts == exact
+    got = _grads(run, plan)
+    group = heads // kv_heads
+    kv = np.arange(plan.bh) // group
+    q, k, v, do = host["Q"], host["K"][kv], host["V"][kv], host["dO"]
+    want = dict(zip(GRADS, reference.backward(q, k, v, do, causal=causal), strict=True))
+    naive = dict(zip(GRADS, naive_causal_backward(q, k, v, do, dtype, causal) if causal
+                     else naive_backward(q, k, v, do, dtype), strict=True))
+    for name in ("dK", "dV"):  # per K/V head: the sum over its query heads
+        for source in (want, naive):
+            source[name] = source[name].reshape(plan.bh_kv, group, n_k, d).sum(axis=1)
+    scale = problem_scale(want)
+    for name in GRADS:
+        assert np.all(np.isfinite(got[name])), name
+        bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
+        assert rel_err(got[name], want[name], scale) <= bound, (name, rel_err(got[name], want[name], scale), bound)
+    plain = _grads(launch.run_plan(plan, inputs, counting=False), plan)
+    np.testing.assert_array_equal(plain["dK"], got["dK"])
+    np.testing.assert_array_equal(plain["dV"], got["dV"])
+    np.testing.assert_allclose(plain["dQ"], got["dQ"], rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("sram_kb", [227, 140, 100])
 def test_fit_takes_the_fastest_plan_that_fits(sram_kb):
     plan = fit_fast_backward_plan(sram=sram_kb * 1024, N_q=333, N_k=250, d=128, dtype="float16", heads=2)

@@ -64,7 +64,7 @@ def test_torch_call_and_graph_modes():
         for p in configs.PASSES:
             for mode in clocks.MODES:
                 r = rows[(name, p, "float16", mode)]
-                assert r["status"] == "ok" and r["tflops"] > 0, r
+                assert r["status"] == "ok" and r["tflops"] > 0, (name, p, mode, r["status"], r.get("note"))
     for r in doc["rows"]:
         assert r["status"] in ("ok", "unsupported", "not available"), r
         assert r["status"] == "ok" or r["note"]

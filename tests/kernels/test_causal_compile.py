@@ -32,6 +32,9 @@ def causal_plans(causal: str) -> list:
             # the backward's d inside a wider tile (HEAD_D_TILE): 32 and 96
             plans.append(make_plan("flash", "fast", N_q=1000, d=d - 32, dtype=dtype, sram=227 * 1024,
                                    direction="bwd", causal=causal))
+            # past d 128: the tma backward's wide tiles (d 192 in 192, d 224 in 256)
+            plans.append(make_plan("flash", "fast", N_q=1000, d=d + 96, dtype=dtype, sram=227 * 1024,
+                                   direction="bwd", causal=causal))
     return plans
 
 

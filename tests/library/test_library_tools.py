@@ -40,13 +40,13 @@ def test_info_lists_every_schedule_and_the_caches():
 
 @pytest.mark.parametrize("cc, fast_available, kernels", [
     ((7, 0), False, ("-", "-")), ((8, 0), True, ("mma.sync", "mma.sync")), ((8, 9), True, ("mma.sync", "mma.sync")),
-    ((9, 0), True, ("tma + wgmma (sm_90a)", "wgmma (sm_90a)"))])
+    ((9, 0), True, ("tma + wgmma (sm_90a)", "tma + wgmma (sm_90a)"))])
 def test_info_availability_follows_the_compute_capability(cc, fast_available, kernels):
     rows = info.availability(cc)
     fast = {r["pass"]: r for r in rows if r["schedule"] == "fast"}
     assert sorted(fast) == ["bwd", "fwd"] and all(r["available"] is fast_available for r in fast.values())
     assert (fast["fwd"]["kernel"], fast["bwd"]["kernel"]) == kernels
-    assert "16-256" in fast["fwd"]["head_dims"] and "16-128" in fast["bwd"]["head_dims"]
+    assert "16-256" in fast["fwd"]["head_dims"] and "16-256" in fast["bwd"]["head_dims"]
     assert all(r["available"] for r in rows if r["schedule"] != "fast")
 
 

@@ -139,6 +139,7 @@ def _compile_plans() -> list:
                     plans.append(_fast(direction, d=d, dtype=dtype, causal=causal))
             for direction in ("fwd", "bwd"):  # d inside a wider tile (the tma kernels): 32 and 96
                 plans.append(_fast(direction, d=d - 32, dtype=dtype))
+            plans.append(_fast("bwd", d=d + 128, dtype=dtype))  # the tma backward's wide tiles: d 192, 256
             for causal in (False, "bottom_right"):  # the wgmma backward's, as the tma backward's above
                 for dd in (d, d - 32):
                     plans.append(with_dropout(with_causal(make_fast_backward_plan(
@@ -165,6 +166,7 @@ def test_dropout_variants_cover_the_sm90_kernels():
             assert any("CAUSAL" in v.defines for v in vs) and any("CAUSAL" not in v.defines for v in vs)
         # d inside a wider tile: the tma forward's and both backwards'
         wider = {32, 96} if source in ("flash_tma.cu", "flash_tma_bwd.cu", "flash_wgmma_bwd.cu") else set()
+        wider |= {192, 256} if source == "flash_tma_bwd.cu" else set()  # its wide tiles
         assert {v.defines["HEAD_D"] for v in vs} == set(FAST_HEAD_DIMS) | wider
         assert all(len(v.name_expressions) == 2 for v in vs)  # float16 and bfloat16
     assert sum(len(vs) for vs in variants.values()) <= 36  # a few dozen compiles in all

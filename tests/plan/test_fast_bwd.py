@@ -155,8 +155,9 @@ def test_fast_is_a_backward_schedule_of_flash():
 @pytest.mark.parametrize("kwargs, message", [
     ({"d": 64, "dtype": "float32"}, "float16 or bfloat16"),
     ({"d": 96, "dtype": "float16", "kernel": "mma"}, "d in"),
-    ({"d": 256, "dtype": "bfloat16"}, "d in"),
-    ({"d": 136, "dtype": "float16", "kernel": "wgmma"}, "d in"),
+    ({"d": 264, "dtype": "bfloat16"}, "from 16 to 256"),
+    ({"d": 136, "dtype": "float16", "kernel": "wgmma"}, "past 128 is taken by the tma kernel"),
+    ({"d": 256, "dtype": "float16", "kernel": "tma", "block_c": 128}, "has tiles"),
     ({"d": 60, "dtype": "float16", "kernel": "wgmma"}, "multiple of 8"),
     ({"d": 64, "dtype": "int8"}, "dtype"),
     ({"d": 64, "dtype": "float16", "block_r": 32}, "block_r must be one of"),
@@ -279,6 +280,31 @@ def test_d_inside_a_wider_tile_is_wgmma_only(d):
         make_plan("flash", "fast", sram=16 * KB, direction="bwd", **problem)
     labels = [p.label for p in all_plans(**problem, sram=227 * KB, backward=True)]
     assert "flash/fast/bwd" in labels
+
+
+@pytest.mark.parametrize("n_q, n_k, d, causal, kv_heads", [(239, 300, 256, "", 2), (300, 129, 136, "bottom_right", 1),
+                                                           (65, 113, 192, "top_left", 2), (1, 17, 200, "", 1)])
+def test_wide_tiles_past_d_128(n_q, n_k, d, causal, kv_heads):
+    """Past d 128 the backward is the tma kernel's wide tiles (64 x 64, two consumer warpgroups sharing the keys,
+    the tile 192 or 256 wide): make_plan picks them, with dropout and causal; its bytes are the research
+    backward's with these tiles (simulator == model), its gradients the float64 reference's; the other kernels
+    refuse such d."""
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * KB, heads=2,
+                     kv_heads=kv_heads, direction="bwd", causal=causal)
+    main = plan.stage("main")
+    assert main.kernel == "flash_tma_bwd_wide" and (plan.tile["Br"], plan.tile["Bc"]) == (64, 64)
+    assert main.threads == 384 and dict(main.params).get("HEAD_D_TILE", d) == tile_head_dim(d)
+    assert {name for name, _, _ in main.smem} >= {"P0", "P1", "dS0", "dS1"} and plan.smem_bytes <= 227 * KB
+    inputs = make_inputs(plan, seed=d + n_q)
+    result = simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-10
+    dropped = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="bfloat16", sram=227 * KB, heads=2,
+                        direction="bwd", dropout=Dropout(0.1, 1, 0))
+    assert dropped.stage("main").kernel == "flash_tma_bwd_wide"
+    for kwargs in ({"kernel": "wgmma"}, {"kernel": "mma"}, {"deterministic": True}):
+        with pytest.raises(Unsupported):
+            make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype="float16", **kwargs)
 
 
 def test_wgmma_model_equals_simulator():
