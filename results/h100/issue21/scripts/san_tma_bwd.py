@@ -1,6 +1,7 @@
 """The tma backward (kernels/flash_tma_bwd.cu) under compute-sanitizer: d 64, 96, 128 at its default tiles and
 64 x 64; plain, both causal alignments, dropout, grouped-query; ragged N; counting and plain builds. Run as
-`compute-sanitizer --tool memcheck|racecheck|synccheck python3 results/h100/issue21/scripts/san_tma_bwd.py`."""
+`compute-sanitizer --tool memcheck|racecheck|synccheck python3 results/h100/issue21/scripts/san_tma_bwd.py`.
+SAN_DS="256,136": those d at their default tiles instead (d past 128: the wide tiles, flash_tma_bwd_wide)."""
 import os
 
 import cupy as cp
@@ -11,8 +12,9 @@ from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.variants import with_causal, with_dropout
 
 QUICK = os.environ.get("SAN_QUICK") == "1"  # racecheck and synccheck: the default tiles at d 64 and 128, fewer cases
+DS = [(int(d), {}) for d in os.environ.get("SAN_DS", "").split(",") if d]
 n = 0
-for d, tiles in ((64, {}), (128, {})) if QUICK else ((64, {}), (128, {}), (96, {}), (64, {"block_r": 64, "block_c": 64})):
+for d, tiles in DS or (((64, {}), (128, {})) if QUICK else ((64, {}), (128, {}), (96, {}), (64, {"block_r": 64, "block_c": 64}))):
     for variant in ("", "bottom_right", "dropout", "gqa") if QUICK else ("", "bottom_right", "top_left", "dropout", "gqa"):
         for n_q, n_k in ((113, 200),) if QUICK else ((113, 17), (17, 300), (1, 1)):
             heads, kv = (4, 2) if variant == "gqa" else (2, 2)
