@@ -186,7 +186,8 @@ def test_wide_tiles_past_d_128(case, causal):
     plain = _grads(launch.run_plan(plan, inputs, counting=False), plan)
     np.testing.assert_array_equal(plain["dK"], got["dK"])
     np.testing.assert_array_equal(plain["dV"], got["dV"])
-    np.testing.assert_allclose(plain["dQ"], got["dQ"], rtol=1e-3, atol=1e-4)
+    # dQ: float32 sums in another order, rounded to T: within one unit in its last place (bfloat16: 2⁻⁸ relative)
+    np.testing.assert_allclose(plain["dQ"], got["dQ"], rtol=2.0 ** (-8 if dtype == "bfloat16" else -11), atol=1e-4)
 
 
 @pytest.mark.parametrize("sram_kb", [227, 140, 100])
