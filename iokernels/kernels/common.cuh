@@ -60,9 +60,9 @@ typedef float iok_mask_t;
 #define IOK_MASK_T
 #endif
 // Dropout on P (iokernels/plan/dropout.py, which defines the stream): a kernel compiled with DROPOUT takes four
-// arguments after the masks (IOK_DROPOUT_PARAM): the keep threshold t (an element is kept iff its random
-// uint32 >= t), the keep scale 1/(1 - p) (float32), the 64-bit seed and the 32-bit offset. The mask is never
-// stored: every kernel that needs element (bh, i, j)'s multiplier regenerates it with iok_dropout.
+// arguments after the masks (IOK_DROPOUT_PARAM): the keep threshold t (0..255: an element is kept iff its random
+// byte >= t), the keep scale 256 / (256 - t) (float32), the 64-bit seed and the 32-bit offset. The mask is never
+// stored: every kernel that needs element (bh, i, j)'s multiplier regenerates it (iok_keep16, iok_dropout).
 #ifdef DROPOUT
 #define IOK_DROPOUT_PARAM const unsigned int dropout_threshold, const float dropout_scale, \
     const unsigned long long dropout_seed, const unsigned int dropout_offset,
@@ -95,40 +95,49 @@ __device__ __forceinline__ IokPhilox iok_philox4x32_10(unsigned int c0, unsigned
     return {c0, c1, c2, c3};
 }
 
-// The four random words of columns 4*(j/4) .. 4*(j/4)+3 of row i of batch-head bh (one Philox call).
-__device__ __forceinline__ IokPhilox iok_dropout_words(unsigned long long seed, unsigned int offset, unsigned int bh,
-                                                       unsigned int i, unsigned int j)
+// Per byte of w: bit b (b < 4) of the result is set iff byte b (the low byte first) >= t (t < 256). SWAR: the low
+// seven bits compare in (w | H) - (t & ~H) without borrows between bytes; the high bits settle the rest.
+__device__ __forceinline__ unsigned int iok_keep4(unsigned int w, unsigned int t)
 {
-    return iok_philox4x32_10(j >> 2, i, bh, offset, static_cast<unsigned int>(seed),
-                             static_cast<unsigned int>(seed >> 32));
+    constexpr unsigned int H = 0x80808080u;
+    const unsigned int y = t * 0x01010101u;
+    const unsigned int low = (w | H) - (y & ~H);           // high bit of each byte: w's low 7 bits >= t's
+    const unsigned int ge = ((low & ~(w ^ y)) | (w & ~y)) & H;  // the byte compare
+    return (ge * 0x00204081u) >> 28;                       // bits 7, 15, 23, 31 -> 0..3
 }
 
-__device__ __forceinline__ unsigned int iok_philox_word(const IokPhilox& r, unsigned int lane)
+// The keep bits of keys 16 (j / 16) ... 16 (j / 16) + 15 of row i of batch-head bh: bit e set iff element (bh, i,
+// 16 (j / 16) + e) is kept (byte e of one Philox call).
+__device__ __forceinline__ unsigned int iok_keep16(unsigned int threshold, unsigned long long seed,
+                                                   unsigned int offset, unsigned int bh, unsigned int i,
+                                                   unsigned int j)
 {
-    return lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+    const IokPhilox r = iok_philox4x32_10(j >> 4, i, bh, offset, static_cast<unsigned int>(seed),
+                                          static_cast<unsigned int>(seed >> 32));
+    return iok_keep4(r.x, threshold) | (iok_keep4(r.y, threshold) << 4) | (iok_keep4(r.z, threshold) << 8)
+           | (iok_keep4(r.w, threshold) << 12);
 }
 
 // Z_ij: dropout_scale where element (bh, i, j) is kept, 0 where it is dropped.
 __device__ __forceinline__ float iok_dropout(unsigned int threshold, float keep_scale, unsigned long long seed,
                                              unsigned int offset, unsigned int bh, unsigned int i, unsigned int j)
 {
-    const unsigned int r = iok_philox_word(iok_dropout_words(seed, offset, bh, i, j), j & 3u);
-    return r >= threshold ? keep_scale : 0.0f;
+    return (iok_keep16(threshold, seed, offset, bh, i, j) >> (j & 15u)) & 1u ? keep_scale : 0.0f;
 }
 
-// P_ij *= Z_ij over row i of a tile (p: its cols elements from key col0 on), by one warp: each lane draws the
-// four words of one aligned group of four keys (one Philox call) and applies those that fall in the tile.
+// P_ij *= Z_ij over row i of a tile (p: its cols elements from key col0 on), by one warp: each lane draws the keep
+// bits of one aligned group of 16 keys (one Philox call) and applies those that fall in the tile.
 __device__ __forceinline__ void iok_drop_row(float* p, int cols, unsigned int bh, unsigned int i, int col0,
                                              unsigned int threshold, float keep_scale, unsigned long long seed,
                                              unsigned int offset, int lane)
 {
-    const int g_end = ((col0 + cols - 1) >> 2) + 1;
-    for (int g = (col0 >> 2) + lane; g < g_end; g += 32) {
-        const IokPhilox r = iok_dropout_words(seed, offset, bh, i, static_cast<unsigned int>(g) << 2);
+    const int g_end = ((col0 + cols - 1) >> 4) + 1;
+    for (int g = (col0 >> 4) + lane; g < g_end; g += 32) {
+        const unsigned int keep = iok_keep16(threshold, seed, offset, bh, i, static_cast<unsigned int>(g) << 4);
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            const int c = 4 * g + w - col0;
-            if (c >= 0 && c < cols) p[c] *= iok_philox_word(r, w) >= threshold ? keep_scale : 0.0f;
+        for (int w = 0; w < 16; ++w) {
+            const int c = 16 * g + w - col0;
+            if (c >= 0 && c < cols) p[c] *= (keep >> w) & 1u ? keep_scale : 0.0f;
         }
     }
 }

@@ -111,7 +111,7 @@ struct GemmSlice {
     __device__ __forceinline__ void apply_dropout(int row0, int col0, unsigned bh, unsigned threshold,
                                                   float keep_scale, unsigned long long seed, unsigned offset)
     {
-        static_assert(VEC % 4 == 0, "16-byte chunks of whole Philox words");
+        static_assert(16 % VEC == 0, "a 16-byte chunk within one Philox call's 16 keys");
 #pragma unroll
         for (int p = 0; p < PER_THREAD; ++p) {
             const int q = static_cast<int>(threadIdx.x) + p * THREADS;
@@ -120,14 +120,10 @@ struct GemmSlice {
             const unsigned j0 = static_cast<unsigned>(col0 + unit_of(q) * VEC);
             T t[VEC];
             memcpy(t, &v[p], 16);
+            const unsigned keep = iok_keep16(threshold, seed, offset, bh, i, j0) >> (j0 & 15u);
 #pragma unroll
-            for (int g = 0; g < VEC; g += 4) {
-                const IokPhilox r = iok_dropout_words(seed, offset, bh, i, j0 + g);
-                const unsigned w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    t[g + e] = w[e] >= threshold ? T(gemm_to_float(t[g + e]) * keep_scale) : T(0.0f);
-                }
+            for (int e = 0; e < VEC; ++e) {
+                t[e] = (keep >> e) & 1u ? T(gemm_to_float(t[e]) * keep_scale) : T(0.0f);
             }
             memcpy(&v[p], t, 16);
         }

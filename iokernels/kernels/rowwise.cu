@@ -84,19 +84,20 @@ __device__ __forceinline__ uint4 row_pack(const float (&f)[RowVec<T>::N])
 }
 
 #ifdef DROPOUT
-// f[e] *= Z of element (bh, i, j0 + e), e < V (j0 a multiple of 4: 4 elements per Philox call)
+// f[e] *= Z of element (bh, i, j0 + e), e < V (j0 a multiple of 4; one Philox call per 16 keys, drawn again where
+// the chunk enters the next 16)
 template <int V>
 __device__ __forceinline__ void row_dropout(float (&f)[V], unsigned bh, unsigned i, unsigned j0, unsigned threshold,
                                             float keep_scale, unsigned long long seed, unsigned offset)
 {
-    static_assert(V % 4 == 0, "whole Philox words");
+    static_assert(V % 4 == 0, "whole 4-key groups");
+    unsigned keep = 0;
 #pragma unroll
     for (int g = 0; g < V; g += 4) {
-        const IokPhilox r = iok_dropout_words(seed, offset, bh, i, j0 + g);
-        f[g] = r.x >= threshold ? f[g] * keep_scale : 0.0f;
-        f[g + 1] = r.y >= threshold ? f[g + 1] * keep_scale : 0.0f;
-        f[g + 2] = r.z >= threshold ? f[g + 2] * keep_scale : 0.0f;
-        f[g + 3] = r.w >= threshold ? f[g + 3] * keep_scale : 0.0f;
+        if (g == 0 || ((j0 + g) & 15u) == 0) keep = iok_keep16(threshold, seed, offset, bh, i, j0 + g);
+        const unsigned b = (j0 + g) & 15u;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f[g + e] = (keep >> (b + e)) & 1u ? f[g + e] * keep_scale : 0.0f;
     }
 }
 #define ROW_DROPOUT_CHUNK(f, row_in, j0) \

@@ -49,17 +49,17 @@ __global__ void iok_selftest(const T* __restrict__ q, T* __restrict__ o, float* 
     iok_flush(c, iok_counters, smem);
 }
 
-// Dropout's stream on the device (common.cuh iok_dropout_words, iok_dropout) for n given elements
-// (bh[x], i[x], j[x]): words[x] = the element's uint32 (word j mod 4 of its group's Philox call) and
-// z[x] = its multiplier (keep_scale or 0), for a GPU test to compare with iokernels.plan.dropout in numpy.
+// Dropout's stream on the device (common.cuh iok_keep16, iok_dropout) for n given elements (bh[x], i[x], j[x]):
+// keep[x] = the keep bits of the element's 16-key group (bit e: key 16 (j / 16) + e) and z[x] = its multiplier
+// (keep_scale or 0), for a GPU test to compare with iokernels.plan.dropout in numpy.
 // Launch: any 1-D grid; no shared memory, no counters.
 extern "C" __global__ void iok_dropout_selftest(const unsigned int* __restrict__ bh, const unsigned int* __restrict__ i,
-                                                const unsigned int* __restrict__ j, unsigned int* __restrict__ words,
+                                                const unsigned int* __restrict__ j, unsigned int* __restrict__ keep,
                                                 float* __restrict__ z, int n, unsigned int threshold,
                                                 float keep_scale, unsigned long long seed, unsigned int offset)
 {
     for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < n; x += gridDim.x * blockDim.x) {
-        words[x] = iok_philox_word(iok_dropout_words(seed, offset, bh[x], i[x], j[x]), j[x] & 3u);
+        keep[x] = iok_keep16(threshold, seed, offset, bh[x], i[x], j[x]);
         z[x] = iok_dropout(threshold, keep_scale, seed, offset, bh[x], i[x], j[x]);
     }
 }

@@ -151,11 +151,11 @@ __device__ __forceinline__ void wg_acc_to_a(unsigned (&a)[N / 16][4], const floa
 }
 
 #ifdef DROPOUT
-// Dropout (common.cuh, iokernels/plan/dropout.py): element (bh, i, j) of P takes word j % 4 of the Philox call
-// of counter (j / 4, i, bh, offset), so one call serves four adjacent keys of one query row. In an m64nN
-// accumulator fragment, thread (g, t) of a warp holds element e = 4n + 2h + c (n < N / 8, h, c in {0, 1})
-// at row g + 8h of the warp's 16 and column 8n + 2t + c: two adjacent columns per 4-column group, the other
-// two in lane t ^ 1. The helpers below compute each Philox call once and pass its words between lanes.
+// Dropout (common.cuh, iokernels/plan/dropout.py): element (bh, i, j) of P takes byte j % 16 of the Philox call of
+// counter (j / 16, i, bh, offset), so one call (iok_keep16) serves 16 adjacent keys of one query row. In an m64nN
+// accumulator fragment, thread (g, t) of a warp holds element e = 4n + 2h + c (n < N / 8, h, c in {0, 1}) at row
+// g + 8h of the warp's 16 and column 8n + 2t + c. The helpers below draw each call once, in one lane, and pass its
+// 16 keep bits to the lanes that hold them.
 
 // All ones where bit `bit` of `bits` is set, else 0. Integer masks rather than selects: the compiler turns
 // selects into predicates it hoists and keeps, which spills the backward's registers.
@@ -176,35 +176,39 @@ __device__ __forceinline__ unsigned wg_keep2(unsigned x, unsigned lo, int lo_bit
 }
 
 // Rows are queries, columns keys (the forward's S): keep[h] bit 2n + c is element 4n + 2h + c of the thread's
-// fragment, row `row` + 8h (query), column col0 + 8n + 2t + c (key; col0 a multiple of 8). Lanes t and t ^ 1
-// share their 4-column groups: lane t computes row row + 8 (t & 1)'s call, keeps its two words and hands the
-// other two to its neighbour (one shuffle): N / 8 Philox calls per thread.
+// fragment, row `row` + 8h (query), column col0 + 8n + 2t + c (key; col0 a multiple of 16). The four lanes of a
+// quad hold a row's 16 keys of a call: of the quad's 2 N / 16 (row, 16-key group) calls, lane t draws those k = t
+// (mod 4) and the quad exchanges them (shuffles of width 4): N / 32 Philox calls per thread.
 template <int N>
 __device__ __forceinline__ void wg_dropout_rows(unsigned (&keep)[2], unsigned threshold, unsigned long long seed,
                                                 unsigned offset, unsigned bh, unsigned row, unsigned col0, int t)
 {
-    static_assert(N % 8 == 0 && N <= 128, "two bits per 8 columns in one register");
-    const unsigned p = t & 1;
-    unsigned own = 0, give = 0;
-#pragma unroll 4  // (not 16: the tma forward's causal build would spill the registers the calls interleave)
-    for (int n = 0; n < N / 8; ++n) {
-        const IokPhilox r = iok_dropout_words(seed, offset, bh, row + 8 * p, col0 + 8 * n + 2 * t);
-        const unsigned lo = (r.x >= threshold ? 1u : 0u) | (r.y >= threshold ? 2u : 0u);  // even t's columns
-        const unsigned hi = (r.z >= threshold ? 1u : 0u) | (r.w >= threshold ? 2u : 0u);  // odd t's columns
-        own |= (p ? hi : lo) << (2 * n);
-        give |= (p ? lo : hi) << (2 * n);
+    static_assert(N % 32 == 0 && N <= 128, "whole calls per lane, two bits per 8 columns in one register");
+    constexpr int G = N / 16;  // 16-key groups of a row
+    unsigned mine[N / 32];
+#pragma unroll
+    for (int u = 0; u < N / 32; ++u) {
+        const int k = 4 * u + t;
+        mine[u] = iok_keep16(threshold, seed, offset, bh, row + 8 * (k / G), col0 + 16 * (k % G));
     }
-    const unsigned got = __shfl_xor_sync(0xffffffffu, give, 1);
-    keep[0] = p ? got : own;
-    keep[1] = p ? own : got;
+    keep[0] = keep[1] = 0u;
+#pragma unroll
+    for (int u = 0; u < N / 32; ++u) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const unsigned m = __shfl_sync(0xffffffffu, mine[u], s, 4);  // call k = 4u + s: row 8 (k / G), group k % G
+            const int k = 4 * u + s, h = k / G, grp = k % G;
+            const unsigned lo = (m >> (2 * t)) & 3u, hi = (m >> (8 + 2 * t)) & 3u;  // n = 2 grp and 2 grp + 1
+            keep[h] |= (lo | (hi << 2)) << (4 * grp);
+        }
+    }
 }
 
 // Rows are keys, columns queries (the backward's Sᵀ = K Qᵀ): element e = 4n + 2h + c of the thread's fragment,
 // row key0 + g + 8h (key; key0 a multiple of 16), column q0 + 8n + 2t + c (query), is kept iff bit
 // wg_cols_bit<N>(e) of the WG_COLS_REGS<N> registers `keep` (bit b: register b / 32, bit b % 32) is set.
-// The four keys of a 4-group sit in lanes g, g ^ 1, g ^ 2, g ^ 3 (lane ^ 4, 8, 12): lane g & 3 = 2h + c
-// computes the calls of its (h, c) for every n, and the four lanes exchange their words (three shuffles):
-// N / 8 Philox calls per thread.
+// One call serves a query's 16 keys, which the eight lanes g of one t hold: of their N / 4 queries (k = 2n + c),
+// lane g draws those k = g (mod 8) and the eight exchange them: N / 32 Philox calls per thread.
 template <int N>
 constexpr int WG_COLS_REGS = (N / 2 + 31) / 32;
 template <int N>
@@ -217,31 +221,28 @@ __device__ __forceinline__ void wg_dropout_cols(unsigned (&keep)[WG_COLS_REGS<N>
                                                 unsigned long long seed, unsigned offset, unsigned bh, unsigned key0,
                                                 unsigned q0, int g, int t)
 {
-    static_assert(N % 8 == 0 && N <= 128 && 32 % (N / 8) == 0, "the (h, c) bit groups tile the registers");
-    const unsigned me = g & 3, h = me >> 1, c = me & 1;
-    const unsigned key = key0 + (g & ~3) + 8 * h;  // a key of the 4-group of row g + 8h's quad
-    unsigned word[4] = {0u, 0u, 0u, 0u};  // word[w]: the bits (over n) of the key of lane w of the quad
+    static_assert(N % 32 == 0 && N <= 128 && 32 % (N / 8) == 0, "whole calls per lane; the (h, c) bit groups");
+    unsigned mine[N / 32];
 #pragma unroll
-    for (int n = 0; n < N / 8; ++n) {
-        const IokPhilox r = iok_dropout_words(seed, offset, bh, q0 + 8 * n + 2 * t + c, key);
-        word[0] |= (r.x >= threshold ? 1u : 0u) << n;
-        word[1] |= (r.y >= threshold ? 1u : 0u) << n;
-        word[2] |= (r.z >= threshold ? 1u : 0u) << n;
-        word[3] |= (r.w >= threshold ? 1u : 0u) << n;
+    for (int u = 0; u < N / 32; ++u) {
+        const int k = 8 * u + g;  // query 8 (k / 2) + 2t + k % 2
+        mine[u] = iok_keep16(threshold, seed, offset, bh, q0 + 8 * (k >> 1) + 2 * t + (k & 1), key0);
     }
-    auto pick = [&](unsigned w) { return w & 2 ? (w & 1 ? word[3] : word[2]) : (w & 1 ? word[1] : word[0]); };
-    // lane me ^ k computed (h, c) = me ^ k and holds this lane's word me of it
-    const unsigned got1 = __shfl_xor_sync(0xffffffffu, pick(me ^ 1), 4);
-    const unsigned got2 = __shfl_xor_sync(0xffffffffu, pick(me ^ 2), 8);
-    const unsigned got3 = __shfl_xor_sync(0xffffffffu, pick(me ^ 3), 12);
-    const unsigned own = pick(me);
 #pragma unroll
     for (int i = 0; i < WG_COLS_REGS<N>; ++i) keep[i] = 0u;
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {  // (h, c) = q: bits wg_cols_bit<N>(q) on
-        const unsigned k = q ^ me;
-        const unsigned bits = k & 2 ? (k & 1 ? got3 : got2) : (k & 1 ? got1 : own);
-        keep[wg_cols_bit<N>(q) / 32] |= bits << (wg_cols_bit<N>(q) % 32);
+    for (int u = 0; u < N / 32; ++u) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const unsigned m = __shfl_sync(0xffffffffu, mine[u], 4 * s + t);  // query k = 8u + s of this t
+            const int k = 8 * u + s, n = k >> 1, c = k & 1;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                constexpr int per = N / 8;
+                const int b = (2 * h + c) * per + n;
+                keep[b / 32] |= ((m >> (g + 8 * h)) & 1u) << (b % 32);
+            }
+        }
     }
 }
 #endif

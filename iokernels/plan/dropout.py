@@ -7,14 +7,19 @@ Standard attention draws from the same stream, so standard and flash attention a
 element for one seed (to rounding).
 
 The stream (``philox4x32_10`` is Random123's Philox4x32 with 10 rounds, checked against its
-known-answer vectors in the tests):
+known-answer vectors in the tests) draws one byte per element, 16 elements per Philox call (as
+FlashAttention does: the Philox rounds, not the matrix products, bounded the kernels with a word per
+element):
 
 * key = (seed mod 2³², seed div 2³²), a 64-bit seed;
-* counter = (column div 4, row, batch·head, offset), a 32-bit offset;
-* element (bh, i, j) takes word j mod 4 of ``philox4x32_10(counter, key)``, r, a uint32;
-* it is **kept** iff r >= t, t = floor(p · 2³²) (:attr:`Dropout.threshold`), so P(keep) = 1 − t/2³²,
-  within 2⁻³² of 1 − p; a kept element is multiplied by 1/(1 − p) rounded to float32
-  (:attr:`Dropout.keep_scale`), a dropped one by 0.
+* counter = (column div 16, row, batch·head, offset), a 32-bit offset;
+* element (bh, i, j) takes byte j mod 4 (the low byte first) of word (j mod 16) div 4 of
+  ``philox4x32_10(counter, key)``, r, in 0..255;
+* it is **kept** iff r >= t, t = round(p · 256) (halves up) (:attr:`Dropout.threshold`), so P(keep) = 1 − t/256
+  (:attr:`Dropout.keep_probability`): p takes effect rounded to a multiple of 1/256 (0.1 as 26/256 =
+  0.1016), and a p that would round to 0 or to 1 is refused; a kept element is multiplied by
+  256/(256 − t) rounded to float32 (:attr:`Dropout.keep_scale`, one over the exact keep probability, so
+  E[Z] = 1), a dropped one by 0.
 
 What dropout does to the algorithms (as in the paper's Algorithm 2 and 4): the softmax statistics
 (m, l, lse) are those of the undropped P; O = (Z ∘ P) V with Z the mask times 1/(1 − p); in the
@@ -68,6 +73,15 @@ def check_p(p: object) -> float:
     return p
 
 
+def _threshold(p: float) -> int:
+    """round(p · 256) (halves up): ValueError where that leaves no dropout for p > 0 or drops everything."""
+    t = math.floor(p * 256 + 0.5)
+    if p > 0 and not 1 <= t <= 255:
+        raise ValueError(f"dropout probability {p!r} is outside what 8-bit draws resolve: p is rounded to a multiple "
+                         "of 1/256, so it must be 0 or in [1/512, 255/256 + 1/512)")
+    return t
+
+
 def _check_word(name: str, value: object, bits: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) < 2**bits:
         raise ValueError(f"dropout {name} must be an integer in [0, 2**{bits}), got {value!r}")
@@ -85,40 +99,42 @@ class Dropout:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "p", check_p(self.p))
+        _threshold(self.p)  # p within the draws' resolution
         object.__setattr__(self, "seed", _check_word("seed", self.seed, 64))
         object.__setattr__(self, "offset", _check_word("offset", self.offset, 32))
 
     @property
     def threshold(self) -> int:
-        """t: an element is kept iff its random uint32 is >= t (floor(p · 2³²))."""
-        return min(int(self.p * 2**32), 2**32 - 1)
+        """t: an element is kept iff its random byte is >= t (round(p · 256), 0..255)."""
+        return _threshold(self.p)
 
     @property
     def keep_scale(self) -> float:
-        """What a kept element of P is multiplied by: 1/(1 − p) rounded to float32, as the kernels use it."""
-        return float(np.float32(1.0 / (1.0 - self.p)))
+        """What a kept element of P is multiplied by: 1 / keep_probability rounded to float32, as the kernels use
+        it."""
+        return float(np.float32(256.0 / (256 - self.threshold)))
 
     @property
     def keep_probability(self) -> float:
-        """The exact probability that an element is kept: 1 − t/2³²."""
-        return 1.0 - self.threshold / 2**32
+        """The exact probability that an element is kept: 1 − t/256."""
+        return 1.0 - self.threshold / 256
 
     def kernel_args(self) -> tuple[np.uint32, np.float32, np.uint64, np.uint32]:
         """The four kernel arguments of a DROPOUT stage, in order (common.cuh IOK_DROPOUT_PARAM)."""
         return (np.uint32(self.threshold), np.float32(self.keep_scale), np.uint64(self.seed),
                 np.uint32(self.offset))
 
-    def random_words(self, bh: np.ndarray | int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        """The uint32 random number of elements (bh, rows, cols) (broadcast)."""
+    def random_bytes(self, bh: np.ndarray | int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The random byte (0..255, uint32) of elements (bh, rows, cols) (broadcast)."""
         bh, rows, cols = np.broadcast_arrays(np.asarray(bh, dtype=np.int64), np.asarray(rows, dtype=np.int64),
                                              np.asarray(cols, dtype=np.int64))
-        words = philox4x32_10((cols >> 2, rows, bh, self.offset), (self.seed & 0xFFFFFFFF, self.seed >> 32))
-        lane = (cols & 3)
-        return np.choose(lane, words)
+        words = philox4x32_10((cols >> 4, rows, bh, self.offset), (self.seed & 0xFFFFFFFF, self.seed >> 32))
+        word = np.choose((cols >> 2) & 3, words)
+        return (word >> ((cols & 3) * 8).astype(np.uint32)) & np.uint32(0xFF)
 
     def keep(self, bh: np.ndarray | int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Boolean keep mask of elements (bh, rows, cols) (broadcast)."""
-        return self.random_words(bh, rows, cols) >= np.uint32(self.threshold)
+        return self.random_bytes(bh, rows, cols) >= np.uint32(self.threshold)
 
     def multiplier(self, bh: np.ndarray | int | slice, rows: slice | np.ndarray, cols: slice | np.ndarray,
                    shape: tuple[int, int, int] | None = None) -> np.ndarray:

@@ -60,7 +60,7 @@ def test_a_probability_of_zero_is_no_dropout():
 def test_kernel_arguments_and_keep_probability():
     d = iokernels.Dropout(0.25, 2**40 + 5, 17)
     t, s, seed, off = d.kernel_args()
-    assert (int(t), float(s), int(seed), int(off)) == (2**30, np.float32(1 / 0.75), 2**40 + 5, 17)
+    assert (int(t), float(s), int(seed), int(off)) == (64, np.float32(1 / 0.75), 2**40 + 5, 17)  # 64 = 0.25 · 256
     assert d.keep_probability == 0.75
 
 

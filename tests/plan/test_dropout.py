@@ -81,22 +81,24 @@ def test_philox_broadcasts_like_scalar_calls():
 
 
 def test_element_layout():
-    """Element (bh, i, j) is word j mod 4 of philox((j div 4, i, bh, offset), (seed lo, seed hi))."""
+    """Element (bh, i, j) is byte j mod 4 (low first) of word (j mod 16) div 4 of philox((j div 16, i, bh, offset),
+    (seed lo, seed hi)), kept iff it is >= round(p · 256)."""
     d = Dropout(0.3, 0x0123456789ABCDEF, 77)
-    bh, i, j = np.meshgrid(np.arange(3), np.arange(5), np.arange(11), indexing="ij")
-    words = d.random_words(bh, i, j)
-    for b, r, c in [(0, 0, 0), (2, 4, 10), (1, 3, 7), (0, 2, 4)]:
-        w = philox4x32_10((c // 4, r, b, 77), (0x89ABCDEF, 0x01234567))[c % 4]
-        assert int(words[b, r, c]) == int(w)
-    z = d.full_multiplier(3, 5, 11)
-    np.testing.assert_array_equal(z, np.where(words >= np.uint32(d.threshold), d.keep_scale, 0.0))
+    bh, i, j = np.meshgrid(np.arange(3), np.arange(5), np.arange(37), indexing="ij")
+    got = d.random_bytes(bh, i, j)
+    for b, r, c in [(0, 0, 0), (2, 4, 36), (1, 3, 7), (0, 2, 16), (1, 1, 31)]:
+        w = philox4x32_10((c // 16, r, b, 77), (0x89ABCDEF, 0x01234567))[(c % 16) // 4]
+        assert int(got[b, r, c]) == (int(w) >> (8 * (c % 4))) & 0xFF
+    assert d.threshold == 77  # round(0.3 * 256) = round(76.8)
+    z = d.full_multiplier(3, 5, 37)
+    np.testing.assert_array_equal(z, np.where(got >= 77, d.keep_scale, 0.0))
     # a tile of the multipliers is the same block of the whole (slices need the shape)
-    np.testing.assert_array_equal(d.multiplier(slice(None), slice(1, 4), slice(3, 9), (3, 5, 11)), z[:, 1:4, 3:9])
-    np.testing.assert_array_equal(d.multiplier(np.array([2]), np.arange(5), np.arange(11)), z[2:3])
+    np.testing.assert_array_equal(d.multiplier(slice(None), slice(1, 4), slice(3, 29), (3, 5, 37)), z[:, 1:4, 3:29])
+    np.testing.assert_array_equal(d.multiplier(np.array([2]), np.arange(5), np.arange(37)), z[2:3])
     # another offset, seed or batch·head: another stream
-    assert not np.array_equal(Dropout(0.3, d.seed, 78).random_words(bh, i, j), words)
-    assert not np.array_equal(Dropout(0.3, d.seed ^ (1 << 40), 77).random_words(bh, i, j), words)
-    assert not np.array_equal(words[0], words[1])
+    assert not np.array_equal(Dropout(0.3, d.seed, 78).random_bytes(bh, i, j), got)
+    assert not np.array_equal(Dropout(0.3, d.seed ^ (1 << 40), 77).random_bytes(bh, i, j), got)
+    assert not np.array_equal(got[0], got[1])
 
 
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.9])
@@ -105,19 +107,21 @@ def test_keep_fraction_of_a_million_elements(p):
     kept = d.keep(np.arange(4)[:, None, None], np.arange(250)[None, :, None], np.arange(1000)[None, None, :])
     n, q = kept.size, d.keep_probability
     assert n == 1_000_000
-    assert abs(q - (1 - p)) <= 2**-32
+    assert q == 1 - math.floor(p * 256 + 0.5) / 256 and abs(q - (1 - p)) <= 1 / 512
     sigma = math.sqrt(n * q * (1 - q))
     assert abs(int(kept.sum()) - n * q) <= 5 * sigma + (0 if sigma else 0.5), (int(kept.sum()), n * q, sigma)
     if p == 0.0:
         assert kept.all()
 
 
-@pytest.mark.parametrize("p", [0.0, 0.1, 0.25, 0.5, 0.999])
-def test_threshold_and_scale(p):
+@pytest.mark.parametrize("p, t", [(0.0, 0), (0.1, 26), (0.25, 64), (0.5, 128), (0.99, 253), (1 / 512, 1),
+                                  (255.4 / 256, 255)])
+def test_threshold_and_scale(p, t):
+    """p takes effect as t / 256, t = round(256 p); kept elements are scaled by one over the exact keep probability."""
     d = Dropout(p, 1)
-    assert d.threshold == min(int(p * 2**32), 2**32 - 1)
-    assert d.keep_scale == float(np.float32(1 / (1 - p)))
-    assert d.keep_probability == 1 - d.threshold / 2**32
+    assert d.threshold == t and d.kernel_args()[0] == np.uint32(t)
+    assert d.keep_probability == 1 - t / 256
+    assert d.keep_scale == float(np.float32(256 / (256 - t)))
     assert d.as_dict() == {"p": p, "seed": 1, "offset": 0}
 
 
@@ -127,6 +131,13 @@ def test_threshold_and_scale(p):
                                       (1j, TypeError)])
 def test_bad_probability(p, error):
     with pytest.raises(error, match="dropout probability"):
+        Dropout(p, 0)
+
+
+@pytest.mark.parametrize("p", [1e-4, 1 / 513, 255.6 / 256, 0.9999])
+def test_probability_outside_the_byte_resolution_is_refused(p):
+    """A p that rounds to no dropout (below 1/512) or to dropping everything is refused, not run as another p."""
+    with pytest.raises(ValueError, match="8-bit draws"):
         Dropout(p, 0)
 
 

@@ -89,12 +89,12 @@ MASKS: dict[str, Mask] = {
         lambda key: supports_explicit_mask(*key)),
     # dropout of a random p, seed and offset, alone or with the causal mask
     "dropout": Mask(lambda n_q, n_k: st.builds(
-        lambda p, s, off: {"dropout": Dropout(p, s, off)},
-        st.floats(0.0, 0.95), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),
+        lambda t, s, off: {"dropout": Dropout(t / 256, s, off)},
+        st.integers(0, 243), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),  # p: a multiple of 1/256
         lambda key: supports_dropout(*key)),
     "dropout_causal": Mask(lambda n_q, n_k: st.builds(
-        lambda p, s, causal: {"dropout": Dropout(p, s, 0), "causal": causal},
-        st.floats(0.0, 0.95), st.integers(0, 2**64 - 1), st.sampled_from(CAUSAL_ALIGNMENTS)),
+        lambda t, s, causal: {"dropout": Dropout(t / 256, s, 0), "causal": causal},
+        st.integers(0, 243), st.integers(0, 2**64 - 1), st.sampled_from(CAUSAL_ALIGNMENTS)),
         lambda key: supports_dropout(*key) and supports_causal(*key)),
 }
 
