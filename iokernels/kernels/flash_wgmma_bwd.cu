@@ -34,7 +34,8 @@
 // DROPOUT (dropout plans; common.cuh, iokernels/plan/dropout.py): with Z the keep mask times 1 / (1 − p),
 // dV = (Z ∘ P)ᵀ dO, dP = Z ∘ (dO Vᵀ), dS = P ∘ (dP − D) (lse and D as without dropout). The keep bits of
 // a step (wg_dropout_cols; element (bh, i, j): bh the query batch·head, i the query, j the key) are computed
-// while the step before's dK, dV and dQ products fly; dSᵀ takes the undropped Pᵀ, so the dV product waits
+// after the step before's products (while they flew, at d 96 and 128 they spilled); dSᵀ takes the undropped Pᵀ,
+// so the dV product waits
 // for it: Pᵀ's dropped elements are zeroed in its A fragments after dSᵀ is formed, and dV is multiplied by
 // 1 / (1 − p) at the end.
 #include "common.cuh"
@@ -151,8 +152,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
 #ifdef DROPOUT
     // the keep bits of step s (element e of the Sᵀ fragment, key key_w + g + 8h, query 8n + 2t + c of the
-    // block for e = 4n + 2h + c: bit wg_cols_bit<BR>(e)); step 0's now, step s + 1's while step s's dK, dV and
-    // dQ products fly
+    // block for e = 4n + 2h + c: bit wg_cols_bit<BR>(e)); step 0's now, step s + 1's at the end of step s
     constexpr int KEEP_REGS = WG_COLS_REGS<BR>;
     auto dropout_bits = [&](int s, unsigned (&keep)[KEEP_REGS]) {
         const int head = s / span;
@@ -190,10 +190,6 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wg_acc_to_a<T, BR>(pa, s);
 #ifdef DROPOUT
         wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t, keep, dropout_scale);
-        if (step + 1 < steps) {
-            dropout_bits(step + 1, keep);
-            wg_pin(keep);  // here, while they fly
-        }
 #else
         wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t);
 #endif
@@ -223,6 +219,11 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wg_fence_regs(dsa);
         wg_fence_regs(dv);
         wg_fence_regs(dk);
+#ifdef DROPOUT
+        // the next step's bits once the products are done (drawn while they fly, with pa and dsa live, they spilled
+        // at d 96 and 128)
+        if (step + 1 < steps) dropout_bits(step + 1, keep);
+#endif
     }
     iok_cp_async_wait<0>();
 

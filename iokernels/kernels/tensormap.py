@@ -17,7 +17,7 @@ import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .driver import driver
+from .driver import CUDA_ERROR_INVALID_CONTEXT, driver, make_current
 
 MAP_BYTES = 128
 MAP_ALIGN = 64
@@ -80,9 +80,20 @@ def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequenc
     rank = len(dims)
     raw = ctypes.create_string_buffer(MAP_BYTES + MAP_ALIGN)  # the driver writes a 64-byte aligned map
     start = (-ctypes.addressof(raw)) % MAP_ALIGN
-    code = lib.cuTensorMapEncodeTiled(ctypes.addressof(raw) + start, DATA_TYPES[dtype], rank, pointer,
-                                      (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box),
-                                      (u32 * rank)(*([1] * rank)), 0, SWIZZLE_BYTES[swizzle], 0, 0)
+    def encode() -> int:
+        return lib.cuTensorMapEncodeTiled(ctypes.addressof(raw) + start, DATA_TYPES[dtype], rank, pointer,
+                                          (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides),
+                                          (u32 * rank)(*box), (u32 * rank)(*([1] * rank)), 0, SWIZZLE_BYTES[swizzle],
+                                          0, 0)
+
+    code = encode()
+    if code == CUDA_ERROR_INVALID_CONTEXT:
+        # a thread with no current context (autograd's worker before any runtime call of its own): bind the current
+        # device's primary context and encode again
+        from cupy.cuda import runtime
+
+        make_current(runtime.getDevice())
+        code = encode()
     if code:
         raise TensorMapError(f"cuTensorMapEncodeTiled refused the map (CUDA error {code}): dims {tuple(dims)}, "
                              f"strides {tuple(strides)}, box {tuple(box)}, swizzle {swizzle}")

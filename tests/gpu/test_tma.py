@@ -38,3 +38,25 @@ def test_tma_loads_a_swizzled_tile_of_one_head(tmp_path, rows, d, r0, z):
     cp.cuda.get_current_stream().synchronize()
     want = _swizzled(cp.asnumpy(x[z, r0:]).view(np.uint16), rows, d)
     assert np.array_equal(cp.asnumpy(out), want)
+
+
+def test_a_map_encodes_in_a_thread_without_a_context():
+    """A thread that never called the CUDA runtime has no current context (autograd's backward worker, before its
+    first call): cuTensorMapEncodeTiled answers CUDA_ERROR_INVALID_CONTEXT there, and encode_tiled binds the
+    device's primary context and encodes again, giving the map the main thread gets."""
+    import threading
+
+    x = cp.zeros((2, 256, 64), dtype=cp.float16)
+    want = tensormap.attention_map(x.data.ptr, "float16", 2, 256, 64, 128)
+    got: list = []
+
+    def worker() -> None:
+        try:
+            got.append(tensormap.attention_map(x.data.ptr, "float16", 2, 256, 64, 128))
+        except Exception as exc:  # the failure, reported by the assertion below
+            got.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert got == [want]
