@@ -15,7 +15,7 @@ import pytest
 
 from iokernels import model
 from iokernels.kernels import launch
-from iokernels.plan import causal_offset, make_plan, with_dropout
+from iokernels.plan import causal_offset, make_plan, with_causal, with_dropout
 from iokernels.plan.dropout import Dropout
 from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.units import round_to
@@ -217,3 +217,22 @@ def test_zero_probability_is_the_plain_kernel(d, dtype):
         if plan.direction == "bwd":
             a, b = (launch.to_float64(r.buffers["dQ"], dtype) for r in (plain, dropped))
             assert rel_err(b, a) < 1e-2
+
+
+@pytest.mark.parametrize("d, dtype, causal", [(128, "bfloat16", "bottom_right"), (96, "float16", False)])
+def test_wgmma_backward_equals_the_tma_backward(d, dtype, causal):
+    """The wgmma backward (kernel="wgmma": its dropout bits drawn after a step's products) on the tma backward's
+    tiles and mask: the same dK, dV to one unit in the last place and dQ to float-atomic order, counters == model."""
+    dropout = _dropout(d, dtype, causal, "wgmma")
+    problem = {"N_q": 300, "N_k": 239, "d": d, "dtype": dtype, "heads": 2, "dropout": True}
+    plans = [with_dropout(with_causal(make_fast_backward_plan(**problem, kernel=k), causal), dropout)
+             for k in ("wgmma", "tma")]
+    assert plans[0].tiles == plans[1].tiles
+    inputs, _ = launch.make_device_inputs(plans[1], seed=_seed(d, dtype, causal, "wgmma"))
+    runs = [launch.run_plan(plan, inputs, counting=True) for plan in plans]
+    for plan, run in zip(plans, runs, strict=True):
+        assert run.counts == model.exact(plan)
+    ulp = 2.0 ** (-7 if dtype == "bfloat16" else -10)
+    for name in GRADS:
+        a, b = (launch.to_float64(r.buffers[name], dtype) for r in runs)
+        np.testing.assert_allclose(a, b, rtol=ulp, atol=1e-4, err_msg=name)
