@@ -18,6 +18,9 @@ plans = [with_causal(make_fast_plan(N_q=4096, d=d, dtype="float16", heads=16, ke
          for d in (64, 128, 256) for c in ("", "bottom_right")]
 plans += [make_fast_backward_plan(N_q=4096, d=d, dtype="float16", heads=16, kernel=k) for d in (64, 96, 128)
           for k in ("wgmma", "tma")]
+plans += [make_fast_backward_plan(N_q=4096, d=d, dtype="float16", heads=16, kernel="tma") for d in (192, 256)]  # wide
+if len(sys.argv) > 2:  # a subset: e.g. "wide" (the tma backward past d 128 only)
+    plans = [p for p in plans if p.direction == "bwd" and p.d > 128]
 for plan in plans:
     ref = kernel_ref(plan, plan.stage("main"))
     res = nvrtc.compile_to_cubin(build_source(ref.source, ref.define_dict, False), arch="sm_90a", name=ref.source,
