@@ -25,8 +25,9 @@
 //
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
-// read and 4 written of dQacc (the reduction's read-modify-write); the consumers count dK and dV. The totals are
-// flash_wgmma_bwd.cu's, so the model is the same.
+// read and 4 written of dQacc (the reduction's read-modify-write; with the wide tiles the consumers count their
+// float32 reductions the same way, bwd.cuh); the consumers count dK and dV. The totals are flash_wgmma_bwd.cu's,
+// so the model is the same.
 #include "common.cuh"
 
 #include "tiles.cuh"

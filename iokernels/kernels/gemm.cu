@@ -105,9 +105,9 @@ struct GemmSlice {
 
 #ifdef DROPOUT
     // Z ∘ the slice: element (row0 + r, col0 + c) of the stored matrix (P: rows are queries, columns keys of
-    // batch·head bh) times its dropout multiplier (0 or the keep scale). A chunk starts at a multiple of 4
-    // columns, so each 4 of its elements take the 4 words of one Philox call. Elements out of range are 0
-    // and stay 0.
+    // batch·head bh) times its dropout multiplier (0 or the keep scale). A chunk starts at a multiple of VEC
+    // columns, inside one aligned group of 16 keys, so one Philox call (iok_keep16) gives its keep bits.
+    // Elements out of range are 0 and stay 0.
     __device__ __forceinline__ void apply_dropout(int row0, int col0, unsigned bh, unsigned threshold,
                                                   float keep_scale, unsigned long long seed, unsigned offset)
     {

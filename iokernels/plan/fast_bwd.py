@@ -298,6 +298,8 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
     wgmma_only = wgmma_only or grouped or problem.get("d") not in FAST_BWD_HEAD_DIMS
     if not wgmma_only or kernel not in SM90_BWD_KERNELS:
         options += [{"kernel": "mma", **o} for o in FAST_BWD_FALLBACKS]
+    if not options:  # d past 128 with kernel="wgmma": its own error (past d 128 the tma kernel only)
+        return make_fast_backward_plan(**problem, kernel=kernel)
     for option in options:
         plan = make_fast_backward_plan(**problem, **option)
         if plan.smem_bytes <= sram:

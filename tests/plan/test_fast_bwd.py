@@ -305,6 +305,10 @@ def test_wide_tiles_past_d_128(n_q, n_k, d, causal, kv_heads):
     for kwargs in ({"kernel": "wgmma"}, {"kernel": "mma"}, {"deterministic": True}):
         with pytest.raises(Unsupported):
             make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype="float16", **kwargs)
+        with pytest.raises(Unsupported):  # fit_fast_backward_plan: the same error (no option is left for it)
+            fit_fast_backward_plan(sram=227 * KB, N_q=n_q, N_k=n_k, d=d, dtype="float16", **kwargs)
+    with pytest.raises(Unsupported, match="past 128 is taken by the tma kernel"):
+        fit_fast_backward_plan(sram=227 * KB, N_q=n_q, N_k=n_k, d=d, dtype="float16", kernel="wgmma", dropout=True)
 
 
 def test_wgmma_model_equals_simulator():
