@@ -469,7 +469,7 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     K/V-outer pass that recomputes P from lse and adds dQ in float32 with atomics, and dQ rounded) or
     "standard" (the paper's Algorithm 3, through HBM; it first reruns the standard forward to get
     P). Flash uses the tensor-core backward (schedule "fast") for float16 with d of 64 or 128 (on sm_90 every
-    multiple of 8 up to 128), else the research kernel ("kv_outer"). deterministic=True (the tensor-core path
+    multiple of 8 up to 256), else the research kernel ("kv_outer"). deterministic=True (the tensor-core path
     only, d of 64 or 128, not causal): dQ from a query-outer kernel instead of float32 atomics, so gradients
     are bitwise identical run to run (about 25% slower).
 
