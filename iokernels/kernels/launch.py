@@ -1,8 +1,7 @@
 """Run plans on the GPU through cupy: compile (memoized per device), allocate, launch, count, time.
 
-One launcher for every algorithm: each plan stage names its kernel (``kernels/stages.py``), and
-:data:`ARGS` below names its arguments; grids, threads and shared memory come from the plan.
-bfloat16 tensors live in cupy as raw ``uint16`` bits (cupy has no bfloat16 dtype).
+One launcher for every algorithm: each plan stage names its kernel (``kernels/stages.py``), and :data:`ARGS` below
+names its arguments; grids, threads and shared memory come from the plan. bfloat16 lives in cupy as ``uint16`` bits.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import FLOAT32_TENSORS, Plan, Stage
+from ..plan import FLOAT32_TENSORS, Plan, Stage, Unsupported
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
@@ -420,13 +419,14 @@ def counts_from(raw: np.ndarray) -> dict[str, tuple[int, int]]:
 
 def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None, scale: float | None = None,
              poison_outputs: bool | None = None, raw: rawlaunch.RawPlan | None = None) -> GpuRun:
-    """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's
-    storage dtype (see :func:`to_device`); outputs and workspace are allocated by :func:`allocate`
-    (``poison_outputs``: filled with NaN first; None: :data:`DEBUG_POISON`).
-    With ``counting`` (default: inside :func:`count_io`) the counting build runs and per-stage,
-    per-tensor bytes come back in ``counts``. The plain build runs ``raw`` (from an earlier run's
-    :attr:`GpuRun.raw`, prepared for this plan at this scale on this device, with ``inputs`` in its order)
-    or prepares it."""
+    """Launch every stage of ``plan`` once. ``inputs``: device arrays (batch*heads, N, d) of the plan's storage
+    dtype (see :func:`to_device`); outputs and workspace are allocated by :func:`allocate` (``poison_outputs``:
+    filled with NaN first; None: :data:`DEBUG_POISON`). With ``counting`` (default: inside :func:`count_io`) the
+    counting build runs and per-stage, per-tensor bytes come back in ``counts``. The plain build runs ``raw`` (from
+    an earlier run's :attr:`GpuRun.raw`, prepared for this plan at this scale on this device, with ``inputs`` in
+    its order) or prepares it. A plan with a sliding window raises Unsupported (no kernel takes one yet)."""
+    if plan.window is not None:
+        raise Unsupported("a sliding window runs in the model and the simulator only: no kernel implements it yet")
     cp = require_cupy()
     counting = counting_active() if counting is None else counting
     scale = reference.default_scale(plan.d) if scale is None else scale

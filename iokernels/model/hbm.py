@@ -48,6 +48,7 @@ from ..plan import (
     Plan,
     normalize_causal,
     pair_sums,
+    visible_area,
 )
 from ..plan.tensors import DIMS, TENSORS
 from ..plan.units import ACC_ITEMSIZE
@@ -78,6 +79,7 @@ CAUSAL_SYMBOLS = {R_K: "R_K", R_Q: "R_Q", A_S: "A_S", N_qv: "N_qv", N_kv: "N_kv"
 N_bm = _pos("N_bm")  # block-mask entries read per (batch, head): the pairs the loops visit (T_r·T_c)
 s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited pairs the block mask keeps
 e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
+A_v = _pos("A_v")  # sliding-window plans: visible elements of S, a plan's value (iokernels.plan.visible_area)
 
 
 class _Loops:
@@ -254,12 +256,14 @@ def _elements(tensor: str) -> sp.Expr:
 
 
 def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-             causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> IoTable:
+             causal: bool | str = False, block_sparse: bool = False, mask: bool = False,
+             window: bool = False) -> IoTable:
     """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
     causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values. ``block_sparse``:
     the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
-    N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S)."""
-    loops = _Loops(bool(normalize_causal(causal)) or block_sparse)
+    N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S. ``window``: a sliding
+    window, the same sums as causal over the pairs with a visible element)."""
+    loops = _Loops(bool(normalize_causal(causal)) or block_sparse or window)
     stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
     if block_sparse:
         for name in BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
@@ -274,11 +278,11 @@ def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *
 
 
 def total_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-                causal: bool | str = False, block_sparse: bool = False, mask: bool = False
+                causal: bool | str = False, block_sparse: bool = False, mask: bool = False, window: bool = False
                 ) -> tuple[sp.Expr, sp.Expr]:
     read = write = sp.Integer(0)
     for tensors in io_exprs(algorithm, schedule, direction, variant, causal=causal,
-                            block_sparse=block_sparse, mask=mask).values():
+                            block_sparse=block_sparse, mask=mask, window=window).values():
         for r, w in tensors.values():
             read, write = read + r, write + w
     return read, write
@@ -305,19 +309,21 @@ def visible_area_expr(causal: bool | str) -> sp.Expr:
 
 @cache  # simplify is slow, and sweeps ask for the same few forms at every point
 def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> sp.Expr:
+               causal: bool | str = False, block_sparse: bool = False, mask: bool = False,
+               window: bool = False) -> sp.Expr:
     """Total bytes without ceilings along N, with the paper's tile rule B = M/4d for the plan's.
 
     For standard attention the matrix-product tiles BM, BN stay (its traffic does not depend on M).
     Causal: the visible area A (:func:`visible_area_expr`) in place of the causal sums. Block-sparse
     (Proposition 4, Θ(Nd + N²d²M⁻¹s)): s·A in place of the sums, s the fraction of visited block
-    pairs the mask keeps (a plan's value: :func:`plan_values`), and A/(B_r·B_c) mask bytes.
+    pairs the mask keeps (a plan's value: :func:`plan_values`), and A/(B_r·B_c) mask bytes. A sliding window:
+    A is the plan's count of visible elements (A_v, no closed form here).
     """
     read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse,
-                              mask=mask)
+                              mask=mask, window=window)
     expr = read + write
-    if normalize_causal(causal) or block_sparse:
-        area = visible_area_expr(causal)
+    if normalize_causal(causal) or block_sparse or window:
+        area = A_v if window else visible_area_expr(causal)
         kept = s_density * area if block_sparse else area
         expr = expr.subs({R_K: kept / B_r, R_Q: kept / B_c, A_S: kept, N_qv: N_q, N_kv: N_k,
                           N_bm: area / (B_r * B_c)})
@@ -361,11 +367,14 @@ def order(algorithm: str, schedule: str, direction: str, variant: str = "") -> s
 
 
 def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False, block_sparse: bool = False) -> sp.Expr:
+               causal: bool | str = False, block_sparse: bool = False, window: bool = False) -> sp.Expr:
     """Matrix-product FLOPs; halved for causal attention (the FlashAttention-2 convention);
-    block-sparse: those of the computed blocks, A_S elements of S."""
+    block-sparse: those of the computed blocks, A_S elements of S; a sliding window: those of its A_v visible
+    elements."""
     if block_sparse:
         return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_S * d
+    if window:
+        return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_v * d
     flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
     return flops / 2 if normalize_causal(causal) else flops
 
@@ -385,7 +394,9 @@ def plan_values(plan: Plan) -> dict:
     for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
         if key in tile:
             values[sym] = tile[key]
-    if (plan.causal or _sparse(plan)) and "Br" in tile:
+    if plan.window is not None:
+        values[A_v] = visible_area(plan.N_q, plan.N_k, plan.causal, plan.window)
+    if (plan.causal or _sparse(plan) or plan.window is not None) and "Br" in tile:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
         values[N_bm] = sums["N_bm"]
@@ -413,7 +424,8 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
     """Exact bytes (read, written) per stage and tensor for this plan; a tensor a stage does not move
     at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
     values = plan_values(plan)
-    table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None)
+    table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None,
+                     window=plan.window is not None)
     out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
            for stage, tensors in table.items()}
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
@@ -471,8 +483,9 @@ def predict(plan: Plan) -> Prediction:
         plan=plan,
         stages=exact(plan),
         theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan),
-                                     mask=plan.mask is not None).subs(values)),
-        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan)), values),
+                                     mask=plan.mask is not None, window=plan.window is not None).subs(values)),
+        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan), window=plan.window is not None),
+                   values),
         footprint_bytes=_int(footprint_expr(*key), values),
     )
 

@@ -11,9 +11,12 @@ from .causal import (
     DEFAULT_CAUSAL_ALIGNMENT,
     causal_offset,
     causal_sums,
+    key_block_ranges,
     normalize_causal,
+    normalize_window,
     pair_grid,
     pair_sums,
+    visible_area,
     visible_key_blocks,
 )
 from .core import (
@@ -49,6 +52,7 @@ from .variants import (
     with_causal,
     with_dropout,
     with_mask,
+    with_window,
 )
 
 __all__ = [
@@ -56,7 +60,8 @@ __all__ = [
     "DEFAULT_CAUSAL_ALIGNMENT", "DEFAULT_SCHEDULE", "DROPOUT_STAGES", "D_MAX", "D_MIN", "D_MULTIPLE",
     "FLOAT32_TENSORS", "MASK_STAGES", "SCHEDULES", "BlockMask", "Dropout", "ExplicitMask", "Plan", "SramTooSmall",
     "Stage", "TilesDoNotFit", "Unsupported", "all_plans", "causal_offset", "causal_sums", "check_problem",
-    "check_schedule", "make_plan", "manual_seed", "min_sram", "normalize_causal", "pair_grid", "pair_sums",
-    "supports_block_sparse", "supports_causal", "supports_dropout", "supports_explicit_mask", "visible_key_blocks",
-    "with_block_mask", "with_causal", "with_dropout", "with_mask",
+    "check_schedule", "key_block_ranges", "make_plan", "manual_seed", "min_sram", "normalize_causal",
+    "normalize_window", "pair_grid", "pair_sums", "supports_block_sparse", "supports_causal", "supports_dropout",
+    "supports_explicit_mask", "visible_area", "visible_key_blocks", "with_block_mask", "with_causal", "with_dropout",
+    "with_mask", "with_window",
 ]

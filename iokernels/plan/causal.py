@@ -80,14 +80,93 @@ def causal_sums(n_q: int, n_k: int, br: int, bc: int, causal: str) -> dict[str, 
             "N_qv": sum(r for r, v in zip(rows, vis, strict=True) if v), "N_kv": max(keys, default=0)}
 
 
+def normalize_window(window: object) -> tuple[int | None, int | None] | None:
+    """A sliding window (left, right), FlashAttention's ``window_size``: key j is visible to query i iff
+    i + o − left <= j <= i + o + right, o = N_k − N_q (the bottom-right alignment); None for a side leaves it
+    unbounded. Returns None for no window (None, or both sides None)."""
+    if window is None:
+        return None
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        raise ValueError(f"window must be (left, right), each an int >= 0 or None, got {window!r}")
+    out = []
+    for name, side in zip(("left", "right"), window, strict=True):
+        if side is not None and (isinstance(side, bool) or not isinstance(side, (int, np.integer)) or side < 0):
+            raise ValueError(f"window {name} must be an int >= 0 or None (unbounded), got {side!r}")
+        out.append(None if side is None else int(side))
+    return None if out == [None, None] else (out[0], out[1])
+
+
+def visible(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None, rows: np.ndarray,
+            cols: np.ndarray) -> np.ndarray | None:
+    """Boolean (len rows, len cols): where key cols[c] is visible to query rows[r] under the causal mask and the
+    window (both when both are given); None when neither masks anything."""
+    if not causal and window is None:
+        return None
+    i, j = np.asarray(rows)[:, None], np.asarray(cols)[None, :]
+    out = np.ones((i.shape[0], j.shape[1]), dtype=bool)
+    if causal:
+        out &= j <= i + causal_offset(n_q, n_k, causal)
+    if window is not None:
+        o, (left, right) = n_k - n_q, window
+        if left is not None:
+            out &= j >= i + o - left
+        if right is not None:
+            out &= j <= i + o + right
+    return out
+
+
+def key_block_ranges(n_q: int, n_k: int, br: int, bc: int, causal: str,
+                     window: tuple[int | None, int | None] | None = None) -> list[tuple[int, int]]:
+    """For each query block of br rows, the key blocks of bc it visits: [start, stop), those with an element
+    visible to one of its rows. Under the causal mask and a window every row sees one interval of keys, growing by
+    one per row, so the blocks a query block sees form one range ((0, 0) when it sees none; (0, T_c) without
+    a mask)."""
+    tc = cdiv(n_k, bc)
+    if window is None:
+        return [(0, v) if v else (0, 0) for v in visible_key_blocks(n_q, n_k, br, bc, causal)]
+    o, (left, right) = n_k - n_q, window
+    out = []
+    for row0 in range(0, n_q, br):
+        i = np.arange(row0, min(row0 + br, n_q))
+        lo = np.zeros_like(i) if left is None else np.maximum(0, i + o - left)
+        hi = np.full_like(i, n_k - 1) if right is None else np.minimum(n_k - 1, i + o + right)
+        if causal:
+            hi = np.minimum(hi, i + causal_offset(n_q, n_k, causal))
+        seen = hi >= lo
+        if not seen.any():
+            out.append((0, 0))
+        else:
+            out.append((int(lo[seen].min()) // bc, min(tc, int(hi[seen].max()) // bc + 1)))
+    return out
+
+
+def visible_area(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None) -> int:
+    """The number of visible elements of the N_q × N_k score matrix (N_q·N_k without a mask)."""
+    if not causal and window is None:
+        return n_q * n_k
+    i = np.arange(n_q)
+    lo = np.zeros_like(i)
+    hi = np.full_like(i, n_k - 1)
+    if causal:
+        hi = np.minimum(hi, i + causal_offset(n_q, n_k, causal))
+    if window is not None:
+        o, (left, right) = n_k - n_q, window
+        if left is not None:
+            lo = np.maximum(lo, i + o - left)
+        if right is not None:
+            hi = np.minimum(hi, i + o + right)
+    return int(np.maximum(0, hi - lo + 1).sum())
+
+
 def pair_grid(plan) -> tuple[np.ndarray, np.ndarray]:
     """(computed, causal): boolean (T_r, T_c) grids of the (query block, key block) pairs of a tiled
-    plan; ``causal`` the pairs its loops visit (all without a causal mask), ``computed`` those of them
-    the block mask keeps (the same without one)."""
+    plan; ``causal`` the pairs its loops visit (those with a visible element under the causal mask and the
+    window; all without them), ``computed`` those of them the block mask keeps (the same without one)."""
     tile = plan.tile
     br, bc = tile["Br"], tile["Bc"]
-    vis = visible_key_blocks(plan.N_q, plan.N_k, br, bc, plan.causal)
-    causal = np.arange(cdiv(plan.N_k, bc))[None, :] < np.array(vis)[:, None]
+    ranges = np.array(key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window)).reshape(-1, 2)
+    j = np.arange(cdiv(plan.N_k, bc))[None, :]
+    causal = (j >= ranges[:, :1]) & (j < ranges[:, 1:])
     return (causal & plan.block_grid().astype(bool) if plan.block_mask is not None else causal), causal
 
 

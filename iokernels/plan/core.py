@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .causal import CAUSAL_ALIGNMENTS, causal_offset
+from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_window, visible
 from .dropout import Dropout
 from .masks import BlockMask, ExplicitMask
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
@@ -118,6 +118,9 @@ class Plan:
     kv_heads: int = 0
     # causal mask alignment: "" (none), "bottom_right" or "top_left" (module docstring)
     causal: str = ""
+    # sliding window (left, right) (iokernels.plan.causal.normalize_window; None: none). No kernel takes it yet:
+    # the model and the simulator do, the launcher refuses it
+    window: tuple[int | None, int | None] | None = None
     # block-sparse attention (iokernels.plan.masks): the tiles divide its blocks; None: every block computed
     block_mask: BlockMask | None = None
     # an explicit element mask read from HBM (tensor "mask"; iokernels.plan.masks.ExplicitMask); None: none
@@ -129,6 +132,7 @@ class Plan:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):
             allowed = " or ".join(map(repr, CAUSAL_ALIGNMENTS))
             raise ValueError(f"Plan.causal must be '' or {allowed}, got {self.causal!r}")
+        object.__setattr__(self, "window", normalize_window(self.window))
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if not isinstance(self.kv_heads, int) or self.kv_heads < 1 or self.heads % self.kv_heads:
@@ -176,6 +180,11 @@ class Plan:
         tile = self.tile
         return self.block_mask.refine(tile["Br"], tile["Bc"]).astype(np.uint8)
 
+    def visible(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | None:
+        """Boolean (len rows, len cols): where the causal mask and the window let query rows[r] see key cols[c];
+        None without either (the block and explicit masks not included)."""
+        return visible(self.N_q, self.N_k, self.causal, self.window, rows, cols)
+
     def element_mask(self) -> np.ndarray | None:
         """Boolean (N_q, N_k) of the block mask (the causal mask not included); None without one."""
         return None if self.block_mask is None else self.block_mask.element_mask()
@@ -202,6 +211,7 @@ class Plan:
             **({"variant": self.variant} if self.variant else {}),
             **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
             **({"causal": self.causal} if self.causal else {}),
+            **({"window": list(self.window)} if self.window is not None else {}),
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
             **({"dropout": self.dropout.as_dict()} if self.dropout is not None else {}),

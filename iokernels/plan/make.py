@@ -27,6 +27,7 @@ from .variants import (
     with_causal,
     with_dropout,
     with_mask,
+    with_window,
 )
 
 
@@ -50,6 +51,7 @@ def make_plan(
     block_mask: BlockMask | None = None,
     mask: ExplicitMask | None = None,
     dropout: Dropout | None = None,
+    window: tuple[int | None, int | None] | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -70,6 +72,9 @@ def make_plan(
     schedules of :func:`supports_explicit_mask` (Unsupported elsewhere); it combines with the others.
     ``dropout``: dropout on P (:class:`iokernels.plan.dropout.Dropout`), by the stages of
     :func:`supports_dropout` (Unsupported elsewhere); tiles and bytes do not change.
+    ``window``: a sliding window (left, right) (:func:`iokernels.plan.causal.normalize_window`) on the tiled
+    schedules, alone or with ``causal``: the model and the simulator take it (pairs with no visible element
+    skipped, as causal); no kernel does yet, and launching such a plan raises Unsupported.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -85,7 +90,8 @@ def make_plan(
     if block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c, dropout=dropout is not None, **args)
-    return with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
+    plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
+    return with_window(plan, window)
 
 
 

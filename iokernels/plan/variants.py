@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .causal import CAUSAL_CODES, normalize_causal
+from .causal import CAUSAL_CODES, normalize_causal, normalize_window
 from .core import Plan, Unsupported
 from .dropout import Dropout
 from .fast_bwd import SM90_BWD_KERNEL_NAMES
@@ -195,3 +195,16 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
     return replace(plan, causal=causal, stages=stages)
 
 
+
+
+def with_window(plan: Plan, window: object) -> Plan:
+    """``plan`` with a sliding window (left, right) (:func:`iokernels.plan.causal.normalize_window`; None: the plan
+    unchanged). The tiled schedules' model and simulator take it (pairs with no visible element skipped, as for
+    causal); standard attention computes S in full (−inf where masked). No kernel implements it yet: launching a
+    plan with a window raises Unsupported (iokernels.kernels.launch)."""
+    window = normalize_window(window)
+    if window is None:
+        return plan
+    if plan.variant:
+        raise Unsupported(f"a sliding window is not implemented by {plan.label}")
+    return replace(plan, window=window)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..plan import Plan, visible_key_blocks
+from ..plan import Plan, key_block_ranges
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from ..plan.units import round_to
 from . import reference
@@ -78,13 +78,11 @@ def _t(x: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# the causal mask (iokernels.plan): key j visible to query i iff j <= i + plan.causal_offset
+# the causal mask and the sliding window (iokernels.plan.causal): Plan.visible
 
 def _visible(plan: Plan, rs: slice, cs: slice) -> np.ndarray | None:
     """Boolean (rows, cols) of the block: True where visible; None without a mask."""
-    if not plan.causal:
-        return None
-    return np.arange(cs.start, cs.stop)[None, :] <= np.arange(rs.start, rs.stop)[:, None] + plan.causal_offset
+    return plan.visible(np.arange(rs.start, rs.stop), np.arange(cs.start, cs.stop))
 
 
 def _masked(s: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
@@ -92,7 +90,9 @@ def _masked(s: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
 
 
 def _pair_visible(plan: Plan, rs: slice, cs: slice) -> bool:
-    """Whether any element of the (query block, key block) pair is visible (its last row sees most)."""
+    """Whether any element of the (query block, key block) pair is visible (causal: its last row sees most)."""
+    if plan.window is not None:
+        return bool(_visible(plan, rs, cs).any())
     return not plan.causal or cs.start <= rs.stop - 1 + plan.causal_offset
 
 
@@ -179,7 +179,8 @@ def _standard_fwd(hbm: Hbm, scale: float) -> None:
     # causal, explicit mask: S = −inf where masked, so P = 0 there (rows with no visible key: l = 0, P = 0);
     # the explicit mask is read by the qk product's epilogue, every element of S once per batch·head
     hbm.begin("qk")
-    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal), mask=p.mask is not None)
+    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal) or p.window is not None,
+          mask=p.mask is not None)
     hbm.begin("rowmax")
     hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
     hbm.begin("rowsum")
@@ -222,16 +223,16 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
     store = p.schedule == "store"
     t = p.tile
     cols = _blocks(p.N_k, t["Bc"])
-    # causal: key blocks past a query block's last visible key are skipped; block-sparse: the pairs the
+    # causal, window: key blocks outside a query block's visible range are skipped; block-sparse: the pairs the
     # block mask zeroes. Q_i (pass 2: m_i, l_i) is loaded at the block's first computed pair; a block
     # with none loads nothing (m = −inf, l = 0, O = 0)
-    visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
+    visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window)
     hbm.begin("stats")
-    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+    for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
         q = None
         m = np.full((p.bh, rs.stop - rs.start), -np.inf)
         l = np.zeros(m.shape)
-        for cs in cols[:nv]:
+        for cs in cols[a:b]:
             if not _kept(hbm, rs, cs):
                 continue
             if q is None:
@@ -245,10 +246,10 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
         hbm.store("m", (ALL, rs), m)
         hbm.store("l", (ALL, rs), l)
     hbm.begin("output")
-    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+    for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
         m = l = q = None
         acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
-        for cs in cols[:nv]:
+        for cs in cols[a:b]:
             if not _kept(hbm, rs, cs):
                 continue
             if m is None:
@@ -276,6 +277,8 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     hbm.begin("main")
     for cs in _blocks(p.N_k, t["Bc"]):
         if not _key_block_used(p, cs):
+            if p.window is not None:
+                continue  # a window: no query sees this key block (a later one may be seen)
             break  # causal: no query sees this key block, nor the later ones
         k = v = None
         for rs in _blocks(p.N_q, t["Br"]):
@@ -318,15 +321,15 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     t = p.tile
     kv = kv_rows(p)  # a K/V tile is read once per query head that uses it
     cols = _blocks(p.N_k, t["Bc"])
-    visible = visible_key_blocks(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal)
+    visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window)
     hbm.begin("main")
-    for rs, nv in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+    for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
         # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
         q = None
         acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
         m = np.full(acc.shape[:-1], -np.inf)
         l = np.zeros(m.shape)
-        for cs in cols[:nv]:
+        for cs in cols[a:b]:
             if not _kept(hbm, rs, cs):
                 continue
             if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
@@ -494,9 +497,13 @@ def random_mask(plan: Plan, rng: np.random.Generator, *, empty_rows: bool = True
 
 
 def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | None:
-    """The mask :mod:`iokernels.simulate.reference` takes for ``plan``: its block mask's elements and/or its explicit
-    mask (boolean, or additive with −inf where the block mask hides); None without either."""
+    """The mask :mod:`iokernels.simulate.reference` takes for ``plan``: its block mask's elements, its window and/or
+    its explicit mask (boolean, or additive with −inf where the others hide); None without any (the causal mask
+    goes to the reference by its own argument)."""
     block = plan.element_mask()
+    if plan.window is not None:
+        window = replace(plan, causal="").visible(np.arange(plan.N_q), np.arange(plan.N_k))
+        block = window if block is None else block & window
     if plan.mask is None:
         return block
     m = inputs["mask"]

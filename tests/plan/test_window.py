@@ -1,0 +1,108 @@
+"""A sliding window (left, right), FlashAttention's ``window_size``, in the plans, the model and the simulator
+(issue #22, first step; no kernel takes it yet, so the launcher refuses it): key j is visible to query i iff
+i + o − left <= j <= i + o + right, o = N_k − N_q, alone or with the causal mask."""
+
+import numpy as np
+import pytest
+
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan import (
+    Unsupported,
+    key_block_ranges,
+    make_plan,
+    normalize_window,
+    visible_area,
+    visible_key_blocks,
+)
+from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
+
+KB = 1024
+WINDOWS = [(64, 32), (None, 5), (100, None), (0, 0), (1000, 1000)]
+
+
+def _brute(n_q, n_k, causal, window):
+    """Element visibility by the definition, one element at a time."""
+    off_c = n_k - n_q if causal == "bottom_right" else 0
+    out = np.zeros((n_q, n_k), dtype=bool)
+    for i in range(n_q):
+        for j in range(n_k):
+            ok = not causal or j <= i + off_c
+            if window is not None:
+                left, right, o = *window, n_k - n_q
+                ok = ok and (left is None or j >= i + o - left) and (right is None or j <= i + o + right)
+            out[i, j] = ok
+    return out
+
+
+@pytest.mark.parametrize("window, want", [(None, None), ((None, None), None), ((3, None), (3, None)),
+                                          ([0, 7], (0, 7)), ((np.int64(2), 1), (2, 1))])
+def test_normalize_window(window, want):
+    assert normalize_window(window) == want
+
+
+@pytest.mark.parametrize("window", [(1,), (1, 2, 3), (-1, 0), (0, -2), (1.5, 0), (True, 0), "ab", 3])
+def test_bad_windows_are_refused(window):
+    with pytest.raises(ValueError, match="window"):
+        normalize_window(window)
+
+
+@pytest.mark.parametrize("n_q, n_k, br, bc", [(37, 53, 8, 16), (53, 37, 16, 8), (64, 64, 16, 16), (1, 90, 4, 8)])
+@pytest.mark.parametrize("causal", ["", "bottom_right", "top_left"])
+@pytest.mark.parametrize("window", [None, *WINDOWS, (3, 2)])
+def test_ranges_and_area_follow_the_definition(n_q, n_k, br, bc, causal, window):
+    """A query block's key-block range holds exactly the blocks with an element visible to one of its rows, and
+    visible_area counts the visible elements."""
+    vis = _brute(n_q, n_k, causal, normalize_window(window))
+    assert visible_area(n_q, n_k, causal, normalize_window(window)) == int(vis.sum())
+    ranges = key_block_ranges(n_q, n_k, br, bc, causal, normalize_window(window))
+    for i, (a, b) in enumerate(ranges):
+        rows = vis[i * br:(i + 1) * br]
+        seen = [bool(rows[:, j * bc:(j + 1) * bc].any()) for j in range(-(-n_k // bc))]
+        assert seen == [a <= j < b for j in range(len(seen))], (i, a, b, seen)
+    if window is None:  # causal alone: the prefixes of visible_key_blocks, so causal bytes do not change
+        assert ranges == [(0, v) if v else (0, 0) for v in visible_key_blocks(n_q, n_k, br, bc, causal)]
+
+
+@pytest.mark.parametrize("algorithm, schedule, direction", [
+    ("flash", "q_outer", "fwd"), ("flash", "kv_outer", "fwd"), ("flash", "kv_outer", "bwd"),
+    ("two_pass", "store", "fwd"), ("two_pass", "recompute", "fwd"), ("standard", "default", "fwd"),
+    ("standard", "default", "bwd")])
+@pytest.mark.parametrize("causal", ["", "bottom_right", "top_left"])
+@pytest.mark.parametrize("window", WINDOWS)
+def test_simulator_equals_model_and_reference(algorithm, schedule, direction, causal, window):
+    """The simulator skips the pairs with no visible element and masks the rest; its bytes equal model.exact and
+    its outputs the float64 reference with the window's mask; the model's FLOPs are those of the visible area."""
+    plan = make_plan(algorithm, schedule, N_q=300, N_k=500, d=32, sram=48 * KB, direction=direction, causal=causal,
+                     window=window, batch=1, heads=2)
+    assert plan.window == normalize_window(window) and plan.as_dict()["window"] == list(plan.window)
+    inputs = make_inputs(plan, seed=7)
+    result = simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-10
+    area = visible_area(plan.N_q, plan.N_k, plan.causal, plan.window)
+    unmasked = model.predict(make_plan(algorithm, schedule, N_q=300, N_k=500, d=32, sram=48 * KB,
+                                       direction=direction, batch=1, heads=2)).flops
+    assert model.predict(plan).flops * (300 * 500) == unmasked * area
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("window", [(64, 32), (None, 5)])
+def test_fast_plans_with_grouped_query(direction, window):
+    plan = make_plan("flash", "fast", N_q=300, N_k=500, d=64, dtype="float16", sram=227 * KB, direction=direction,
+                     causal="bottom_right", window=window, heads=4, kv_heads=2)
+    inputs = make_inputs(plan, seed=3)
+    result = simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-10
+
+
+def test_a_window_saves_bytes_and_the_launcher_refuses_it():
+    """A narrow window visits fewer pairs than causal (fewer bytes), and no kernel takes a window yet: launching
+    such a plan raises Unsupported before anything touches a GPU."""
+    kw = dict(N_q=4096, d=64, sram=96 * KB, causal=True)
+    causal = model.predict(make_plan("flash", "q_outer", **kw)).total_bytes
+    window = make_plan("flash", "q_outer", window=(256, 0), **kw)
+    assert model.predict(window).total_bytes < causal / 4
+    with pytest.raises(Unsupported, match="sliding window"):
+        launch.run_plan(window, {})
