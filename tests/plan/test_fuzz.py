@@ -92,6 +92,13 @@ MASKS: dict[str, Mask] = {
         lambda t, s, off: {"dropout": Dropout(t / 256, s, off)},
         st.integers(0, 243), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),  # p: a multiple of 1/256
         lambda key: supports_dropout(*key)),
+    # a sliding window (left, right; None: unbounded) with or without the causal mask (the model and the simulator
+    # take it; no kernel does yet)
+    "window": Mask(lambda n_q, n_k: st.builds(
+        lambda left, right, causal: {"window": (left, right), "causal": causal},
+        st.none() | st.integers(0, 2 * N_MAX), st.none() | st.integers(0, 2 * N_MAX),
+        st.sampled_from([False, *CAUSAL_ALIGNMENTS])),
+        lambda key: supports_causal(*key)),
     "dropout_causal": Mask(lambda n_q, n_k: st.builds(
         lambda t, s, causal: {"dropout": Dropout(t / 256, s, 0), "causal": causal},
         st.integers(0, 243), st.integers(0, 2**64 - 1), st.sampled_from(CAUSAL_ALIGNMENTS)),
