@@ -96,57 +96,12 @@ def normalize_window(window: object) -> tuple[int | None, int | None] | None:
     return None if out == [None, None] else (out[0], out[1])
 
 
-def visible(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None, rows: np.ndarray,
-            cols: np.ndarray) -> np.ndarray | None:
-    """Boolean (len rows, len cols): where key cols[c] is visible to query rows[r] under the causal mask and the
-    window (both when both are given); None when neither masks anything."""
-    if not causal and window is None:
-        return None
-    i, j = np.asarray(rows)[:, None], np.asarray(cols)[None, :]
-    out = np.ones((i.shape[0], j.shape[1]), dtype=bool)
-    if causal:
-        out &= j <= i + causal_offset(n_q, n_k, causal)
-    if window is not None:
-        o, (left, right) = n_k - n_q, window
-        if left is not None:
-            out &= j >= i + o - left
-        if right is not None:
-            out &= j <= i + o + right
-    return out
-
-
-def key_block_ranges(n_q: int, n_k: int, br: int, bc: int, causal: str,
-                     window: tuple[int | None, int | None] | None = None) -> list[tuple[int, int]]:
-    """For each query block of br rows, the key blocks of bc it visits: [start, stop), those with an element
-    visible to one of its rows. Under the causal mask and a window every row sees one interval of keys, growing by
-    one per row, so the blocks a query block sees form one range ((0, 0) when it sees none; (0, T_c) without
-    a mask)."""
-    tc = cdiv(n_k, bc)
-    if window is None:
-        return [(0, v) if v else (0, 0) for v in visible_key_blocks(n_q, n_k, br, bc, causal)]
-    o, (left, right) = n_k - n_q, window
-    out = []
-    for row0 in range(0, n_q, br):
-        i = np.arange(row0, min(row0 + br, n_q))
-        lo = np.zeros_like(i) if left is None else np.maximum(0, i + o - left)
-        hi = np.full_like(i, n_k - 1) if right is None else np.minimum(n_k - 1, i + o + right)
-        if causal:
-            hi = np.minimum(hi, i + causal_offset(n_q, n_k, causal))
-        seen = hi >= lo
-        if not seen.any():
-            out.append((0, 0))
-        else:
-            out.append((int(lo[seen].min()) // bc, min(tc, int(hi[seen].max()) // bc + 1)))
-    return out
-
-
-def visible_area(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None) -> int:
-    """The number of visible elements of the N_q × N_k score matrix (N_q·N_k without a mask)."""
-    if not causal and window is None:
-        return n_q * n_k
-    i = np.arange(n_q)
-    lo = np.zeros_like(i)
-    hi = np.full_like(i, n_k - 1)
+def key_intervals(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None,
+                  rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): query rows[r] sees the keys lo[r] .. hi[r] under the causal mask and the window (both when both
+    are given), clipped to [0, N_k − 1]; hi < lo where it sees none. The one statement of the visibility rule."""
+    i = np.asarray(rows, dtype=np.int64)
+    lo, hi = np.zeros_like(i), np.full_like(i, n_k - 1)
     if causal:
         hi = np.minimum(hi, i + causal_offset(n_q, n_k, causal))
     if window is not None:
@@ -155,6 +110,37 @@ def visible_area(n_q: int, n_k: int, causal: str, window: tuple[int | None, int 
             lo = np.maximum(lo, i + o - left)
         if right is not None:
             hi = np.minimum(hi, i + o + right)
+    return lo, hi
+
+
+def visible(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None, rows: np.ndarray,
+            cols: np.ndarray) -> np.ndarray | None:
+    """Boolean (len rows, len cols): where key cols[c] is visible to query rows[r] (:func:`key_intervals`); None
+    when neither the causal mask nor a window masks anything."""
+    if not causal and window is None:
+        return None
+    lo, hi = key_intervals(n_q, n_k, causal, window, rows)
+    j = np.asarray(cols)[None, :]
+    return (j >= lo[:, None]) & (j <= hi[:, None])
+
+
+def key_block_ranges(n_q: int, n_k: int, br: int, bc: int, causal: str,
+                     window: tuple[int | None, int | None] | None = None) -> list[tuple[int, int]]:
+    """For each query block of br rows, the key blocks of bc it visits: [start, stop), those with an element
+    visible to one of its rows. Under the causal mask and a window every row sees one interval of keys, growing by
+    one per row, so the blocks a query block sees form one range ((0, 0) when it sees none; (0, T_c) without
+    a mask; causal alone: the prefixes of :func:`visible_key_blocks`)."""
+    out = []
+    for row0 in range(0, n_q, br):
+        lo, hi = key_intervals(n_q, n_k, causal, window, np.arange(row0, min(row0 + br, n_q)))
+        seen = hi >= lo
+        out.append((int(lo[seen].min()) // bc, int(hi[seen].max()) // bc + 1) if seen.any() else (0, 0))
+    return out
+
+
+def visible_area(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None) -> int:
+    """The number of visible elements of the N_q × N_k score matrix (N_q·N_k without a mask)."""
+    lo, hi = key_intervals(n_q, n_k, causal, window, np.arange(n_q))
     return int(np.maximum(0, hi - lo + 1).sum())
 
 

@@ -35,3 +35,8 @@ def rel_err(got, want, scale=None):
 
 def problem_scale(wants):
     return max(float(np.max(np.abs(w))) for w in wants.values())
+
+
+def ulp(dtype: str) -> float:
+    """One unit in the last place of ``dtype``, relative: the largest it is for a value of that type."""
+    return {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}[dtype]

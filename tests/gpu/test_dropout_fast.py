@@ -21,7 +21,7 @@ from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.units import round_to
 from iokernels.simulate import kv_rows, reference, reference_outputs
 
-from .helpers import problem_scale, rel_err
+from .helpers import problem_scale, rel_err, ulp
 
 cp = pytest.importorskip("cupy")
 KB = 1024
@@ -232,7 +232,6 @@ def test_wgmma_backward_equals_the_tma_backward(d, dtype, causal):
     runs = [launch.run_plan(plan, inputs, counting=True) for plan in plans]
     for plan, run in zip(plans, runs, strict=True):
         assert run.counts == model.exact(plan)
-    ulp = 2.0 ** (-7 if dtype == "bfloat16" else -10)
     for name in GRADS:
         a, b = (launch.to_float64(r.buffers[name], dtype) for r in runs)
-        np.testing.assert_allclose(a, b, rtol=ulp, atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(a, b, rtol=ulp(dtype), atol=1e-4, err_msg=name)

@@ -34,6 +34,8 @@ from iokernels.plan.tensors import OUTPUTS
 from iokernels.plan.units import round_to
 from iokernels.simulate import reference, simulate
 
+from .helpers import ulp
+
 cp = pytest.importorskip("cupy")
 
 KB = 1024
@@ -185,10 +187,6 @@ def check_close(plan: Plan, host: dict, got: dict, floor: float = 0.0, factor: f
         assert err <= bound, (plan.label, name, err, bound)
 
 
-def _ulp(dtype: str) -> float:
-    return {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}[dtype]
-
-
 # ---------------------------------------------------------------------------------------------
 # N = 1
 
@@ -201,9 +199,9 @@ def test_one_query_or_one_key(kernel, dtype, shape):
     check_close(plan, host, got)
     if plan.direction == "fwd" and plan.N_k == 1:  # softmax of one logit is 1: every row of O is V's row
         v = np.broadcast_to(host["V"], got["O"].shape)
-        assert np.all(np.abs(got["O"] - v) <= _ulp(dtype) * np.abs(v)), "O != V with a single key"
+        assert np.all(np.abs(got["O"] - v) <= ulp(dtype) * np.abs(v)), "O != V with a single key"
         lse = reference.default_scale(plan.d) * np.einsum("bqd,bkd->bq", host["Q"], host["K"])
-        tol = max(1e-5, _ulp(dtype))  # standard and two_pass "store" keep S in the plan's dtype
+        tol = max(1e-5, ulp(dtype))  # standard and two_pass "store" keep S in the plan's dtype
         np.testing.assert_allclose(got["lse"], lse, rtol=tol, atol=tol)
 
 
@@ -230,7 +228,7 @@ def test_float16_near_its_maximum(kernel, dtype):
     host = host_inputs(plan, q, k, v)
     got = run(plan, host)
     assert np.all(np.isfinite(got["O"])) and np.all(np.isfinite(got["lse"]))
-    assert np.max(np.abs(got["O"])) <= np.max(np.abs(host["V"])) * (1 + 4 * _ulp(dtype))
+    assert np.max(np.abs(got["O"])) <= np.max(np.abs(host["V"])) * (1 + 4 * ulp(dtype))
     check_close(plan, host, got, floor=1e-3)
 
 
@@ -340,7 +338,7 @@ def test_all_logits_equal_give_the_average_of_v(kernel, dtype, causal):
     check_close(plan, host, got)
     if plan.direction == "fwd" and not causal:
         mean = np.broadcast_to(host["V"].mean(axis=1, keepdims=True), got["O"].shape)
-        assert np.max(np.abs(got["O"] - mean)) <= 16 * _ulp(dtype) * np.max(np.abs(host["V"])) + 1e-6
+        assert np.max(np.abs(got["O"] - mean)) <= 16 * ulp(dtype) * np.max(np.abs(host["V"])) + 1e-6
 
 
 @pytest.mark.parametrize("kernel, dtype", CASES)
@@ -366,7 +364,7 @@ def test_two_keys_tied_for_the_max(kernel, dtype):
         check_close(plan, host, got, floor=16 * s_max * 2.0**-24, factor=3.0)
     if plan.direction == "fwd":
         half = np.broadcast_to((host["V"][:, 5:6] + host["V"][:, 60:61]) / 2, got["O"].shape)
-        assert np.max(np.abs(got["O"] - half)) <= 16 * _ulp(dtype) * np.max(np.abs(host["V"])) + 1e-6
+        assert np.max(np.abs(got["O"] - half)) <= 16 * ulp(dtype) * np.max(np.abs(host["V"])) + 1e-6
 
 
 # ---------------------------------------------------------------------------------------------

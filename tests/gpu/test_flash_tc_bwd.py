@@ -20,7 +20,7 @@ from iokernels.plan.fast_bwd import (
 )
 from iokernels.simulate import reference, simulate
 
-from .helpers import naive_backward, problem_scale, rel_err
+from .helpers import naive_backward, problem_scale, rel_err, ulp
 from .test_causal import naive_backward as naive_causal_backward
 
 cp = pytest.importorskip("cupy")
@@ -49,23 +49,43 @@ def _seed(*parts) -> int:
     return zlib.crc32(repr(parts).encode())
 
 
-def _ulp(dtype: str) -> float:
-    """One unit in the last place, relative (the most it is for a value of T): float32 sums of dQ in another order,
-    rounded to T, may differ by that."""
-    return 2.0 ** (-7 if dtype == "bfloat16" else -10)
-
-
 def _grads(run, plan):
     return {name: launch.to_float64(run.buffers[name], plan.dtype) for name in GRADS}
 
 
-def _check_grads(got, host, dtype, causal=""):
+def _check_counts(plan, run, host):
+    """Counters == model, and == the simulator where the problem is small."""
+    exact = model.exact(plan)
+    assert run.counts == exact
+    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
+        assert simulate(plan, host).counts == exact
+
+
+def _check_plain_build(plan, inputs, counted):
+    """The plain build as the counting build: dK, dV bit for bit, dQ (float32 sums in another order, rounded to T)
+    within one unit in the last place."""
+    plain = _grads(launch.run_plan(plan, inputs, counting=False), plan)
+    np.testing.assert_array_equal(plain["dK"], counted["dK"])
+    np.testing.assert_array_equal(plain["dV"], counted["dV"])
+    np.testing.assert_allclose(plain["dQ"], counted["dQ"], rtol=ulp(plan.dtype), atol=1e-4)
+
+
+def _check_grads(got, host, dtype, causal="", plan=None):
+    """Gradients against the float64 reference within flash-attention's idiom. ``plan`` with kv_heads < heads
+    (grouped-query): K, V expanded to the query heads, dK and dV of a K/V head the sums over its query heads."""
     for name, x in got.items():
         assert np.all(np.isfinite(x)), f"{name} has NaN/inf (unwritten or overflowed)"
     q, k, v, do = (host[name] for name in ("Q", "K", "V", "dO"))
+    group = 1 if plan is None else plan.heads // plan.kv_heads
+    if group > 1:
+        kv = np.arange(plan.bh) // group
+        k, v = k[kv], v[kv]
     want = dict(zip(GRADS, reference.backward(q, k, v, do, causal=causal), strict=True))
     naive = dict(zip(GRADS, naive_causal_backward(q, k, v, do, dtype, causal) if causal
                      else naive_backward(q, k, v, do, dtype), strict=True))
+    for name in ("dK", "dV") if group > 1 else ():  # per K/V head: the sum over its query heads
+        for source in (want, naive):
+            source[name] = source[name].reshape(plan.bh_kv, group, *source[name].shape[1:]).sum(axis=1)
     scale = problem_scale(want)
     for name in GRADS:  # flash-attention's idiom: at most 2x the error of a same-precision naive computation
         bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
@@ -134,16 +154,10 @@ def test_head_dims_inside_a_wider_tile(case, causal):
     assert main.kernel == "flash_tma_bwd" and dict(main.params)["HEAD_D_TILE"] == (64 if d <= 64 else 128)
     inputs, host = launch.make_device_inputs(plan, seed=_seed("wider", case, causal))
     run = launch.run_plan(plan, inputs, counting=True)
-    exact = model.exact(plan)
-    assert run.counts == exact
-    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
-        assert simulate(plan, host).counts == exact
+    _check_counts(plan, run, host)
     counted = _grads(run, plan)
     _check_grads(counted, host, dtype, causal)
-    plain = _grads(launch.run_plan(plan, inputs, counting=False), plan)
-    np.testing.assert_array_equal(plain["dK"], counted["dK"])
-    np.testing.assert_array_equal(plain["dV"], counted["dV"])
-    np.testing.assert_allclose(plain["dQ"], counted["dQ"], rtol=_ulp(dtype), atol=1e-4)
+    _check_plain_build(plan, inputs, counted)
 
 
 # past d 128: the tma kernel's wide tiles (64 x 64; two consumer warpgroups share the keys, the tile 192 or 256
@@ -170,29 +184,10 @@ def test_wide_tiles_past_d_128(case, causal):
     assert plan.stage("main").kernel == "flash_tma_bwd_wide"
     inputs, host = launch.make_device_inputs(plan, seed=_seed("wide", case, causal))
     run = launch.run_plan(plan, inputs, counting=True)
-    exact = model.exact(plan)
-    assert run.counts == exact
-    if plan.N_q * plan.N_k * plan.bh <= 4_000_000:
-        assert simulate(plan, host).counts == exact
-    got = _grads(run, plan)
-    group = heads // kv_heads
-    kv = np.arange(plan.bh) // group
-    q, k, v, do = host["Q"], host["K"][kv], host["V"][kv], host["dO"]
-    want = dict(zip(GRADS, reference.backward(q, k, v, do, causal=causal), strict=True))
-    naive = dict(zip(GRADS, naive_causal_backward(q, k, v, do, dtype, causal) if causal
-                     else naive_backward(q, k, v, do, dtype), strict=True))
-    for name in ("dK", "dV"):  # per K/V head: the sum over its query heads
-        for source in (want, naive):
-            source[name] = source[name].reshape(plan.bh_kv, group, n_k, d).sum(axis=1)
-    scale = problem_scale(want)
-    for name in GRADS:
-        assert np.all(np.isfinite(got[name])), name
-        bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
-        assert rel_err(got[name], want[name], scale) <= bound, (name, rel_err(got[name], want[name], scale), bound)
-    plain = _grads(launch.run_plan(plan, inputs, counting=False), plan)
-    np.testing.assert_array_equal(plain["dK"], got["dK"])
-    np.testing.assert_array_equal(plain["dV"], got["dV"])
-    np.testing.assert_allclose(plain["dQ"], got["dQ"], rtol=_ulp(dtype), atol=1e-4)
+    _check_counts(plan, run, host)
+    counted = _grads(run, plan)
+    _check_grads(counted, host, dtype, causal, plan)
+    _check_plain_build(plan, inputs, counted)
 
 
 @pytest.mark.parametrize("sram_kb", [227, 140, 100])
@@ -226,7 +221,7 @@ def test_plain_build_matches_counting_build(kernel, deterministic):
     plain = _grads(plain_run, plan)
     for name in GRADS:
         if name == "dQ" and not deterministic:  # float atomics from several K/V blocks: any order
-            np.testing.assert_allclose(plain[name], counted[name], rtol=_ulp(plan.dtype), atol=1e-4)
+            np.testing.assert_allclose(plain[name], counted[name], rtol=ulp(plan.dtype), atol=1e-4)
         else:
             np.testing.assert_array_equal(plain[name], counted[name])
 
@@ -275,18 +270,4 @@ def test_grouped_query_attention(batch, heads, kv_heads, n_q, n_k, d, dtype):
     assert run.counts == model.exact(plan)
     got = _grads(run, plan)
     assert got["dK"].shape == (batch * kv_heads, n_k, d)
-    group = heads // kv_heads
-    kv = np.arange(plan.bh) // group
-    expanded = {"Q": host["Q"], "K": host["K"][kv], "V": host["V"][kv], "dO": host["dO"]}
-    want = dict(zip(GRADS, reference.backward(expanded["Q"], expanded["K"], expanded["V"], expanded["dO"]),
-                    strict=True))
-    naive = dict(zip(GRADS, naive_backward(expanded["Q"], expanded["K"], expanded["V"], expanded["dO"], dtype),
-                     strict=True))
-    for name in ("dK", "dV"):  # per K/V head: the sum over its query heads
-        for source in (want, naive):
-            source[name] = source[name].reshape(plan.bh_kv, group, n_k, d).sum(axis=1)
-    scale = problem_scale(want)
-    for name in GRADS:
-        assert np.all(np.isfinite(got[name])), name
-        bound = 2 * rel_err(naive[name], want[name], scale) + 1e-6
-        assert rel_err(got[name], want[name], scale) <= bound, name
+    _check_grads(got, host, dtype, "", plan)
