@@ -132,9 +132,7 @@ __device__ __forceinline__ void tb_dq_box(IokCounters<Ts...>& io, const unsigned
     iok_tma_reduce_add_3d(map, box, c0, r0, head);
 }
 
-#if TB_WIDE
-constexpr int TBW_Q = 32;  // queries of a step's block per warpgroup in Sᵀ and dPᵀ
-#endif
+constexpr int TB_Q = TB_WIDE ? 32 : BR;  // queries of a step's block per warpgroup in Sᵀ and dPᵀ
 
 // Grid (ceil(n_k / BC), 1, BH / kv_group). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
 // K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q, HEAD_D) float32 in boxes of 64 rows
@@ -263,21 +261,33 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 
 #if TB_WIDE
-        float kv[TILE_D / 2], s[TBW_Q / 2], dp[TBW_Q / 2];  // kv: dV (warpgroup 0) or dK (warpgroup 1)
+        float kv[TILE_D / 2], s[TB_Q / 2], dp[TB_Q / 2];  // kv: dV (warpgroup 0) or dK (warpgroup 1)
 #pragma unroll
         for (int i = 0; i < TILE_D / 2; ++i) kv[i] = 0.0f;
-        const int key_w = warp * 16;  // this warp's first key: rows key_w + g and key_w + g + 8
+#else
+        float dk[TILE_D / 2], dv[TILE_D / 2], s[BR / 2], dp[BR / 2];
+#pragma unroll
+        for (int i = 0; i < TILE_D / 2; ++i) dk[i] = dv[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < BR / 2; ++i) s[i] = dp[i] = 0.0f;
+#endif
+        // this warp's first key (rows key_w + g and key_w + g + 8) and its warpgroup's first query of a step's
+        // block in Sᵀ and dPᵀ: its own 64 keys and every query, or (wide) the block's 64 and 32 queries each
+        const int key_w = (TB_WIDE ? 0 : wg * 64) + warp * 16;
         const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
-        const int qw = TBW_Q * wg;  // this warpgroup's first query of a step's block in Sᵀ and dPᵀ
+        [[maybe_unused]] const int qw = TB_WIDE ? TB_Q * wg : 0;  // (narrow: read by dropout only)
 #ifdef DROPOUT
-        auto dropout_bits = [&](int s, unsigned (&keep)[WG_COLS_REGS<TBW_Q>]) {
-            wg_dropout_cols<TBW_Q>(keep, dropout_threshold, dropout_seed, dropout_offset, step_head(s), col0 + key_w,
-                                   step_q0(s) + qw, g, t);
+        // the keep bits of step s (as flash_wgmma_bwd.cu); step 0's now, step s + 1's while step s's products fly
+        auto dropout_bits = [&](int s, unsigned (&keep)[WG_COLS_REGS<TB_Q>]) {
+            wg_dropout_cols<TB_Q>(keep, dropout_threshold, dropout_seed, dropout_offset, step_head(s), col0 + key_w,
+                                  step_q0(s) + qw, g, t);
         };
-        unsigned keep[WG_COLS_REGS<TBW_Q>];
+        unsigned keep[WG_COLS_REGS<TB_Q>];
         if (steps > 0) dropout_bits(0, keep);
 #endif
         if (steps > 0) iok_mbar_wait(&bar_kv, 0);
+
+#if TB_WIDE
 
 #pragma unroll 1
         for (int step = 0; step < steps; ++step) {
@@ -294,12 +304,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < WGB_DSTEPS; ++kk) {
-                wg_mma_ss<T, TBW_Q>(s, wg_desc_k<BC>(Ks, 0, kk), wg_desc_k<BR>(Qs, qw, kk), kk);
+                wg_mma_ss<T, TB_Q>(s, wg_desc_k<BC>(Ks, 0, kk), wg_desc_k<BR>(Qs, qw, kk), kk);
             }
             wg_commit();
 #pragma unroll
             for (int kk = 0; kk < WGB_DSTEPS; ++kk) {
-                wg_mma_ss<T, TBW_Q>(dp, wg_desc_k<BC>(Vs, 0, kk), wg_desc_k<BR>(dOs, qw, kk), kk);
+                wg_mma_ss<T, TB_Q>(dp, wg_desc_k<BC>(Vs, 0, kk), wg_desc_k<BR>(dOs, qw, kk), kk);
             }
             wg_commit();
             wg_wait<1>();
@@ -308,28 +318,28 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef CAUSAL
             wgb_causal(s, col0, key_w, g, t, step_q0(step) + qw, iok_causal_offset(n_q, n_k));
 #endif
-            unsigned pa[TBW_Q / 16][4], dsa[TBW_Q / 16][4];  // Pᵀ and dSᵀ rounded to T
-            wg_acc_to_a<T, TBW_Q>(pa, s);
+            unsigned pa[TB_Q / 16][4], dsa[TB_Q / 16][4];  // Pᵀ and dSᵀ rounded to T
+            wg_acc_to_a<T, TB_Q>(pa, s);
             wg_wait<0>();  // dPᵀ done
             wg_fence_regs(dp);
 #pragma unroll
-            for (int i = 0; i < TBW_Q / 2; ++i) {  // dSᵀ = Pᵀ ∘ (dPᵀ − D) (DROPOUT: Z ∘ dPᵀ) with Pᵀ as rounded
+            for (int i = 0; i < TB_Q / 2; ++i) {  // dSᵀ = Pᵀ ∘ (dPᵀ − D) (DROPOUT: Z ∘ dPᵀ) with Pᵀ as rounded
                 const float2 p2 = wg_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
                 const float p = (i & 1) ? p2.y : p2.x, dq = d_s[qw + 8 * (i >> 2) + 2 * t + (i & 1)];
 #ifdef DROPOUT
-                const int bit = wg_cols_bit<TBW_Q>(i);
+                const int bit = wg_cols_bit<TB_Q>(i);
                 dp[i] = p * fmaf(dp[i], wg_keep(dropout_scale, keep[bit / 32], bit % 32), -dq);
 #else
                 dp[i] = p * (dp[i] - dq);
 #endif
             }
-            wg_acc_to_a<T, TBW_Q>(dsa, dp);
+            wg_acc_to_a<T, TB_Q>(dsa, dp);
 #ifdef DROPOUT
 #pragma unroll
-            for (int kk = 0; kk < TBW_Q / 16; ++kk) {  // Pᵀ's dropped elements zeroed for the dV product
+            for (int kk = 0; kk < TB_Q / 16; ++kk) {  // Pᵀ's dropped elements zeroed for the dV product
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    const int lo = wg_cols_bit<TBW_Q>(8 * kk + 2 * r), hi = wg_cols_bit<TBW_Q>(8 * kk + 2 * r + 1);
+                    const int lo = wg_cols_bit<TB_Q>(8 * kk + 2 * r), hi = wg_cols_bit<TB_Q>(8 * kk + 2 * r + 1);
                     pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
                 }
             }
@@ -387,24 +397,6 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wgb_store_rows<IOK_T_dK>(io, dK, kv, kv_off, key_w, g, t, cols, scale);
         }
 #else
-        float dk[TILE_D / 2], dv[TILE_D / 2], s[BR / 2], dp[BR / 2];
-#pragma unroll
-        for (int i = 0; i < TILE_D / 2; ++i) dk[i] = dv[i] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < BR / 2; ++i) s[i] = dp[i] = 0.0f;
-        const int key_w = wg * 64 + warp * 16;  // this warp's first key: rows key_w + g and key_w + g + 8
-        const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
-#ifdef DROPOUT
-        // the keep bits of step s (as flash_wgmma_bwd.cu); step 0's now, step s + 1's while step s's products fly
-        constexpr int KEEP_REGS = WG_COLS_REGS<BR>;
-        auto dropout_bits = [&](int s, unsigned (&keep)[KEEP_REGS]) {
-            wg_dropout_cols<BR>(keep, dropout_threshold, dropout_seed, dropout_offset, step_head(s), col0 + key_w,
-                                step_q0(s), g, t);
-        };
-        unsigned keep[KEEP_REGS];
-        if (steps > 0) dropout_bits(0, keep);
-#endif
-        if (steps > 0) iok_mbar_wait(&bar_kv, 0);
 
 #pragma unroll 1
         for (int step = 0; step < steps; ++step) {
