@@ -30,6 +30,26 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 }
 #endif
 
+// A sliding window (iokernels/plan/causal.py, band_offsets): a kernel compiled with WINDOW (a stage parameter of
+// window plans) takes two arguments after the masks (IOK_WINDOW_PARAM): query i sees the keys [i + win_lo,
+// i + win_hi], the host folding a causal mask into win_hi (an unbounded side: -2^30 or 2^30). IOK_BAND: a key is
+// masked by its position (CAUSAL or WINDOW); IOK_BAND_LO / IOK_BAND_HI are the band's offsets in either (without
+// WINDOW there is no lower bound, and IOK_BAND_LO is not read).
+#ifdef WINDOW
+#define IOK_WINDOW_PARAM const int win_lo, const int win_hi,
+#define IOK_BAND_LO win_lo
+#define IOK_BAND_HI win_hi
+#else
+#define IOK_WINDOW_PARAM
+#ifdef CAUSAL
+#define IOK_BAND_LO 0
+#define IOK_BAND_HI iok_causal_offset(n_q, n_k)
+#endif
+#endif
+#if defined(CAUSAL) || defined(WINDOW)
+#define IOK_BAND 1
+#endif
+
 // Block-sparse attention (iokernels/plan/masks.py): a kernel compiled with BLOCK_SPARSE (a stage parameter of
 // block-sparse plans) takes the plan's block mask, T_r x T_c bytes on its tile grid shared by every batch and
 // head, as the argument before the counters (IOK_BLOCK_MASK_PARAM), names it in its counters

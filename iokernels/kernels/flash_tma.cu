@@ -1,7 +1,8 @@
 // Tensor-core FlashAttention forward for sm_90a with a producer warp (issue #21: TMA loads on mbarriers, warp
 // specialization, register reallocation, the FlashAttention-3 overlap). The math is flash_wgmma.cu's (the q_outer
-// loop order and bytes, wgmma products, online softmax in registers, CAUSAL and DROPOUT as there); how the tiles
-// move and when the products are issued differ:
+// loop order and bytes, wgmma products, online softmax in registers, CAUSAL and DROPOUT as there; WINDOW, a sliding
+// window, visits the key tiles [kt0, kt0 + tiles) of the block's band only); how the tiles move and when the
+// products are issued differ:
 //
 // A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
 // (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec: 24 with two consumer warpgroups, 40 in
@@ -72,7 +73,8 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, T* __restrict__ O, float* __restrict__ lse, int n_q, int n_k,
-              float scale, int kv_group, IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              float scale, int kv_group, IOK_WINDOW_PARAM IOK_DROPOUT_PARAM
+              unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -90,11 +92,19 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     const int rows = min(BR, n_q - row0);
     const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;
     const int kv_head = blockIdx.z / kv_group;  // this head's K/V head
-#ifdef CAUSAL
-    const int off = iok_causal_offset(n_q, n_k);
-    // key tiles from the block's last row's last visible key on are masked for all its rows
-    const int tiles = (max(0, min(n_k, row0 + rows + off)) + BC - 1) / BC;
+#ifdef IOK_BAND
+    // the key tiles [kt0, kt0 + tiles) hold every key a row of the block sees: from its first row's first (WINDOW)
+    // to its last row's last; those outside are masked for all its rows
+#ifdef WINDOW
+    const int key_lo = max(0, row0 + win_lo);
 #else
+    const int key_lo = 0;
+#endif
+    const int key_hi = min(n_k, row0 + rows + IOK_BAND_HI);  // one past the last row's last key
+    const int kt0 = key_lo / BC;
+    const int tiles = key_hi > key_lo ? (key_hi + BC - 1) / BC - kt0 : 0;
+#else
+    constexpr int kt0 = 0;
     const int tiles = (n_k + BC - 1) / BC;
 #endif
     const float scale2 = scale * WG_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
@@ -131,10 +141,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
                 iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
                 iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
+                const int key0 = (kt0 + j) * BC;
                 if (is_k) {
-                    wg_tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, j * BC, n_k, kv_head);
+                    wg_tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, key0, n_k, kv_head);
                 } else {
-                    wg_tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, j * BC, n_k, kv_head);
+                    wg_tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, key0, n_k, kv_head);
                 }
             };
             load(0, true);
@@ -181,7 +192,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         auto dropout_bits = [&]([[maybe_unused]] int j) {
 #ifdef DROPOUT
             wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
-                                row0 + wg * 64 + warp * 16 + g, j * BC, t);
+                                row0 + wg * 64 + warp * 16 + g, (kt0 + j) * BC, t);
             asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
 #endif
         };
@@ -191,15 +202,28 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_fence_regs(s);
             __syncwarp();
             if (lane == 0) iok_mbar_arrive(&empty_k[j & 1]);  // this warp's share of the product has read K_j
-            const int key0 = j * BC;
+            const int key0 = (kt0 + j) * BC;
             if (key0 + BC > n_k) {  // keys past n_k (ragged last tile) get -inf
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) {
                     if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
                 }
             }
-#ifdef CAUSAL
+#ifdef WINDOW
+            // keys outside a row's band get -inf (only in tiles that reach past the block's first row's last key or
+            // before its last row's first)
+            if (key0 + BC - 1 > row0 + win_hi || key0 < row0 + BR - 1 + win_lo) {
+                // the lane's first row's band relative to its first key (+ 8 for its second row)
+                const int rel = row0 + wg * 64 + warp * 16 + g - key0 - 2 * t;
+#pragma unroll
+                for (int i = 0; i < BC / 2; ++i) {
+                    const int c = (i >> 2) * 8 + (i & 1) - 8 * ((i >> 1) & 1);  // key - row, less rel
+                    if (c > rel + win_hi || c < rel + win_lo) s[i] = neg_inf();
+                }
+            }
+#elif defined(CAUSAL)
             // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
+            const int off = IOK_BAND_HI;
             if (key0 + BC - 1 > row0 + off) {
                 const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
 #pragma unroll
@@ -215,7 +239,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-#ifdef CAUSAL
+#ifdef IOK_BAND
                 // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
                 const float mx_ref = mx == neg_inf() ? 0.0f : mx;
 #else
@@ -253,7 +277,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // S_j's softmax while the second flies, then waits for it and rescales O. No branch around a product or
         // a wait (ptxas would serialize the products).
         float corr[2];
-        if (tiles > 0) {  // (a causal block whose rows see no key: O = 0)
+        if (tiles > 0) {  // (a causal or window block whose rows see no key: O = 0)
             iok_mbar_wait(&bar_q, 0);
             iok_mbar_wait(&full_k[0], 0);
             wg_fence();
@@ -299,7 +323,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
             l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
         }
-#ifdef CAUSAL
+#ifdef IOK_BAND
         const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
 #else
         const float inv[2] = {1.0f / l[0], 1.0f / l[1]};

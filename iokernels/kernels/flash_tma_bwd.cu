@@ -1,7 +1,8 @@
 // Tensor-core FlashAttention backward for sm_90a with a producer warpgroup (issue #21; docs/KERNELS.md,
 // "flash_tma_bwd.cu"; plan in iokernels/plan/fast_bwd.py, kernel "tma"). The math, the loop order, the tiles and
 // the bytes are flash_wgmma_bwd.cu's (the FlashAttention-2 K/V-outer loop: its comment states the products, the
-// causal and dropout rules); how tiles move and how dQ is added differ:
+// causal and dropout rules; WINDOW, a sliding window, visits the query blocks of the key block's band only); how
+// tiles move and how dQ is added differ:
 //
 // A block is BC / 64 consumer warpgroups (keys [64 w, 64 w + 64) each) and one producer warpgroup
 // (THREADS = 2 BC + 128), which gives up registers (setmaxnreg, as flash_tma.cu). Its warp 0 loads: lane 0 issues
@@ -149,7 +150,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
               const __grid_constant__ IokTensorMap tmdQ,
 #endif
               T* __restrict__ dK, T* __restrict__ dV, int n_q, int n_k, float scale, int kv_group,
-              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              IOK_WINDOW_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -159,19 +160,25 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int col0 = blockIdx.x * BC;
     const int cols = min(BC, n_k - col0);  // the last K/V block is ragged
-    // the first query block: the first whose last row sees key col0 (all of them when no query sees it); then the
-    // query blocks per query head (span) and the steps, (query head of the group, query block) pairs. A function
-    // that each role calls after its register reallocation (kept live across it, a value spills)
+    // the query blocks [first, first + span) per query head: those with a row that sees a key of the block (rows
+    // col0 - hi .. col0 + cols - 1 - lo of the band, common.cuh; all of them without a band); the steps, (query
+    // head of the group, query block) pairs. A function that each role calls after its register reallocation
+    // (kept live across it, a value spills)
     int first, span;
     auto schedule = [&]() {
-        const int tiles = (n_q + BR - 1) / BR;
-#ifdef CAUSAL
-        const int off = iok_causal_offset(n_q, n_k);
-        first = col0 - off > n_q - 1 ? tiles : max(0, col0 - off) / BR;
+#ifdef IOK_BAND
+        const int q_lo = max(0, col0 - IOK_BAND_HI);
+#ifdef WINDOW
+        const int q_end = min(n_q, col0 + cols - win_lo);  // one past the last
+#else
+        const int q_end = n_q;
+#endif
+        first = q_lo / BR;
+        span = q_end > q_lo ? (q_end + BR - 1) / BR - first : 0;
 #else
         first = 0;
+        span = (n_q + BR - 1) / BR;
 #endif
-        span = tiles - first;
         return span * kv_group;
     };
     // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
@@ -315,8 +322,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_wait<1>();
             wg_fence_regs(s);
             wgb_probs(s, lse_s + qw, scale2, key_out, t);
-#ifdef CAUSAL
-            wgb_causal(s, col0, key_w, g, t, step_q0(step) + qw, iok_causal_offset(n_q, n_k));
+#ifdef IOK_BAND
+            wgb_band(s, col0, key_w, g, t, step_q0(step) + qw, IOK_BAND_LO, IOK_BAND_HI);
 #endif
             unsigned pa[TB_Q / 16][4], dsa[TB_Q / 16][4];  // Pᵀ and dSᵀ rounded to T
             wg_acc_to_a<T, TB_Q>(pa, s);
@@ -411,8 +418,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
             wgb_s_dp<T>(s, dp, Ks, Vs, Qs, dOs, wg);  // Sᵀ done, dPᵀ may fly
             wgb_probs(s, lse_s, scale2, key_out, t);
-#ifdef CAUSAL
-            wgb_causal(s, col0, key_w, g, t, step_q0(step), iok_causal_offset(n_q, n_k));
+#ifdef IOK_BAND
+            wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
 #endif
             unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
             wg_acc_to_a<T, BR>(pa, s);

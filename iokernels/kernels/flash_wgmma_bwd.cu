@@ -184,7 +184,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wgb_s_dp<T>(s, dp, Ks, Vs, Qs, dOs, wg);  // Sᵀ done, dPᵀ may fly
         wgb_probs(s, lse_s, scale2, key_out, t);
 #ifdef CAUSAL
-        wgb_causal(s, col0, key_w, g, t, step_block(step) * BR, off);
+        wgb_band(s, col0, key_w, g, t, step_block(step) * BR, 0, off);
 #endif
         unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
         wg_acc_to_a<T, BR>(pa, s);

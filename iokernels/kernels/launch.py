@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import FLOAT32_TENSORS, Plan, Stage, Unsupported
+from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_window_kernels
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
@@ -247,6 +247,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     """A stage's kernel arguments before the counters, decided by the plan alone: buffer names (str: the
     tensor of that name at launch) and values, and whether the four dropout arguments follow them (they
     come last, from the call's Dropout: threshold, keep scale, seed, offset; common.cuh IOK_DROPOUT_PARAM)."""
+    check_window_kernels(plan)
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
               "scale": np.float32(scale), "null": np.uint64(0),
               "kv_group": np.int32(plan.heads // plan.kv_heads)}
@@ -265,6 +266,9 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args.append("block_mask")
     if params.get("MASK"):  # the explicit mask, after the block mask (common.cuh)
         args.append("mask")
+    if params.get("WINDOW"):  # the band's offsets, after the masks (common.cuh); an unbounded side: ±2^30
+        lo, hi = band_offsets(plan.N_q, plan.N_k, plan.causal, plan.window)
+        args += [np.int32(-(1 << 30) if lo is None else lo), np.int32(1 << 30 if hi is None else hi)]
     return tuple(args), bool(params.get("DROPOUT"))
 
 
@@ -424,9 +428,8 @@ def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None
     filled with NaN first; None: :data:`DEBUG_POISON`). With ``counting`` (default: inside :func:`count_io`) the
     counting build runs and per-stage, per-tensor bytes come back in ``counts``. The plain build runs ``raw`` (from
     an earlier run's :attr:`GpuRun.raw`, prepared for this plan at this scale on this device, with ``inputs`` in
-    its order) or prepares it. A plan with a sliding window raises Unsupported (no kernel takes one yet)."""
-    if plan.window is not None:
-        raise Unsupported("a sliding window runs in the model and the simulator only: no kernel implements it yet")
+    its order) or prepares it. A sliding window on a plan whose kernels do not take it raises Unsupported."""
+    check_window_kernels(plan)
     cp = require_cupy()
     counting = counting_active() if counting is None else counting
     scale = reference.default_scale(plan.d) if scale is None else scale
@@ -449,8 +452,7 @@ def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None
 
 
 def plan_device_bytes(plan: Plan, exclude: tuple[str, ...] | set[str] = ()) -> int:
-    """Device bytes of every tensor ``plan`` touches (what :func:`allocate` holds), less ``exclude``
-    (inputs that already exist on the device). Needs no GPU."""
+    """Device bytes of every tensor ``plan`` touches (:func:`allocate`), less ``exclude`` (inputs already there)."""
     return sum(math.prod(tensor_shape(plan, name)) * tensor_dtype(plan, name).itemsize
                for name in plan_tensors(plan) if name not in exclude)
 
@@ -503,8 +505,7 @@ def event_seconds(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20) 
 def copy_bandwidth(nbytes: int = 1 << 30, *, warmup: int = 3, repeats: int = 20) -> float:
     """Bytes read + written per second by a device-to-device copy of ``nbytes`` (``cupy.copyto``)."""
     cp = require_cupy()
-    src = cp.ones(nbytes // 4, dtype=cp.float32)
-    dst = cp.empty_like(src)
+    src, dst = cp.ones(nbytes // 4, dtype=cp.float32), cp.empty(nbytes // 4, dtype=cp.float32)
     return 2 * src.nbytes / event_seconds(lambda: cp.copyto(dst, src), warmup=warmup, repeats=repeats)
 
 
@@ -571,7 +572,6 @@ def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, war
     return total, per_stage
 
 
-# ---------------------------------------------------------------------------------------------
 # inputs and checks shared by tests, compare and benchmarks
 
 def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None

@@ -48,17 +48,30 @@ __device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, fl
         s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
     }
 }
-#ifdef CAUSAL
+#ifdef IOK_BAND
+// Pᵀ's elements outside the band (common.cuh) set to 0: key > query + hi, and with WINDOW key < query + lo (lo is
+// not read without). Only in steps whose block reaches past them (the step's queries of s: q0 .. q0 + 2 NS - 1).
 template <int NS>
-__device__ __forceinline__ void wgb_causal(float (&s)[NS], int col0, int key_w, int g, int t, int q0, int off)
+__device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, int g, int t, int q0,
+                                         [[maybe_unused]] int lo, int hi)
 {
-    if (col0 + BC - 1 > q0 + off) {
+#ifdef WINDOW
+    if (col0 + BC - 1 > q0 + hi || col0 < q0 + 2 * NS - 1 + lo) {
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            const int key = col0 + key_w + g + 8 * ((i >> 1) & 1), q = q0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            if (key > q + hi || key < q + lo) s[i] = 0.0f;
+        }
+    }
+#else
+    if (col0 + BC - 1 > q0 + hi) {
 #pragma unroll
         for (int i = 0; i < NS; ++i) {
             const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
-            if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + off) s[i] = 0.0f;
+            if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + hi) s[i] = 0.0f;
         }
     }
+#endif
 }
 #endif
 

@@ -83,16 +83,16 @@ def causal_sums(n_q: int, n_k: int, br: int, bc: int, causal: str) -> dict[str, 
 def normalize_window(window: object) -> tuple[int | None, int | None] | None:
     """A sliding window (left, right), FlashAttention's ``window_size``: key j is visible to query i iff
     i + o − left <= j <= i + o + right, o = N_k − N_q (the bottom-right alignment); None for a side leaves it
-    unbounded. Returns None for no window (None, or both sides None)."""
+    unbounded (-1 too, FlashAttention's convention). Returns None for no window (None, or both sides unbounded)."""
     if window is None:
         return None
     if not isinstance(window, (tuple, list)) or len(window) != 2:
         raise ValueError(f"window must be (left, right), each an int >= 0 or None, got {window!r}")
     out = []
     for name, side in zip(("left", "right"), window, strict=True):
-        if side is not None and (isinstance(side, bool) or not isinstance(side, (int, np.integer)) or side < 0):
-            raise ValueError(f"window {name} must be an int >= 0 or None (unbounded), got {side!r}")
-        out.append(None if side is None else int(side))
+        if side is not None and (isinstance(side, bool) or not isinstance(side, (int, np.integer)) or side < -1):
+            raise ValueError(f"window {name} must be an int >= 0, or None or -1 (unbounded), got {side!r}")
+        out.append(None if side is None or side == -1 else int(side))
     return None if out == [None, None] else (out[0], out[1])
 
 
@@ -101,15 +101,26 @@ def key_intervals(n_q: int, n_k: int, causal: str, window: tuple[int | None, int
     """(lo, hi): query rows[r] sees the keys lo[r] .. hi[r] under the causal mask and the window (both when both
     are given), clipped to [0, N_k − 1]; hi < lo where it sees none. The one statement of the visibility rule."""
     i = np.asarray(rows, dtype=np.int64)
-    lo, hi = np.zeros_like(i), np.full_like(i, n_k - 1)
+    lo_off, hi_off = band_offsets(n_q, n_k, causal, window)
+    lo = np.zeros_like(i) if lo_off is None else np.maximum(0, i + lo_off)
+    hi = np.full_like(i, n_k - 1) if hi_off is None else np.minimum(n_k - 1, i + hi_off)
+    return lo, hi
+
+
+def band_offsets(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None
+                 ) -> tuple[int | None, int | None]:
+    """(lo, hi): query i sees the keys i + lo .. i + hi (before clipping to [0, N_k − 1]) under the causal mask and
+    the window, both when both are given; None for an unbounded side. The kernels that take a window get these
+    two offsets as arguments (the WINDOW define; kernels/common.cuh)."""
+    lo = hi = None
     if causal:
-        hi = np.minimum(hi, i + causal_offset(n_q, n_k, causal))
+        hi = causal_offset(n_q, n_k, causal)
     if window is not None:
         o, (left, right) = n_k - n_q, window
         if left is not None:
-            lo = np.maximum(lo, i + o - left)
+            lo = o - left
         if right is not None:
-            hi = np.minimum(hi, i + o + right)
+            hi = o + right if hi is None else min(hi, o + right)
     return lo, hi
 
 

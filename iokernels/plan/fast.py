@@ -150,12 +150,14 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
                 kv_heads=heads if kv_heads is None else kv_heads)
 
 
-def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = False, **problem) -> Plan:
+def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = False, window: bool = False,
+                          **problem) -> Plan:
     """The fastest tensor-core plan whose shared memory fits ``sram`` bytes: the default kernel's
     default tiles, else (tma) B_c = 64, else wgmma with B_c = 64, else the mma kernel's tiles. Raises ValueError
     naming the smallest M that works when none fits (the caller turns it into SramTooSmall). ``dropout``: the
     sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`. ``causal``:
-    a causal plan's default tiles (:data:`TMA_TILES`)."""
+    a causal plan's default tiles (:data:`TMA_TILES`). ``window``: a sliding window's plan, tma's tilings only (the
+    kernel that takes one)."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
     if dropout and kernel not in SM90_KERNELS:
@@ -167,7 +169,8 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
             tiles = TMA_DROPOUT_TILES[tile_head_dim(d)]
             options = [{"kernel": "tma", "block_r": tiles[0], "block_c": tiles[1]}]
         options += [{"kernel": "tma", **TMA_FALLBACK}]
-    if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS:  # (the other kernels take no d inside a wider tile)
+    if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS and not (window and kernel == "tma"):  # (the other kernels
+        # take no d inside a wider tile)
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
     plans = [make_fast_plan(**problem, **o, causal=causal) for o in options]
     for plan in plans:

@@ -271,13 +271,14 @@ def _sm90_plan(kernel: str, N_q: int, N_k: int, d: int, dtype: str, batch: int, 
 
 
 def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: bool = False,
-                           dropout: bool = False, **problem) -> Plan:
+                           dropout: bool = False, window: bool = False, **problem) -> Plan:
     """The fastest backward plan whose shared memory fits in ``sram`` bytes: the tma kernel's default tiles, then
     its 64 x 64 tiles, then the same two of the wgmma kernel (from the kernel asked for on), then the mma kernel with
     :data:`FAST_BWD_FALLBACKS` in order (the last, the smallest, when none fits: the caller checks
     that the result fits). ``wgmma_only`` (causal plans), grouped-query attention and d inside a wider tile
     (not in :data:`FAST_BWD_HEAD_DIMS`) leave the mma kernels out (Unsupported where the kernel is not wgmma).
-    ``dropout``: a plan for dropout (:func:`make_fast_backward_plan`'s ``dropout``; wgmma only)."""
+    ``dropout``: a plan for dropout (:func:`make_fast_backward_plan`'s ``dropout``; wgmma only). ``window``: a sliding
+    window's plan, tma's tilings only (the kernel that takes one)."""
     if kernel is None:
         kernel = "mma" if problem.get("deterministic") else default_backward_kernel()
     options: list[dict] = []
@@ -289,7 +290,8 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
     if kernel in SM90_BWD_KERNELS:  # tma's extra buffers (dQ, a second dSᵀ) cost shared memory: then wgmma's
         wide = problem.get("d", 0) not in WGMMA_BWD_HEAD_DIMS  # past d 128: tma only, one tile shape
         options += [{"kernel": k, **tiles} for k in SM90_BWD_KERNELS[SM90_BWD_KERNELS.index(kernel):]
-                    for tiles in ({}, FAST_BWD_WGMMA_FALLBACK) if not (wide and (k != "tma" or tiles))]
+                    for tiles in ({}, FAST_BWD_WGMMA_FALLBACK)
+                    if not (wide and (k != "tma" or tiles)) and not (window and k != "tma")]
     elif wgmma_only:
         raise Unsupported("the causal tensor-core backward is the sm_90 kernels (tma, wgmma); the mma.sync backward "
                           "kernels have no causal mask")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .causal import normalize_causal
+from .causal import normalize_causal, normalize_window
 from .core import (
     ALGORITHMS,
     SCHEDULES,
@@ -74,7 +74,8 @@ def make_plan(
     :func:`supports_dropout` (Unsupported elsewhere); tiles and bytes do not change.
     ``window``: a sliding window (left, right) (:func:`iokernels.plan.causal.normalize_window`) on the tiled
     schedules, alone or with ``causal``: the model and the simulator take it (pairs with no visible element
-    skipped, as causal); no kernel does yet, and launching such a plan raises Unsupported.
+    skipped, as causal); of the kernels, flash/fast's tma forward and backward (sm_90) apply it, and launching a
+    research plan with a window raises Unsupported.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -89,7 +90,8 @@ def make_plan(
         check_dropout((algorithm, schedule, direction), dropout)
     if block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
-    plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c, dropout=dropout is not None, **args)
+    plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c, dropout=dropout is not None,
+                     banded=normalize_window(window) is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     return with_window(plan, window)
 
@@ -135,8 +137,11 @@ def base_plan(
     kv_heads: int | None,
     causal: str,
     dropout: bool = False,
+    banded: bool = False,
 ) -> Plan:
-    """The plan of one schedule before its variants (causal, masks, dropout) are applied."""
+    """The plan of one schedule before its variants (causal, masks, dropout) are applied. ``banded``: a sliding
+    window will be applied (flash/fast: the tiles of a causal plan, and an sm_90 backward kernel)."""
+    masked = bool(causal) or banded
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
             raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
@@ -161,13 +166,13 @@ def base_plan(
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads, dropout=dropout, causal=bool(causal))
+                                             kv_heads=kv_heads, dropout=dropout, causal=masked, window=banded)
             except NoFastTilingFits as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
         # the backward: its default tiles, or B_c = 64 where those do not fit M
         plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                      kv_heads=kv_heads, wgmma_only=bool(causal), dropout=dropout)
+                                      kv_heads=kv_heads, wgmma_only=masked, dropout=dropout, window=banded)
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")

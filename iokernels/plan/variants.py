@@ -20,7 +20,7 @@ from dataclasses import replace
 from .causal import CAUSAL_CODES, normalize_causal, normalize_window
 from .core import Plan, Unsupported
 from .dropout import Dropout
-from .fast_bwd import SM90_BWD_KERNEL_NAMES
+from .fast_bwd import KERNEL_TMA, KERNEL_TMA_WIDE, SM90_BWD_KERNEL_NAMES
 from .masks import BlockMask, ExplicitMask
 
 # the stages whose kernels apply dropout to P (DROPOUT define; .dropout): every stage that uses
@@ -197,14 +197,34 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
 
 
 
+# the kernels that take a sliding window (WINDOW define; the band's two offsets as arguments, kernels/common.cuh):
+# the sm_90 tma forward and backward. The research tiled schedules model and simulate a window, and the launcher
+# refuses to run one (no kernel)
+WINDOW_KERNELS = ("flash_tma_fwd", KERNEL_TMA, KERNEL_TMA_WIDE)
+
+
 def with_window(plan: Plan, window: object) -> Plan:
     """``plan`` with a sliding window (left, right) (:func:`iokernels.plan.causal.normalize_window`; None: the plan
     unchanged). The tiled schedules' model and simulator take it (pairs with no visible element skipped, as for
-    causal); standard attention computes S in full (−inf where masked). No kernel implements it yet: launching a
-    plan with a window raises Unsupported (iokernels.kernels.launch)."""
+    causal); standard attention computes S in full (−inf where masked). On flash/fast the tma kernels apply it
+    (``WINDOW`` on the main stage; Unsupported with another kernel); the research kernels do not, and launching such
+    a plan raises Unsupported (iokernels.kernels.launch)."""
     window = normalize_window(window)
     if window is None:
         return plan
     if plan.variant:
         raise Unsupported(f"a sliding window is not implemented by {plan.label}")
-    return replace(plan, window=window)
+    stages = plan.stages
+    if plan.schedule == "fast":
+        if plan.stage("main").kernel not in WINDOW_KERNELS:
+            raise Unsupported(f"a sliding window on the tensor-core path is implemented by the tma kernels (sm_90), "
+                              f"not {plan.stage('main').kernel}")
+        stages = tuple(replace(s, params=(*s.params, ("WINDOW", 1))) if s.name == "main" else s for s in stages)
+    return replace(plan, window=window, stages=stages)
+
+
+def check_window_kernels(plan: Plan) -> None:
+    """Unsupported when ``plan`` has a sliding window that none of its kernels applies (a research schedule's)."""
+    if plan.window is not None and not any(dict(s.params).get("WINDOW") for s in plan.stages):
+        raise Unsupported(f"a sliding window on {plan.label} runs in the model and the simulator only: its kernels "
+                          "do not take one (flash/fast's tma kernels do)")

@@ -29,6 +29,7 @@ from .test_dropout_compile import dropout_variants
 from .test_mask_compile import mask_variants
 from .test_sparse_compile import sparse_variants
 from .test_standard_masks_compile import standard_variants
+from .test_window_compile import window_variants
 
 if HAVE_NVRTC:
     from iokernels.kernels.nvrtc import compile_to_cubin
@@ -43,6 +44,7 @@ FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]]], ...] = (
     (sparse_variants, ONE_ARCH),
     (standard_variants, ONE_ARCH),
     (fast_dropout_variants, ONE_ARCH),
+    (window_variants, ONE_ARCH),
 )
 
 

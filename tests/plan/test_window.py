@@ -1,6 +1,6 @@
 """A sliding window (left, right), FlashAttention's ``window_size``, in the plans, the model and the simulator
-(issue #22, first step; no kernel takes it yet, so the launcher refuses it): key j is visible to query i iff
-i + o − left <= j <= i + o + right, o = N_k − N_q, alone or with the causal mask."""
+(issue #22): key j is visible to query i iff i + o − left <= j <= i + o + right, o = N_k − N_q, alone or with the
+causal mask. flash/fast's tma kernels take it as two offsets; the research kernels do not (the launcher refuses)."""
 
 import numpy as np
 import pytest
@@ -8,13 +8,16 @@ import pytest
 from iokernels import model
 from iokernels.kernels import launch
 from iokernels.plan import (
+    WINDOW_KERNELS,
     Unsupported,
     key_block_ranges,
     make_plan,
     normalize_window,
     visible_area,
     visible_key_blocks,
+    with_window,
 )
+from iokernels.plan.fast import make_fast_plan
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 KB = 1024
@@ -41,7 +44,7 @@ def test_normalize_window(window, want):
     assert normalize_window(window) == want
 
 
-@pytest.mark.parametrize("window", [(1,), (1, 2, 3), (-1, 0), (0, -2), (1.5, 0), (True, 0), "ab", 3])
+@pytest.mark.parametrize("window", [(1,), (1, 2, 3), (-2, 0), (0, -2), (1.5, 0), (True, 0), "ab", 3])
 def test_bad_windows_are_refused(window):
     with pytest.raises(ValueError, match="window"):
         normalize_window(window)
@@ -97,8 +100,8 @@ def test_fast_plans_with_grouped_query(direction, window):
     assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-10
 
 
-def test_a_window_saves_bytes_and_the_launcher_refuses_it():
-    """A narrow window visits fewer pairs than causal (fewer bytes), and no kernel takes a window yet: launching
+def test_a_window_saves_bytes_and_the_launcher_refuses_it_on_a_research_kernel():
+    """A narrow window visits fewer pairs than causal (fewer bytes); the research kernels take no window: launching
     such a plan raises Unsupported before anything touches a GPU."""
     kw = dict(N_q=4096, d=64, sram=96 * KB, causal=True)
     causal = model.predict(make_plan("flash", "q_outer", **kw)).total_bytes
@@ -106,3 +109,29 @@ def test_a_window_saves_bytes_and_the_launcher_refuses_it():
     assert model.predict(window).total_bytes < causal / 4
     with pytest.raises(Unsupported, match="sliding window"):
         launch.run_plan(window, {})
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_the_tma_kernels_take_the_band_as_two_offsets(direction):
+    """flash/fast's main stage carries WINDOW and its kernel gets (lo, hi): query i sees keys i + lo .. i + hi.
+    N_q 300, N_k 500 (o = 200), window (64, 32) and bottom-right causal (hi <= 200): lo = 136, hi = 200; a side left
+    unbounded is ±2^30; top-left causal alone caps hi at 0."""
+    def band(**kw):
+        plan = make_plan("flash", "fast", N_q=300, N_k=500, d=64, dtype="float16", sram=227 * KB,
+                         direction=direction, **kw)
+        assert plan.stage("main").kernel in WINDOW_KERNELS and dict(plan.stage("main").params)["WINDOW"] == 1
+        layout, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
+        return tuple(int(x) for x in layout[-2:])
+
+    assert band(window=(64, 32), causal="bottom_right") == (136, 200)
+    assert band(window=(64, 32)) == (136, 232)
+    assert band(window=(None, 7)) == (-(1 << 30), 207)
+    assert band(window=(10, -1), causal="top_left") == (190, 0)
+
+
+def test_a_window_on_another_fast_kernel_is_refused_and_minus_one_is_unbounded():
+    with pytest.raises(Unsupported, match="tma kernels"):
+        with_window(make_fast_plan(N_q=256, d=64, dtype="float16", kernel="wgmma"), (16, 16))
+    assert normalize_window((-1, 5)) == (None, 5) and normalize_window((-1, -1)) is None
+    with pytest.raises(ValueError, match="window left"):
+        normalize_window((-2, 5))

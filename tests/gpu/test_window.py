@@ -1,0 +1,174 @@
+"""Sliding-window attention on the sm_90 tensor-core kernels (flash_tma.cu, flash_tma_bwd.cu with WINDOW): counters
+== model.exact; outputs, lse and gradients equal the float64 reference within flash-attention's same-precision
+tolerance, for windows bounded on either side or both, with the causal mask in both alignments, ragged N, N_q !=
+N_k (rows that see no key), grouped-query attention, d inside a wider tile and past 128 (the wide backward), and
+with dropout; the plain build agrees with the counting one; Q = 0 and V = I make each row's visible keys
+observable, element for element.
+
+Run alone: ``PYTHONPATH=. pytest tests/gpu/test_window.py`` (skips without an sm_90 device).
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan import make_plan
+from iokernels.plan.dropout import Dropout
+from iokernels.plan.units import round_to
+from iokernels.simulate import kv_rows, reference, reference_outputs
+
+from .helpers import problem_scale, rel_err, ulp
+
+cp = pytest.importorskip("cupy")
+KB = 1024
+GRADS = ("dQ", "dK", "dV")
+
+
+@pytest.fixture(autouse=True)
+def _need_sm90():
+    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the tma kernels (a window in flash/fast) run on sm_90 only")
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+# (N_q, N_k, d, dtype, heads, kv_heads, causal, window, dropout p)
+CASES = [
+    (1000, 1000, 64, "float16", 2, 2, "", (128, 128), 0.0),
+    (4097, 4097, 128, "bfloat16", 1, 1, "", (1024, 0), 0.0),
+    (1000, 1000, 64, "bfloat16", 4, 2, "bottom_right", (256, None), 0.0),  # window and causal, grouped-query
+    (113, 1000, 128, "float16", 1, 1, "", (100, 20), 0.0),
+    (1000, 113, 64, "float16", 2, 1, "", (30, 5), 0.0),  # the first rows see no key
+    (239, 239, 256, "float16", 2, 2, "top_left", (64, None), 0.0),  # the wide backward
+    (1023, 517, 96, "bfloat16", 2, 1, "", (None, 0), 0.0),  # d inside a wider tile; causal through the window
+    (517, 1023, 160, "bfloat16", 1, 1, "", (0, 300), 0.0),
+    (1, 4097, 128, "float16", 1, 1, "", (256, 0), 0.0),
+    (300, 300, 64, "float16", 1, 1, "top_left", (0, 0), 0.0),  # the diagonal alone
+    (64, 300, 64, "float16", 1, 1, "top_left", (10, 10), 0.0),  # an empty band: no row sees a key
+    (1000, 1000, 64, "float16", 2, 2, "", (128, 128), 0.2),
+    (700, 1100, 128, "bfloat16", 2, 1, "bottom_right", (200, None), 0.1),
+]
+IDS = ["-".join(map(str, c)).replace(" ", "") for c in CASES]
+
+
+def _plan(case, direction):
+    n_q, n_k, d, dtype, heads, kv_heads, causal, window, p = case
+    s = _seed(case)
+    dropout = Dropout(p, (s << 32) | (s ^ 0x9E3779B9), s % 1000) if p else None
+    return make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * KB, heads=heads,
+                     kv_heads=kv_heads, causal=causal, window=window, direction=direction, dropout=dropout)
+
+
+def _naive_p(plan, q, k, scale):
+    """Same-precision P: S rounded to the dtype, masked, softmax in float64 (rows with no visible key 0), rounded."""
+    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), plan.dtype)
+    s = np.where(plan.visible(np.arange(plan.N_q), np.arange(plan.N_k)), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = e.sum(axis=-1, keepdims=True)
+    return round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), plan.dtype)
+
+
+def _z(plan):
+    return 1.0 if plan.dropout is None else plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
+
+
+def _group_sum(plan, x):
+    return x.reshape(plan.bh_kv, plan.heads // plan.kv_heads, *x.shape[1:]).sum(axis=1)
+
+
+def _run_both(plan, inputs, names):
+    """The counting build's outputs (its counts checked against the model) and the plain build's."""
+    run = launch.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    got = {n: launch.to_float64(run.buffers[n], plan.dtype) for n in names}
+    plain = launch.run_plan(plan, inputs, counting=False)
+    for n in names:  # the same kernel less its counters: equal, or one ulp apart (a reordered float sum)
+        other = launch.to_float64(plain.buffers[n], plan.dtype)
+        assert np.max(np.abs(other - got[n]), initial=0.0) <= ulp(plan.dtype) * np.max(np.abs(got[n]), initial=0.0)
+    return run, got
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward_counters_outputs_and_lse(case):
+    plan = _plan(case, "fwd")
+    assert plan.stage("main").kernel == "flash_tma_fwd" and dict(plan.stage("main").params)["WINDOW"] == 1
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "fwd"))
+    run, got = _run_both(plan, inputs, ("O",))
+    o = got["O"]
+    assert np.all(np.isfinite(o))
+    want = reference_outputs(plan, host)["O"]
+    kv = kv_rows(plan)
+    q, k, v = host["Q"], host["K"][kv], host["V"][kv]
+    naive = round_to((_naive_p(plan, q, k, reference.default_scale(plan.d)) * _z(plan)) @ v, plan.dtype)
+    err_scale = problem_scale({"O": want})
+    assert rel_err(o, want, err_scale) <= 2 * rel_err(naive, want, err_scale) + 5e-4
+    # lse of the undropped P; -inf exactly for the rows that see no key, whose O is 0
+    vis = plan.visible(np.arange(plan.N_q), np.arange(plan.N_k))
+    lse_want = reference.forward(q, k, v, mask=vis)[1]
+    lse = cp.asnumpy(run.buffers["lse"]).astype(np.float64)
+    finite = np.isfinite(lse_want)
+    assert np.array_equal(np.isfinite(lse), finite) and np.all(lse[~finite] == -np.inf)
+    assert np.max(np.abs(lse[finite] - lse_want[finite]), initial=0.0) < 1e-2
+    assert np.all(o[:, ~vis.any(axis=1)] == 0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_backward_counters_and_gradients(case):
+    plan = _plan(case, "bwd")
+    assert plan.stage("main").kernel == ("flash_tma_bwd_wide" if case[2] > 128 else "flash_tma_bwd")
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "bwd"))
+    _, got = _run_both(plan, inputs, GRADS)
+    want = reference_outputs(plan, host)
+    kv = kv_rows(plan)
+    q, k, v, do = host["Q"], host["K"][kv], host["V"][kv], host["dO"]
+    scale, z = reference.default_scale(plan.d), _z(plan)
+    p = _naive_p(plan, q, k, scale)
+    dv = round_to(np.swapaxes(p * z, -1, -2) @ do, plan.dtype)
+    dp = round_to(z * (do @ np.swapaxes(v, -1, -2)), plan.dtype)
+    ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), plan.dtype)
+    naive = {"dQ": round_to(scale * (ds @ k), plan.dtype),
+             "dK": _group_sum(plan, round_to(scale * (np.swapaxes(ds, -1, -2) @ q), plan.dtype)),
+             "dV": _group_sum(plan, dv)}
+    err_scale = problem_scale(want)
+    for name in GRADS:
+        assert np.all(np.isfinite(got[name])), name
+        bound = 2 * rel_err(naive[name], want[name], err_scale) + 5e-4
+        err = rel_err(got[name], want[name], err_scale)
+        assert err <= bound, (name, err, bound)
+
+
+@pytest.mark.parametrize("d, dtype, causal, window", [
+    (64, "float16", "", (5, 9)), (128, "bfloat16", "", (0, None)), (64, "bfloat16", "top_left", (17, 3)),
+    (256, "float16", "bottom_right", (40, 40)), (128, "float16", "", (None, 2))])
+def test_each_rows_visible_keys_equal_the_rule(d, dtype, causal, window):
+    """Q = 0 makes P uniform over each row's visible keys and V = I (N_k = d keys) makes O_ij = 1 / count where key
+    j is visible to row i and 0 elsewhere: the kernel's band, element for element, against Plan.visible."""
+    plan = make_plan("flash", "fast", N_q=333, N_k=d, d=d, dtype=dtype, sram=227 * KB, batch=1, heads=2,
+                     causal=causal, window=window)
+    inputs, _ = launch.make_device_inputs(plan, seed=1)
+    inputs["Q"] = cp.zeros_like(inputs["Q"])
+    inputs["V"] = launch.to_device(np.broadcast_to(np.eye(d), (plan.bh, d, d)), dtype)
+    o = launch.to_float64(launch.run_plan(plan, inputs, counting=False).buffers["O"], dtype)
+    vis = plan.visible(np.arange(plan.N_q), np.arange(plan.N_k))
+    assert np.array_equal(o > 0, np.broadcast_to(vis, o.shape))
+    expect = np.where(vis, 1.0 / np.maximum(vis.sum(axis=-1, keepdims=True), 1), 0.0)
+    assert np.max(np.abs(o - expect)) <= 4e-3 * np.max(expect)
+
+
+def test_a_narrow_window_moves_fewer_bytes_than_causal_on_the_gpu():
+    """The counted bytes of a 256-key window are those the model predicts, and under a quarter of causal's."""
+    kw = dict(N_q=4096, d=64, dtype="float16", sram=227 * KB, heads=2, causal=True)
+    bytes_of = {}
+    for window in (None, (256, 0)):
+        plan = make_plan("flash", "fast", window=window, **kw)
+        inputs, _ = launch.make_device_inputs(plan, seed=3)
+        counts = launch.run_plan(plan, inputs, counting=True).counts
+        assert counts == model.exact(plan)
+        bytes_of[window] = sum(r + w for stage in counts.values() for r, w in stage.values())
+    assert bytes_of[(256, 0)] < bytes_of[None] / 4
