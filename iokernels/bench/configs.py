@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan import check_problem
+from ..plan import check_problem, normalize_window, visible_area
 from ..plan.units import check_dtype
 
 PASSES = ("fwd", "bwd")
@@ -19,7 +19,8 @@ DEFAULT_DTYPES = ("float16", "bfloat16")
 OVERHEAD_NS, OVERHEAD_DS, OVERHEAD_DTYPES = (512,), (64,), ("float16",)  # bench --overhead's defaults
 DEFAULT_HEADS = 16
 LONG_HEADS, LONG_D, LONG_BATCH, LONG_N_START, LONG_N_MAX = 48, 64, 1, 512, 131072
-FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; backward 2.5x forward; "
+FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; a sliding window: 4*B*H*d "
+                   "per visible element of S (iokernels.plan.visible_area); backward 2.5x forward; "
                    "TFLOP/s = FLOPs / median seconds / 1e12")
 
 
@@ -27,12 +28,15 @@ FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when
 # work and configurations
 
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal: bool = False,
-                    direction: str = "fwd") -> float:
-    """FLOPs of one attention call by the FlashAttention-2 convention."""
+                    direction: str = "fwd", window: tuple[int | None, int | None] | None = None) -> float:
+    """FLOPs of one attention call by the FlashAttention-2 convention (a sliding window: its visible elements)."""
     if direction not in PASSES:
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
-    flops = 4.0 * batch * heads * n_q * n_k * d
-    if causal:
+    if window is not None:
+        flops = 4.0 * batch * heads * d * visible_area(n_q, n_k, "bottom_right" if causal else "", window)
+    else:
+        flops = 4.0 * batch * heads * n_q * n_k * d
+    if causal and window is None:
         flops /= 2
     return flops * (BWD_OVER_FWD if direction == "bwd" else 1.0)
 
@@ -47,6 +51,7 @@ class Problem:
     causal: bool = False
     table: str = "main"
     dropout: float = 0.0  # dropout probability on P (every implementation draws its own mask)
+    window: tuple[int | None, int | None] | None = None  # a sliding window (left, right), FA2's window_size
 
     @property
     def bh(self) -> int:
@@ -54,17 +59,34 @@ class Problem:
 
     def flops(self, direction: str) -> float:
         return attention_flops(self.batch, self.heads, self.n, self.n, self.d, causal=self.causal,
-                               direction=direction)
+                               direction=direction, window=self.window)
 
     def describe(self) -> str:
         return (f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
-                + (f" dropout={self.dropout:g}" if self.dropout else ""))
+                + (f" dropout={self.dropout:g}" if self.dropout else "")
+                + (f" window={_window_text(self.window)}" if self.window is not None else ""))
 
     def dropout_plan_arg(self) -> Any:
         """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
         from ..plan.dropout import Dropout
 
         return Dropout(self.dropout, 0) if self.dropout else None
+
+
+def _window_text(window: tuple[int | None, int | None]) -> str:
+    return ",".join("-1" if side is None else str(side) for side in window)
+
+
+def parse_window(text: str | None) -> tuple[int | None, int | None] | None:
+    """``"1024,0"`` -> (1024, 0) (-1: that side unbounded); None or "" -> None; ValueError naming --window else."""
+    if text is None or not str(text).strip():
+        return None
+    items = [x.strip() for x in str(text).split(",")]
+    try:
+        return normalize_window(tuple(int(x) for x in items))
+    except ValueError as exc:
+        raise ValueError(f"--window: expected LEFT,RIGHT (ints >= 0, or -1 for unbounded), got {text!r} ({exc})") \
+            from None
 
 
 def parse_ints(option: str, text: str) -> list[int]:
@@ -92,7 +114,8 @@ def parse_dtypes(text: str) -> list[str]:
 
 
 def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *, tokens: int = DEFAULT_TOKENS,
-                  heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0) -> list[Problem]:
+                  heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0,
+                  window: tuple[int | None, int | None] | None = None) -> list[Problem]:
     """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens."""
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
@@ -105,7 +128,7 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                                      "choose --tokens, --N or --heads so that batch = tokens/(N*heads) is whole")
                 batch = tokens // (n * heads)
                 check_problem(n, n, d, dtype, batch, heads)
-                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout))
+                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window))
     return problems
 
 

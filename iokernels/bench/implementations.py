@@ -25,7 +25,8 @@ Peers (``--peers``):
   with ``torch.nn.attention.sdpa_kernel(SDPBackend.X)`` entered once around the calls, one backend forced
   at a time. A backend that refuses a configuration is "unsupported" with torch's own reasons.
 - ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``
-  (its first call, compiling, is outside the timed calls), a causal block mask when causal; no dropout.
+  (its first call, compiling, is outside the timed calls), a causal block mask when causal, a sliding-window one
+  (``mask_mod``, the same rule as ours) with ``--window``; no dropout.
 Layout (B, H, N, d), contiguous, random normal inputs.
 
 Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require grad), "bwd" (torch:
@@ -33,8 +34,10 @@ Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require gr
 timed calls; cupy: the backward call on a stored forward's O and lse) and, for ``bench --overhead`` only,
 "fwdbwd" (a forward and its backward per call).
 
-Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal;
-backward 2.5× forward. Shapes: B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
+Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal (with a
+sliding window, 4·B·H·d per visible element); backward 2.5× forward. A window runs on ours and FlexAttention only
+(torch's SDPA and the cupy standard attention have none: a dense mask would be another workload). Shapes:
+B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
 
 Out of memory (cupy's or torch's OutOfMemoryError, or "out of memory" in a CUDA error) is "oom"
@@ -140,8 +143,8 @@ class IokernelsCupy(Impl):
         dt = cp.dtype(problem.dtype)
         shape = (problem.batch, problem.heads, problem.n, problem.d)
         q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
-        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout}
-        bwd = {**self.backward, "causal": problem.causal}
+        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, "window": problem.window}
+        bwd = {**self.backward, "causal": problem.causal, "window": problem.window}
         clock = CupyClock()
         with clock.on():
             cp.cuda.Device().synchronize()
@@ -177,6 +180,8 @@ class CupyStandard(Impl):
                               "not substituted by float16")
         if problem.dropout:
             raise Unsupported("the cupy standard attention has no dropout")
+        if problem.window is not None:
+            raise Unsupported("the cupy standard attention has no sliding window")
         from ..kernels.runtime import require_cupy
 
         cp = require_cupy()
@@ -303,7 +308,7 @@ class IokernelsTorch(Impl):
         from ..torch import attention
 
         def attend(q: Any, k: Any, v: Any) -> Any:
-            return attention(q, k, v, causal=problem.causal, dropout=problem.dropout)
+            return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window)
 
         return torch_runner(problem, direction, attend, device=self.device)
 
@@ -325,6 +330,9 @@ class TorchSdpa(Impl):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         backend = getattr(SDPBackend, self.backend)
+        if problem.window is not None:
+            raise Unsupported("torch's scaled_dot_product_attention has no sliding window (an explicit mask would "
+                              "compute every block: another workload)")
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
@@ -361,7 +369,8 @@ def _compiled_flex() -> Any:
 class TorchFlex(Impl):
     name, label, ours = "torch_flex", "FLEX", False
     description = ("torch FlexAttention (torch.nn.attention.flex_attention.flex_attention) compiled with "
-                   "torch.compile(dynamic=False); a causal block mask when causal; no dropout")
+                   "torch.compile(dynamic=False); a causal block mask when causal, a sliding-window one with a window; "
+                   "no dropout")
 
     def __init__(self, device: str = "cuda"):
         self.device = device
@@ -383,11 +392,17 @@ class TorchFlex(Impl):
 
         flex = _compiled_flex()
         block_mask = None
-        if problem.causal:
-            def causal(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-                return q_idx >= kv_idx
+        left, right = problem.window if problem.window is not None else (None, None)
+        if problem.causal or problem.window is not None:  # N_q = N_k: the window's offset is 0
+            def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+                ok = q_idx >= kv_idx if problem.causal else q_idx == q_idx
+                if left is not None:
+                    ok = ok & (q_idx - kv_idx <= left)
+                if right is not None:
+                    ok = ok & (kv_idx - q_idx <= right)
+                return ok
 
-            block_mask = create_block_mask(causal, None, None, problem.n, problem.n, device=self.device)
+            block_mask = create_block_mask(mask_mod, None, None, problem.n, problem.n, device=self.device)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return flex(q, k, v, block_mask=block_mask)

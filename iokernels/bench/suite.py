@@ -30,6 +30,7 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
     return {"table": problem.table, "impl": impl.name, "label": impl.label, "ours": impl.ours, "pass": direction,
             "mode": mode, "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch,
             "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
+            "window": None if problem.window is None else list(problem.window),
             "flops": problem.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
             "loop": None, "method": None, "note": None}
 
@@ -324,7 +325,9 @@ def render(doc: dict) -> str:
     dtypes = list(dict.fromkeys(r["dtype"] for r in main))
     if main:
         lines += ["", f"B*H*N = {h.get('tokens')}, heads {h.get('heads')}" + (", causal" if h.get("causal") else "")
-                  + (f", dropout {h['dropout']:g} (each implementation its own mask)" if h.get("dropout") else "")]
+                  + (f", dropout {h['dropout']:g} (each implementation its own mask)" if h.get("dropout") else "")
+                  + (f", sliding window {tuple(h['window'])} (TFLOP/s on the visible elements)" if h.get("window")
+                     else "")]
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))
         configs.sort(key=lambda c: (c[0], c[1], dtypes.index(c[2]), PASSES.index(c[4])))

@@ -45,6 +45,9 @@ def _csv(values: tuple) -> str:
 @click.option("--causal", is_flag=True, help="causal attention (N_q = N_k, so top-left and bottom-right agree)")
 @click.option("--dropout", "dropout_p", type=float, default=0.0, show_default=True, metavar="P",
               help="dropout probability on P for every implementation (each draws its own mask; cupy has none)")
+@click.option("--window", "window", default=None, metavar="LEFT,RIGHT",
+              help="a sliding window (FlashAttention's window_size; -1: that side unbounded) on ours and FlexAttention "
+                   "(torch's SDPA has none); TFLOP/s counted on the visible elements")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
 @click.option("--mode", "mode", default="call", show_default=True,
               help="call: CUDA events around back-to-back calls of each public function (host time included); "
@@ -76,9 +79,9 @@ def _csv(values: tuple) -> str:
               help="seconds for the whole run; once spent, the remaining measurements are skipped (and labelled)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @user_errors
-def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, mode, overhead, overhead_calls, long_table,
-              long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats, max_call_ms, time_budget,
-              as_json) -> None:
+def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward, mode, overhead, overhead_calls,
+              long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats, max_call_ms,
+              time_budget, as_json) -> None:
     """TFLOP/s of iokernels and its peers (torch SDPA backends, FlexAttention, cupy/cuBLAS) in one run, all
     timed the same way, with ratios; or, with --overhead, host microseconds per call."""
     from ..bench import clocks, configs, implementations, suite
@@ -89,6 +92,7 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, mode, 
                            budget_seconds=time_budget)
     timing.check()
     check_p(dropout_p)
+    window = configs.parse_window(window)
     if overhead:
         if modes != ("call",):
             raise ValueError("--overhead times host calls; --mode does not apply to it")
@@ -102,7 +106,9 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, mode, 
     dtype_list = configs.parse_dtypes(dtypes)
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
-                                                          dropout=dropout_p)
+                                                          dropout=dropout_p, window=window)
+    if window is not None and (long_table or long_only or overhead):
+        raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
         if long_table or long_only else []
     names = (implementations.parse_names("--impls", impls, implementations.OURS, implementations.IMPL_ALIASES,
@@ -119,7 +125,8 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, backward, mode, 
             reasons.setdefault(i.unavailable("fwd") or "", []).append(i.name)
         raise RuntimeError("nothing to measure, no implementation is available: "
                            + "; ".join(f"{', '.join(v)}: {k}" for k, v in reasons.items()))
-    header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram}
+    header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
+              "window": None if window is None else list(window)}
 
     def progress(msg: str) -> None:
         click.echo(f"iokernels: {msg}", err=True)
