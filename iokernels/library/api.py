@@ -21,29 +21,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from functools import cache
 from typing import Any
 
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
-from ..plan import (
-    D_MAX,
-    D_MIN,
-    D_MULTIPLE,
-    Plan,
-    SramTooSmall,
-    Unsupported,
-    make_plan,
-    normalize_causal,
-    supports_causal,
-    supports_dropout,
-)
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
-from ..plan.units import parse_size
 from ..simulate import reference
 from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, dropout_present, memo_key
-from .dispatch import device_id as _device_id
 from .execute import execute
 from .fastpath import (
     BWD_INPUTS,
@@ -61,9 +47,8 @@ from .fastpath import (
     run_fast,
 )
 from .memory import copied_bytes, needed_bytes, require_memory
+from .planning import choose_plan, plan_chain
 
-FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
-DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H100/H200 SM
 _DTYPES = {"float32": "float32", "float16": "float16"}
 
 
@@ -158,81 +143,10 @@ def _backward_dropout(dropout: Any) -> Dropout | None:
                     f"(attention(..., return_dropout=True)), got {type(dropout).__name__} {dropout!r}")
 
 
-# ---------------------------------------------------------------------------------------------
-# plans: which kernels run, decided before anything touches the GPU
-
-def _smem_limit() -> int | None:
-    """The current device's per-block shared-memory limit (None without one), read once per device."""
-    device_id = _device_id()
-    return None if device_id is None else _smem_limit_of(device_id)
-
-
-@cache
-def _smem_limit_of(device_id: int) -> int | None:
-    from ..model.specs import current_device_spec
-
-    spec = current_device_spec()
-    return spec.smem_per_block_bytes if spec else None
-
-
-def _plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
-          deterministic=False, block_mask=None, mask=None, dropout=None) -> Plan:
-    limit = _smem_limit()
-    sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
-    if sram is None and schedule == "fast":  # the tensor-core kernels' tiles are chosen for speed:
-        sram_bytes = limit or FAST_DEFAULT_SRAM  # let them take what the device allows
-    if limit is not None and sram is None:
-        sram_bytes = min(sram_bytes, limit)
-    # grouped-query attention needs the head dim apart (the last leading dim); otherwise all are batch
-    batch, heads = (math.prod(lead), 1) if kv_group == 1 else (math.prod(lead[:-1]), lead[-1])
-    if deterministic:
-        from ..plan.fast_bwd import make_fast_backward_plan
-
-        grouped = {"kv_heads": heads // kv_group} if kv_group > 1 else {}
-        if dropout is not None:
-            raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
-        return make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                       deterministic=True, **grouped)
-    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
-                     heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
-                     block_mask=block_mask, mask=mask, dropout=dropout)
-
-
-def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
-                 lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
-                 block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None) -> tuple[Plan, bool]:
-    """The plan a call runs, and whether K and V are expanded to q's heads for it.
-
-    With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
-    problem and their tiles fit the M given (``sram``), else its research default. Grouped-query
-    attention (``group`` > 1) runs natively where the plan takes ``kv_heads`` (the fast forward; the fast
-    backward on sm_90), else on K and V with each head repeated ``group`` times (expanded)."""
-    fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES  # the head dims: the plans say
-            and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None and mask is None
-            and (dropout is None or supports_dropout("flash", "fast", direction)))
-    schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
-    failure: Unsupported | None = None
-    for sched in schedules:
-        for kv_group in ((group, 1) if group > 1 else (1,)):
-            try:
-                plan = _plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
-                             deterministic, block_mask, mask, dropout)
-            except Unsupported as exc:  # the next choice, or this error when there is none
-                failure = exc
-                continue
-            except SramTooSmall as exc:  # an M given too small for the tensor-core tiles: the research schedule
-                if sched != "fast" or len(schedules) == 1:
-                    raise
-                failure = exc
-                break
-            return plan, kv_group != group
-    assert failure is not None
-    raise failure
-
-
 def memory_needed(q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None = None, *, dtype: str = "float16",
                   algorithm: str = "flash", schedule: str | None = None, backward: bool = False,
-                  causal: bool | str = False, sram: int | str | None = None) -> int:
+                  causal: bool | str = False, sram: int | str | None = None,
+                  window: tuple[int | None, int | None] | None = None) -> int:
     """Device bytes that ``attention`` (``backward=True``: ``attention_backward``) allocates beyond
     its inputs for q of shape ``q_shape`` and k, v of ``k_shape`` (default: ``q_shape``; fewer heads
     for grouped-query attention) of ``dtype`` ("float32", "float16" or "bfloat16"), on the plan the
@@ -244,11 +158,12 @@ def memory_needed(q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None = No
     every call compares this figure, plus any copies of numpy or non-contiguous inputs, with the
     device's free memory (cupy's pool included) and raises :class:`DeviceMemoryError` ("needs X GB,
     device has Y GB free ...") when it does not fit. algorithm, schedule (forward only: the
-    backward picks its own), causal and sram as :func:`attention`.
+    backward picks its own), causal, sram and window as :func:`attention` (a window the call would refuse
+    raises the same error here).
     """
     import numpy as np
 
-    causal = normalize_causal(causal)
+    causal, window = normalize_causal(causal), normalize_window(window)
     _check_options(None, backward=backward)
     storage = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
     if dtype not in storage:
@@ -264,16 +179,8 @@ def memory_needed(q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None = No
     _, dtype, lead, n_q, n_k, d = _check(arrays, {"q": "q", "k": "k", "v": "k", "o": "q", "do": "q"}, group,
                                          bfloat16=dtype == "bfloat16")
     plan, expand = choose_plan("bwd" if backward else "fwd", algorithm, None if backward else schedule, n_q, n_k,
-                                d, dtype, lead, sram, group, causal)
-    return needed_bytes(_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal), expand, group)
-
-
-def _chain(plan: Plan, algorithm: str, n_q, n_k, d, dtype, lead, sram, causal) -> list[Plan]:
-    """The plans a call runs in order: the standard backward recomputes P with the standard forward (with
-    the backward's masks; P is the undropped softmax, so the forward runs without dropout)."""
-    if plan.direction == "bwd" and algorithm == "standard":
-        return [_plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram, causal=causal, mask=plan.mask), plan]
-    return [plan]
+                               d, dtype, lead, sram, group, causal, window=window)
+    return needed_bytes(plan_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal, window), expand, group)
 
 
 def _to_device(cp: Any, x: Any, shape: tuple[int, ...]) -> Any:
@@ -294,7 +201,8 @@ def _group_sum(cp: Any, x: Any, group: int, dtype: str) -> Any:
 def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
               return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
-              dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
+              dropout: float | Dropout = 0.0, return_dropout: bool = False,
+              window: tuple[int | None, int | None] | None = None) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
     Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
@@ -325,6 +233,18 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     torch's ``is_causal=True``: j <= i. With bottom-right and N_q > N_k the first N_q - N_k queries
     see no key: their output rows are 0 and their lse −inf. Flash and two_pass skip the blocks that
     are entirely masked; standard attention computes them.
+
+    window: a sliding window (left, right), FlashAttention-2's ``window_size``: query i sees key j iff
+    i + o − left <= j <= i + o + right, with o = N_k − N_q (the bottom-right offset, as causal=True); None or −1
+    leaves a side unbounded, and None or (−1, −1) is no window (each side otherwise an int >= 0; anything else
+    raises ValueError before the GPU). With causal both apply (the intersection: (left, 0) is causal=True's mask
+    cut to the last left + 1 keys). Rows that see no key give 0 and lse −inf. It runs on the tensor-core path
+    only, forward and backward (:func:`attention_backward` takes the same window): flash with schedule "fast"
+    (the one chosen with no schedule given), the sm_90 tma kernels (H100, H200), float16 (bfloat16 through
+    :mod:`iokernels.torch`), d a multiple of 8 up to 256, with grouped-query attention and dropout; key tiles
+    wholly outside the band are skipped. Anything else (float32, another algorithm or schedule, another GPU, a
+    mask or block_mask, deterministic=True) raises :class:`iokernels.plan.Unsupported` (a ValueError) before any
+    launch; it never runs unmasked.
 
     block_mask: an :class:`iokernels.plan.masks.BlockMask` (block-sparse attention, the paper's Algorithm
     5; e.g. ``iokernels.plan.masks.pattern("local", 0.25, n_q=N_q, n_k=N_k)``), the same for every batch
@@ -382,45 +302,49 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     True
     """
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
-                      return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
-                      return_dropout=return_dropout)
+                            return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
+                            return_dropout=return_dropout, window=window)
 
 
 def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,
-                 sram: Any, bfloat16: bool, block_mask: Any, mask: Any, dropout: Any) -> Dispatch:
-    """The :class:`Dispatch` of a forward call (``causal`` normalized, ``scale`` checked): planned and checked
-    at its signature's first call, from the cache after."""
+                 sram: Any, bfloat16: bool, block_mask: Any, mask: Any, dropout: Any, window: Any = None) -> Dispatch:
+    """The :class:`Dispatch` of a forward call (``causal`` and ``window`` normalized, ``scale`` checked): planned
+    and checked at its signature's first call, from the cache after."""
     def plan_call() -> Dispatch:  # the checks and the plan, once per call signature (.dispatch)
         group = _kv_group(q, k, v)
         mod, dtype, lead, n_q, n_k, d = _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, group,
                                                bfloat16)
         spec = mask_spec(mask, lead, n_q, n_k)
         plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                   block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False))
+                                   block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False),
+                                   window=window)
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, (plan,),
                         needed_bytes([plan], expand, group) + copied_bytes([q, k, v]),
                         reference.default_scale(d) if scale is None else scale,
                         fast_ok([q, k, v] if mask is None else [q, k, v, mask], (plan,), expand))
 
     key = call_key("fwd", (q, k, v), mask, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
-                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout))
+                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout), window=window)
     return CACHE.lookup(key, plan_call)
 
 
 def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
-               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
-               return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
-               mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False) -> Any:
+                     causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
+                     return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
+                     mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False,
+                     window: Any = None) -> Any:
+    if window is not None:  # normalized first: a bad window fails here, and windows equal once normalized share keys
+        window = normalize_window(window)
     memo = None  # a call with no mask, dropout or graph: its arguments as given find its fast path (CUPY_CALLS)
     if mask is None and block_mask is None and not graph and type(dropout) in (float, int) and dropout == 0:
         memo = memo_key((q, k, v), ("fwd", algorithm, schedule, causal, scale, sram, return_lse, bfloat16,
-                                    return_dropout))
+                                    return_dropout, window))
     call = memo_call(memo)  # found: checked at its first call, and it has a fast path
     if call is None:
         causal = normalize_causal(causal)
         scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
         call = forward_call(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
-                            bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout)
+                            bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout, window=window)
         if memo is not None and call.fast is not None:
             CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path
@@ -457,7 +381,8 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
 def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                        deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
-                       dropout: Dropout | None = None) -> tuple[Any, Any, Any]:
+                       dropout: Dropout | None = None, window: tuple[int | None, int | None] | None = None
+                       ) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
     Shapes as :func:`attention` (grouped-query attention included): q, o and do (..., N_q, d); k and
@@ -480,7 +405,9 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     forward's; block-sparse gradients come from "kv_outer" (not deterministic=True). mask: as
     :func:`attention`, the same as the forward's (gradients from "kv_outer", not deterministic=True).
     dropout: the :class:`iokernels.plan.dropout.Dropout` the forward used (``attention(...,
-    return_dropout=True)``), or None; the backward regenerates its mask (not deterministic=True).
+    return_dropout=True)``), or None; the backward regenerates its mask (not deterministic=True). window: as
+    :func:`attention`, the same as the forward's: the sm_90 tma backward (float16, d up to 256; not
+    deterministic=True) skips the key/query tile pairs outside the band; keys no query sees get dk = dv = 0.
 
     Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
     elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
@@ -503,13 +430,13 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     [True, True, True]
     """
     return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
-                               deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
-                               dropout=dropout)
+                                     deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
+                                     dropout=dropout, window=window)
 
 
 def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str, causal: str,
                   scale: float | None, sram: Any, deterministic: bool, bfloat16: bool, block_mask: Any, mask: Any,
-                  dropout: Any) -> Dispatch:
+                  dropout: Any, window: Any = None) -> Dispatch:
     """The :class:`Dispatch` of a backward call, as :func:`forward_call`."""
     def plan_call() -> Dispatch:  # the checks and the plans, once per call signature (.dispatch)
         group = _kv_group(q, k, v)
@@ -519,8 +446,9 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
         lse_shape = (*lead, n_q)
         if tuple(lse.shape) != lse_shape or str(lse.dtype) != "float32":
             raise ValueError(f"lse must be float32 of shape {lse_shape}, got {lse.dtype} {tuple(lse.shape)}")
-        if deterministic and causal:
-            raise ValueError("deterministic=True has no causal kernel: its kernels (mma.sync) take no mask")
+        if deterministic and (causal or window is not None):
+            raise ValueError(f"deterministic=True has no {'causal' if causal else 'sliding-window'} kernel: its "
+                             "kernels (mma.sync) take no mask")
         if deterministic and (block_mask is not None or mask is not None):
             raise ValueError("deterministic=True has no masked kernel: its kernels (mma.sync) take no block or "
                              "explicit mask")
@@ -532,8 +460,8 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
             raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
                              f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
         plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                   deterministic, block_mask, spec, drop)
-        chain = _chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal)
+                                   deterministic, block_mask, spec, drop, window)
+        chain = plan_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal, window)
         arrays = [q, k, v, o, do, lse] if mask is None else [q, k, v, o, do, lse, mask]
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, tuple(chain),
                         needed_bytes(chain, expand, group) + copied_bytes([q, k, v, o, do, lse]),
@@ -541,25 +469,28 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
 
     key = call_key("bwd", (q, k, v, o, do, lse), mask, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                    deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask,
-                   dropout=dropout is not None)
+                   dropout=dropout is not None, window=window)
     return CACHE.lookup(key, plan_call)
 
 
 def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                         causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                         deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
-                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None
+                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None, window: Any = None
                         ) -> tuple[Any, Any, Any]:
+    if window is not None:  # as attention_arrays's
+        window = normalize_window(window)
     memo = None  # as attention_arrays's
     if mask is None and block_mask is None and not graph and dropout is None:
-        memo = memo_key((q, k, v, o, do, lse), ("bwd", algorithm, causal, scale, sram, deterministic, bfloat16))
+        memo = memo_key((q, k, v, o, do, lse), ("bwd", algorithm, causal, scale, sram, deterministic, bfloat16,
+                                                window))
     call = memo_call(memo)
     if call is None:
         causal = normalize_causal(causal)
         scale = _check_options(scale, deterministic=deterministic, graph=graph)
         call = backward_call(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                              deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask, mask=mask,
-                             dropout=dropout)
+                             dropout=dropout, window=window)
         if memo is not None and call.fast is not None:
             CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path

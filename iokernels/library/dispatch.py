@@ -2,12 +2,12 @@
 device bytes they need, and, after the first run, the prepared kernel launches), kept per call signature.
 
 A call's key (:func:`call_key`) holds everything those decisions read: each array's type, shape, dtype and
-strides, the options (algorithm, schedule, causal, scale, sram, deterministic, block mask, the explicit
-mask's type/shape/dtype, whether there is dropout, bfloat16) and the current device. Equal keys give equal
-decisions, so a hit skips the checks and the planning; a call whose key has never succeeded is checked and
-planned in full (its errors are raised then, and nothing is stored). What changes from call to call with the
-same key is not cached: the mask's values, the dropout's seed and offset (:meth:`Dispatch.chain_for`), the
-device's free memory, the buffers.
+strides, the options (algorithm, schedule, causal, the sliding window (normalized), scale, sram, deterministic,
+block mask, the explicit mask's type/shape/dtype, whether there is dropout, bfloat16) and the current device.
+Equal keys give equal decisions, so a hit skips the checks and the planning; a call whose key has never succeeded
+is checked and planned in full (its errors are raised then, and nothing is stored). What changes from call to call
+with the same key is not cached: the mask's values, the dropout's seed and offset (:meth:`Dispatch.chain_for`),
+the device's free memory, the buffers.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ except ImportError as exc:  # an optional dependency: say how to get it
     raise ImportError("iokernels.torch needs PyTorch, which is not installed: pip install torch "
                       "(iokernels itself does not depend on it)") from exc
 
-from ..plan import normalize_causal
+from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
-from .torch_ops import backward, check_tensors, forward, forward_dropout, signed_seed
+from .torch_ops import backward, check_tensors, forward, forward_dropout, signed_seed, window_ints
 
 ALGORITHMS = ("flash", "two_pass", "standard")
 
@@ -56,7 +56,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
               dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, *,
               enable_gqa: bool = False, causal: bool | str = False, algorithm: str = "flash",
               schedule: str | None = None, sram: int | str | None = None, deterministic: bool = False,
-              mask: Any = None, dropout: float | Dropout = 0.0) -> torch.Tensor:
+              mask: Any = None, dropout: float | Dropout = 0.0,
+              window: tuple[int | None, int | None] | None = None) -> torch.Tensor:
     """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd; torch's
     ``scaled_dot_product_attention`` signature (attn_mask, dropout_p, is_causal, scale, enable_gqa) and
     the library's options.
@@ -87,6 +88,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     Philox offset (:mod:`iokernels.plan.dropout`) inside the operator, and its backward regenerates the same
     mask; a :class:`iokernels.plan.dropout.Dropout` as dropout is used as given.
 
+    window: a sliding window (left, right), FlashAttention's ``window_size``: query i sees key j iff
+    i + N_k − N_q − left <= j <= i + N_k − N_q + right (the bottom-right offset), −1 or None for an unbounded side,
+    None or (−1, −1) for none; with causal (or is_causal) both apply. As :func:`iokernels.attention`: it runs on the
+    tensor-core path of sm_90 GPUs (H100, H200) for float16 and bfloat16, d a multiple of 8 up to 256, forward and
+    backward (the backward takes the forward's window); anything else raises ValueError (bad window) or
+    :class:`iokernels.plan.Unsupported` (float32, algorithm "standard", ...). The operators take it as two ints,
+    ``window_left`` and ``window_right`` (−1: unbounded).
+
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
     at import without torch, TypeError/ValueError on bad input (non-tensors, other dtypes, CPU tensors,
@@ -110,29 +119,31 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     mask = attn_mask if mask is None else mask
     if mask is not None and not isinstance(mask, torch.Tensor):  # numpy or cupy: on q's device
         mask = torch.as_tensor(mask, device=q.device if isinstance(q, torch.Tensor) else None)
-    raw = (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout)
+    if window is not None:  # normalized first (ValueError for a bad one): its ints, not as spelled, key OPTIONS
+        window = normalize_window(window)
+    raw = (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout, window)
     try:
         options = OPTIONS.get(raw)
     except TypeError:  # an unhashable option: checked below, and refused
         options = raw = None
     if options is None:
         options = _checked_options(*(raw or (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram,
-                                             deterministic, dropout_p, dropout)))
+                                             deterministic, dropout_p, dropout, window)))
         if raw is not None and not isinstance(dropout, Dropout):  # a Dropout is one call's: not kept
             if len(OPTIONS) >= MAX_OPTIONS:
                 OPTIONS.clear()
             OPTIONS[raw] = options
-    p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic = options
+    p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window = options
     if not _plain_eager(q, k, v):  # traced (one node each way), fake or meta tensors (the fake implementation),
         # a dispatch mode that should see the operator, or what the operator's checks refuse
         check_tensors(q, k, v, mask)
         out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm,
-                                                      schedule, sram, deterministic)
+                                                      schedule, sram, deterministic, *window_ints(window))
         return out
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
         return EagerAttention.apply(q, k, v, mask, options)
     return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram,
-                   keep_lse=False)[0]
+                   keep_lse=False, window=window)[0]
 
 
 def _plain_eager(q: Any, k: Any, v: Any) -> bool:
@@ -147,9 +158,10 @@ MAX_OPTIONS = 1024
 
 
 def _checked_options(is_causal: Any, causal: Any, enable_gqa: Any, algorithm: Any, schedule: Any, scale: Any,
-                     sram: Any, deterministic: Any, dropout_p: Any, dropout: Any) -> tuple[Any, ...]:
+                     sram: Any, deterministic: Any, dropout_p: Any, dropout: Any, window: Any = None
+                     ) -> tuple[Any, ...]:
     """The options as the implementation takes them: (p, seed, offset, causal, scale, algorithm, schedule,
-    sram, deterministic); TypeError/ValueError for what is wrong."""
+    sram, deterministic, window (normalized)); TypeError/ValueError for what is wrong."""
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     if is_causal and normalize_causal(causal):
@@ -159,7 +171,7 @@ def _checked_options(is_causal: Any, causal: Any, enable_gqa: Any, algorithm: An
         raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     algorithm, schedule, scale, sram, deterministic = _options(algorithm, schedule, scale, sram, deterministic)
     p, seed, offset = _dropout(dropout, dropout_p)
-    return p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic
+    return p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window
 
 
 class EagerAttention(torch.autograd.Function):
@@ -169,9 +181,9 @@ class EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 options: tuple[Any, ...]) -> torch.Tensor:
-        p, seed, offset, causal, scale, algorithm, schedule, sram, _ = options
+        p, seed, offset, causal, scale, algorithm, schedule, sram, _, window = options
         drop = forward_dropout(p, seed, offset)
-        out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram)
+        out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window)
         ctx.save_for_backward(q, k, v, out, lse, mask)
         ctx.drop, ctx.options = drop, options
         return out
@@ -179,7 +191,7 @@ class EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, out, lse, mask = ctx.saved_tensors
-        _, _, _, causal, scale, algorithm, _, sram, deterministic = ctx.options
+        _, _, _, causal, scale, algorithm, _, sram, deterministic, window = ctx.options
         dq, dk, dv = backward(dout, q, k, v, out, lse, mask, ctx.drop, causal, scale,
-                              "standard" if algorithm == "standard" else "flash", sram, deterministic)
+                              "standard" if algorithm == "standard" else "flash", sram, deterministic, window)
         return dq, dk, dv, None, None

@@ -148,6 +148,73 @@ def test_dropout_seed_and_offset_come_from_each_call(planned):
     assert planned.count == 1 and a.seed == b.seed and b.offset == (a.offset + 1) % 2**32
 
 
+def _half():
+    return tuple(x.astype(np.float16) for x in _arrays())
+
+
+def test_a_window_plans_apart_from_no_window(planned):
+    """A window call and a plain one on the same arrays never share a plan; windows equal once normalized do."""
+    q, k, v = _half()
+    iokernels.attention(q, k, v)
+    base = _last_entry()
+    iokernels.attention(q, k, v, window=(8, 8))
+    windowed = _last_entry()
+    assert planned.count == 2 and windowed is not base
+    assert base.chain[0].window is None and windowed.chain[0].window == (8, 8)
+    assert planned.runs[-1][0] == windowed.chain
+    iokernels.attention(q, k, v, window=[8, np.int64(8)])  # the same window, spelled otherwise
+    iokernels.attention(q, k, v, window=(-1, -1))  # no window: the plain call's plans
+    iokernels.attention(q, k, v, window=(None, None))
+    assert planned.count == 2 and planned.runs[-3][0] == windowed.chain and planned.runs[-1][0] == base.chain
+    iokernels.attention(q, k, v, window=(8, None))
+    assert planned.count == 3 and planned.runs[-1][0][0].window == (8, None)
+    iokernels.attention(q, k, v)
+    assert planned.count == 3 and _last_entry() is base and planned.runs[-1][0] == base.chain
+
+
+def test_a_windowed_backward_plans_apart(planned):
+    q, k, v = _half()
+    lse = np.zeros(q.shape[:-1], np.float32)
+    iokernels.attention_backward(q, k, v, q, q, lse, window=(4, 0))
+    iokernels.attention_backward(q, k, v, q, q, lse)
+    iokernels.attention_backward(q, k, v, q, q, lse, window=(4, -1))
+    assert planned.count == 3
+    assert [run[0][-1].window for run in planned.runs] == [(4, 0), None, (4, None)]
+    iokernels.attention_backward(q, k, v, q, q, lse, window=(4, 0))
+    assert planned.count == 3 and planned.runs[-1][0] == planned.runs[0][0]
+
+
+def test_the_memo_of_a_plain_call_is_not_a_window_calls(planned, monkeypatch):
+    """The cupy memo (CUPY_CALLS, keyed by the arguments as given) of a call without a window is never found by one
+    with a window, and the reverse: each call's memo key holds its normalized window."""
+    keys = []
+
+    def recorded(arrays, options):
+        keys.append(dispatch.memo_key(arrays, options))
+        return keys[-1]
+
+    monkeypatch.setattr(api, "memo_key", recorded)
+    q, k, v = _half()
+    iokernels.attention(q, k, v)
+    plain = _last_entry()
+    iokernels.attention(q, k, v, window=(8, 8))
+    windowed = _last_entry()
+    assert keys[0] is not None and len({keys[0], keys[1]}) == 2
+    dispatch.CUPY_CALLS.put(keys[0], plain)  # as if each had a fast path
+    dispatch.CUPY_CALLS.put(keys[1], windowed)
+    for window, want in ((None, plain), ((8, 8), windowed), ((-1, -1), plain), ([8, 8], windowed)):
+        before = dispatch.CACHE.hits + dispatch.CACHE.misses
+        iokernels.attention(q, k, v, window=window)
+        assert planned.runs[-1][0] == want.chain, window  # the memo's plans, found without the dispatch cache
+        assert dispatch.CACHE.hits + dispatch.CACHE.misses == before
+    iokernels.attention(q, k, v, window=(9, 8))  # not memoized: planned afresh
+    assert planned.runs[-1][0][0].window == (9, 8) and keys[-1] not in (keys[0], keys[1])
+    lse = np.zeros(q.shape[:-1], np.float32)
+    iokernels.attention_backward(q, k, v, q, q, lse)
+    iokernels.attention_backward(q, k, v, q, q, lse, window=(8, 8))
+    assert keys[-2] != keys[-1]
+
+
 def test_the_mask_values_are_read_on_every_call(planned):
     q, k, v = _arrays()
     iokernels.attention(q, k, v, mask=np.zeros((40, 33), np.float32))
@@ -177,6 +244,8 @@ def test_the_key_holds_the_device_and_every_option(monkeypatch):
     assert dispatch.call_key("fwd", (q, k, v), None, causal="top_left", scale=None) != on_0
     assert dispatch.call_key("bwd", (q, k, v), None, causal="", scale=None) != on_0
     assert dispatch.call_key("fwd", (q, k, v), np.ones((40, 33), bool), causal="", scale=None) != on_0
+    assert dispatch.call_key("fwd", (q, k, v), None, causal="", scale=None, window=(8, 8)) != \
+        dispatch.call_key("fwd", (q, k, v), None, causal="", scale=None, window=None)
     assert dispatch.call_key("fwd", (q, [1.0], v), None) is None  # not an array: no key, checked in full
 
 

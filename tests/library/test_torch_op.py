@@ -21,6 +21,16 @@ def test_the_ops_are_registered_with_their_schemas():
     assert str(fwd.default._schema) == "iokernels::attention_fwd" + ops.FWD_SCHEMA
     assert str(bwd.default._schema) == "iokernels::attention_bwd" + ops.BWD_SCHEMA
     assert "Tensor? mask" in ops.FWD_SCHEMA and "int dropout_seed, int dropout_offset" in ops.FWD_SCHEMA
+    for schema in (ops.FWD_SCHEMA, ops.BWD_SCHEMA):  # the window last, defaulting to none (older calls still fit)
+        assert "bool deterministic, int window_left=-1, int window_right=-1) ->" in schema
+
+
+def test_the_window_crosses_the_schema_as_two_ints():
+    assert ops.window_ints(None) == (-1, -1) and ops.op_window(-1, -1) is None
+    for window in ((3, 4), (None, 0), (7, None), (0, 0)):
+        assert ops.op_window(*ops.window_ints(window)) == window
+    with pytest.raises(ValueError, match="window left"):
+        ops.op_window(-2, 3)
 
 
 CASES = [  # q shape, k/v shape, mask shape or None, dtype, causal
@@ -97,7 +107,7 @@ def _meta_inputs(dtype=torch.float16):
 
 def _loss(q, k, v, mask):
     o = itorch.attention(q, k, v, attn_mask=mask, dropout_p=0.1, scale=0.1)
-    o = o + itorch.attention(q, k, v, is_causal=True, enable_gqa=True)
+    o = o + itorch.attention(q, k, v, is_causal=True, enable_gqa=True, window=(16, 0))
     return o.float().square().sum()
 
 
@@ -130,12 +140,13 @@ def test_the_compiled_backward_calls_the_backward_op():
     forward, backward = graphs
     assert forward.count("iokernels.attention_fwd") == 2 and backward.count("iokernels.attention_bwd") == 2
     assert "0.1, 0, -1," in forward  # the dropout offset is drawn inside the op at run time, not traced
+    assert ", 16, 0)" in forward and ", 16, 0)" in backward  # the backward gets the forward's window
 
 
 # ---------------------------------------------------------------------------------------------
 # the autograd formula end to end, on the CPU: float64 reference kernels registered for CPU tensors
 
-def _scores(q, k, mask, causal, scale):
+def _scores(q, k, mask, causal, scale, window=(-1, -1)):
     group = q.shape[-3] // k.shape[-3] if q.dim() >= 3 and k.shape[:-2] != q.shape[:-2] else 1
     k = k.repeat_interleave(group, dim=-3) if group > 1 else k
     s = scale * q.double() @ k.double().transpose(-1, -2)
@@ -144,6 +155,12 @@ def _scores(q, k, mask, causal, scale):
         offset = n_k - n_q if causal == "bottom_right" else 0
         visible = torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + offset
         s = s.masked_fill(~visible, -math.inf)
+    left, right = window  # FlashAttention's window_size: -1 unbounded, the bottom-right offset
+    i, j, offset = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :], n_k - n_q
+    if left >= 0:
+        s = s.masked_fill(j < i + offset - left, -math.inf)
+    if right >= 0:
+        s = s.masked_fill(j > i + offset + right, -math.inf)
     if mask is not None:
         s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask.double()
     return s, group
@@ -157,11 +174,12 @@ def _multiplier(p, rng, shape):
     return torch.from_numpy(z).reshape(shape)
 
 
-def _ref_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic):
+def _ref_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window_left=-1,
+             window_right=-1):
     drop = ops.forward_dropout(p, seed, offset)
     rng = ops.rng_tensor(drop)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s, group = _scores(q, k, mask, causal, scale)
+    s, group = _scores(q, k, mask, causal, scale, (window_left, window_right))
     lse = torch.logsumexp(s, dim=-1)
     prob = torch.nan_to_num(torch.exp(s - lse[..., None]))
     z = _multiplier(p, rng, prob.shape)
@@ -170,9 +188,10 @@ def _ref_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule,
     return out.to(q.dtype), lse.float(), rng
 
 
-def _ref_bwd(dout, q, k, v, out, lse, mask, p, rng, causal, scale, algorithm, sram, deterministic):
+def _ref_bwd(dout, q, k, v, out, lse, mask, p, rng, causal, scale, algorithm, sram, deterministic, window_left=-1,
+             window_right=-1):
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s, group = _scores(q, k, mask, causal, scale)
+    s, group = _scores(q, k, mask, causal, scale, (window_left, window_right))
     prob = torch.nan_to_num(torch.exp(s - lse.double()[..., None]))
     z = _multiplier(p, rng, prob.shape)
     kx, vx = ((t.double().repeat_interleave(group, dim=-3) if group > 1 else t.double()) for t in (k, v))
@@ -243,6 +262,61 @@ def test_gradients_through_the_ops_match_sdpa(cpu_ops, kv_heads, mask_kind, caus
     assert torch.allclose(o.double(), want, atol=1e-5)
     for t, ref in ((q32, q), (k32, k), (v32, v)):
         assert torch.allclose(t.grad.double(), ref.grad, atol=1e-4)
+
+
+@pytest.mark.parametrize("kv_heads, causal, window, compiled", [
+    (4, "", (5, 3), False), (2, "bottom_right", (6, None), True), (4, "top_left", (10, None), False),
+    (1, "is_causal", (3, 0), True), (2, "", (0, -1), True),
+])
+def test_windowed_gradients_through_the_ops_match_sdpa_with_the_band_as_a_mask(cpu_ops, kv_heads, causal, window,
+                                                                               compiled):
+    """The window reaches the forward and (the same one) the backward, eager and compiled: SDPA with the band written
+    out as a boolean mask (query i sees key j iff i + o - left <= j <= i + o + right, o = N_k - N_q) agrees."""
+    gen = torch.Generator().manual_seed(2)
+    n_q, n_k = 24, 24 if causal == "is_causal" else 31
+    q = torch.randn(2, 4, n_q, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    k, v = (torch.randn(2, kv_heads, n_k, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+            for _ in range(2))
+    do = torch.randn(2, 4, n_q, 16, dtype=torch.float64, generator=gen)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+
+    masks = {"is_causal": True} if causal == "is_causal" else {"causal": causal}
+
+    def ours(q, k, v):
+        return itorch.attention(q, k, v, window=window, **masks)
+
+    fn = torch.compile(ours, fullgraph=True, backend="aot_eager") if compiled else ours
+    o = fn(q32, k32, v32)
+    o.backward(do.float())
+    i, j, o_ = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :], n_k - n_q
+    left, right = (-1 if w is None else w for w in window)
+    band = ((j >= i + o_ - left) if left >= 0 else True) & ((j <= i + o_ + right) if right >= 0 else True)
+    if causal:
+        band = band & (j <= i + (0 if causal in ("top_left", "is_causal") else o_))
+    assert band.any(dim=1).all()  # every row sees a key (SDPA gives NaN for one that sees none)
+    want = _sdpa(q, k, v, attn_mask=band)
+    want.backward(do)
+    assert torch.allclose(o.double(), want, atol=1e-5)
+    for t, ref in ((q32, q), (k32, k), (v32, v)):
+        assert torch.allclose(t.grad.double(), ref.grad, atol=1e-4)
+    assert not torch.allclose(itorch.attention(q32, k32, v32, window=(-1, -1), **masks), o)  # the window masks
+
+
+def test_bad_windows_are_refused_by_the_front_end_and_the_ops():
+    q = torch.empty(1, 2, 16, 64, dtype=torch.float16, device="meta")
+    for window in ((1,), (-2, 0), (0.5, 1), (True, 0), "ab"):
+        with pytest.raises(ValueError, match="window"):
+            itorch.attention(q, q, q, window=window)
+    with pytest.raises(ValueError, match="window right"):
+        torch.ops.iokernels.attention_fwd(q, q, q, None, 0.0, 0, -1, "", None, "flash", None, None, False, 3, -7)
+    with FakeTensorMode():
+        q = torch.empty(1, 2, 16, 64, dtype=torch.float16, device="cuda")
+        out, lse, rng = torch.ops.iokernels.attention_fwd(q, q, q, None, 0.0, 0, -1, "", None, "flash", None, None,
+                                                          False, 4, 0)
+        assert out.shape == q.shape and lse.shape == q.shape[:-1]
+        with pytest.raises(ValueError, match="window left"):
+            torch.ops.iokernels.attention_bwd(out, q, q, q, out, lse, None, 0.0, rng, "", None, "flash", None, False,
+                                              -3, 0)
 
 
 def test_dropout_draws_a_new_offset_per_call_and_the_backward_regenerates_it(cpu_ops):

@@ -1,0 +1,122 @@
+"""The library's plan choice: which plan a call runs (:func:`choose_plan`), decided before anything touches the
+GPU, and the plans a call runs in order (:func:`plan_chain`). Used by :mod:`.api` (and re-exported there)."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+from ..plan import (
+    Plan,
+    SramTooSmall,
+    Unsupported,
+    check_window_kernels,
+    make_plan,
+    supports_causal,
+    supports_dropout,
+)
+from ..plan.dropout import Dropout
+from ..plan.fast import FAST_DTYPES
+from ..plan.units import parse_size
+from .dispatch import device_id
+
+FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
+DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H100/H200 SM
+# where a sliding window runs: the one kernel family that applies one (iokernels.plan.variants.with_window)
+WINDOW_PATH = ("a sliding window runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': "
+               "float16 or bfloat16, d a multiple of 8 up to 256, the sm_90 tma kernels, forward and backward)")
+
+
+def smem_limit() -> int | None:
+    """The current device's per-block shared-memory limit (None without one), read once per device."""
+    device = device_id()
+    return None if device is None else smem_limit_of(device)
+
+
+@cache
+def smem_limit_of(device: int) -> int | None:
+    from ..model.specs import current_device_spec
+
+    spec = current_device_spec()
+    return spec.smem_per_block_bytes if spec else None
+
+
+def library_plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
+                 deterministic=False, block_mask=None, mask=None, dropout=None, window=None) -> Plan:
+    """One plan of a call: M from ``sram`` (default :data:`DEFAULT_SRAM`; "fast": the device's limit), the leading
+    dims as batch (and heads, for grouped-query attention), the deterministic backward's own plan."""
+    limit = smem_limit()
+    sram_bytes = DEFAULT_SRAM if sram is None else parse_size(sram)
+    if sram is None and schedule == "fast":  # the tensor-core kernels' tiles are chosen for speed:
+        sram_bytes = limit or FAST_DEFAULT_SRAM  # let them take what the device allows
+    if limit is not None and sram is None:
+        sram_bytes = min(sram_bytes, limit)
+    # grouped-query attention needs the head dim apart (the last leading dim); otherwise all are batch
+    batch, heads = (math.prod(lead), 1) if kv_group == 1 else (math.prod(lead[:-1]), lead[-1])
+    if deterministic:
+        from ..plan.fast_bwd import make_fast_backward_plan
+
+        grouped = {"kv_heads": heads // kv_group} if kv_group > 1 else {}
+        if dropout is not None:
+            raise ValueError("deterministic=True has no dropout kernel: its kernels (mma.sync) take no dropout")
+        return make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                       deterministic=True, **grouped)
+    return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
+                     heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
+                     block_mask=block_mask, mask=mask, dropout=dropout, window=window)
+
+
+def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
+                lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
+                block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None,
+                window: tuple[int | None, int | None] | None = None) -> tuple[Plan, bool]:
+    """The plan a call runs, and whether K and V are expanded to q's heads for it.
+
+    With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
+    problem and their tiles fit the M given (``sram``), else its research default. Grouped-query
+    attention (``group`` > 1) runs natively where the plan takes ``kv_heads`` (the fast forward; the fast
+    backward on sm_90), else on K and V with each head repeated ``group`` times (expanded).
+
+    ``window`` (normalized, :func:`iokernels.plan.normalize_window`): only flash/fast's tma kernels apply one, so
+    flash takes "fast" and nothing else, and any other algorithm, schedule or problem raises Unsupported
+    (:data:`WINDOW_PATH`) here: never run unmasked, never left to fail at launch."""
+    if window is not None:
+        if algorithm != "flash" or schedule not in (None, "fast") or deterministic:
+            what = "deterministic=True" if deterministic else "/".join(filter(None, (algorithm, schedule)))
+            raise Unsupported(f"{WINDOW_PATH}; {what} has no kernel that applies one")
+        schedules: list[str | None] = ["fast"]
+    else:
+        fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES  # the head dims: the plans say
+                and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None
+                and mask is None and (dropout is None or supports_dropout("flash", "fast", direction)))
+        schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
+    failure: Unsupported | None = None
+    for sched in schedules:
+        for kv_group in ((group, 1) if group > 1 else (1,)):
+            try:
+                plan = library_plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
+                                    deterministic, block_mask, mask, dropout, window)
+            except Unsupported as exc:  # the next choice, or this error when there is none
+                failure = exc
+                continue
+            except SramTooSmall as exc:  # an M given too small for the tensor-core tiles: the research schedule
+                if sched != "fast" or len(schedules) == 1:
+                    raise
+                failure = exc
+                break
+            check_window_kernels(plan)  # (a window's plan is a tma one: this never raises)
+            return plan, kv_group != group
+    assert failure is not None
+    if window is not None:
+        raise Unsupported(f"{WINDOW_PATH}: {failure}") from failure
+    raise failure
+
+
+def plan_chain(plan: Plan, algorithm: str, n_q, n_k, d, dtype, lead, sram, causal, window=None) -> list[Plan]:
+    """The plans a call runs in order: the standard backward recomputes P with the standard forward (with
+    the backward's masks; P is the undropped softmax, so the forward runs without dropout)."""
+    if plan.direction == "bwd" and algorithm == "standard":
+        return [library_plan("standard", None, "fwd", n_q, n_k, d, dtype, lead, sram, causal=causal,
+                             mask=plan.mask, window=window), plan]
+    return [plan]
