@@ -38,9 +38,10 @@ constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
 static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 rows, and the producer's");
 constexpr int WGS = BR / 64;  // consumer warpgroups
 // registers per thread after setmaxnreg: the producer keeps what issuing copies needs
-// (its counting build keeps 40: it adds the bytes of every copy in 64-bit counters)
+// (its counting build keeps 56: it adds the bytes of every copy in 64-bit counters, across the items of a persistent
+// block)
 #ifdef IOK_COUNT
-constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
+constexpr int PRODUCER_REGS = WGS == 2 ? 56 : 32, CONSUMER_REGS = WGS == 2 ? 224 : 160;
 #else
 constexpr int PRODUCER_REGS = WGS == 2 ? 24 : 32, CONSUMER_REGS = WGS == 2 ? 240 : 160;
 #endif
@@ -73,7 +74,7 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, T* __restrict__ O, float* __restrict__ lse, int n_q, int n_k,
-              float scale, int kv_group, IOK_WINDOW_PARAM IOK_DROPOUT_PARAM
+              float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
@@ -84,36 +85,71 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;         // accumulator coordinates: row group, thread in group
-#ifdef CAUSAL
-    const int row0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest rows first
+    // work items, B_r query rows of one head each. PERSISTENT (a stage parameter; B_r 128): the blocks take them in
+    // turn (item blockIdx.x, + gridDim.x, ...; the plan launches at most TMA_FWD_CTAS blocks), so the copy engine loads
+    // an item's Q and first K while the consumers finish the item before; else one item per block. Causal: the
+    // longest rows first, across the heads
+    [[maybe_unused]] const int t_r = (n_q + BR - 1) / BR, items = t_r * bh;
+#ifdef PERSISTENT
+    static_assert(WGS == 2, "a persistent block keeps more state: its counting build's producer needs 56 registers");
+#define ITEM_LOOP _Pragma("unroll 1") for (int it = blockIdx.x; it < items; it += gridDim.x)
 #else
-    const int row0 = blockIdx.x * BR;
+#define ITEM_LOOP for ([[maybe_unused]] int it = 0, once = 1; once; once = 0)  // one item, the block's (grid (T_r, 1, BH))
 #endif
-    const int rows = min(BR, n_q - row0);
-    const size_t q_off = static_cast<size_t>(blockIdx.z) * n_q + row0;
-    const int kv_head = blockIdx.z / kv_group;  // this head's K/V head
+    struct Item {
+        int row0, rows, z, kv_head, kt0, tiles;  // first row, rows, head (batch·head), its K/V head, key tiles
+        // [kt0, kt0 + tiles)
+    };
+    auto item_of = [&]([[maybe_unused]] int it) {
+        Item w;
+#if defined(PERSISTENT) && defined(CAUSAL)
+        w.row0 = (t_r - 1 - it / bh) * BR;
+        w.z = it % bh;
+#elif defined(PERSISTENT)
+        w.row0 = (it % t_r) * BR;
+        w.z = it / t_r;
+#elif defined(CAUSAL)
+        w.row0 = (gridDim.x - 1 - blockIdx.x) * BR;
+        w.z = blockIdx.z;
+#else
+        w.row0 = blockIdx.x * BR;
+        w.z = blockIdx.z;
+#endif
+        w.rows = min(BR, n_q - w.row0);
+        w.kv_head = w.z / kv_group;
 #ifdef IOK_BAND
-    // the key tiles [kt0, kt0 + tiles) hold every key a row of the block sees: from its first row's first (WINDOW)
-    // to its last row's last; those outside are masked for all its rows
+        // the key tiles hold every key a row of the item sees: from its first row's first (WINDOW) to its last
+        // row's last; those outside are masked for all its rows
 #ifdef WINDOW
-    const int key_lo = max(0, row0 + win_lo);
+        const int key_lo = max(0, w.row0 + win_lo);
 #else
-    const int key_lo = 0;
+        const int key_lo = 0;
 #endif
-    const int key_hi = min(n_k, row0 + rows + IOK_BAND_HI);  // one past the last row's last key
-    const int kt0 = key_lo / BC;
-    const int tiles = key_hi > key_lo ? (key_hi + BC - 1) / BC - kt0 : 0;
+        const int key_hi = min(n_k, w.row0 + w.rows + IOK_BAND_HI);  // one past the last row's last key
+        w.kt0 = key_lo / BC;
+        w.tiles = key_hi > key_lo ? (key_hi + BC - 1) / BC - w.kt0 : 0;
 #else
-    constexpr int kt0 = 0;
-    const int tiles = (n_k + BC - 1) / BC;
+        w.kt0 = 0;
+        w.tiles = (n_k + BC - 1) / BC;
+#endif
+        return w;
+    };
+#ifdef PERSISTENT
+#define ITEM_OF(it) item_of(it)
+#else
+    const Item block_item = item_of(0);  // before the roles part, as the one item's values
+#define ITEM_OF(it) block_item
 #endif
     const float scale2 = scale * WG_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
 
-    // barriers: Q; per stage of the K and V rings, full (1 arrival + the copies' bytes) and empty (one
-    // arrival per consumer warp, after its wgmma wait: every warp of a warpgroup has finished reading)
-    __shared__ __align__(8) unsigned long long bar_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
+    // barriers: Q, full (1 arrival + the copy's bytes) and empty (one arrival per consumer warp once the item's last
+    // S has read it); per stage of the K and V rings, full and empty (one arrival per consumer warp, after its wgmma
+    // wait: every warp of a warpgroup has finished reading). The rings run on across items: tile j of an item is
+    // slot ring + j, ring the tiles of the block's earlier items
+    __shared__ __align__(8) unsigned long long bar_q, empty_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
+        iok_mbar_init(&empty_q, CONSUMERS / 32);
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
             iok_mbar_init(&full_k[st], 1);
@@ -127,225 +163,257 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup: one thread issues every copy
         iok_regs_dec<PRODUCER_REGS>();
-        if (threadIdx.x == CONSUMERS && tiles > 0) {
+        if (threadIdx.x == CONSUMERS) {
             iok_tma_prefetch_map(&tmQ);
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
-            iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
-            wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, row0, n_q, blockIdx.z);
-            // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
-            auto load = [&](int j, bool is_k) {
-                const int st = j & 1;
-                const unsigned phase = (j >> 1) & 1;
-                unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
-                unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
-                iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
-                iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
-                const int key0 = (kt0 + j) * BC;
-                if (is_k) {
-                    wg_tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, key0, n_k, kv_head);
-                } else {
-                    wg_tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, key0, n_k, kv_head);
-                }
-            };
-            load(0, true);
+            int ring = 0, nq = 0;  // K/V slots and Q tiles loaded so far
+            ITEM_LOOP {
+                const Item w = ITEM_OF(it);
+                const int z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (scalars: a lambda captures them)
+                if (tiles == 0) continue;  // (a causal or window item whose rows see no key)
+                const int kv_head = w.kv_head;
+#ifdef PERSISTENT
+                iok_mbar_wait(&empty_q, (nq & 1) ^ 1);  // the consumers' last product that reads Q is done
+#endif
+                iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
+                wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, w.row0, n_q, z);
+                ++nq;
+                // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
+                auto load = [&](int j, bool is_k) {
+                    const int st = (ring + j) & 1;
+                    const unsigned phase = ((ring + j) >> 1) & 1;
+                    unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
+                    unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
+                    iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
+                    iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
+                    const int key0 = (kt0 + j) * BC;
+                    if (is_k) {
+                        wg_tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, key0, n_k,
+                                                    kv_head);
+                    } else {
+                        wg_tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, key0, n_k,
+                                                    kv_head);
+                    }
+                };
+                load(0, true);
 #pragma unroll 1
-            for (int j = 0; j < tiles; ++j) {
-                if (j + 1 < tiles) load(j + 1, true);
-                load(j, false);
+                for (int j = 0; j < tiles; ++j) {
+                    if (j + 1 < tiles) load(j + 1, true);
+                    load(j, false);
+                }
+                ring += tiles;
             }
         }
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
-
-        float s[BC / 2], o[TILE_D / 2];
+        int ring = 0, nq = 0;  // K/V slots and Q tiles used so far
+        ITEM_LOOP {
+            const Item w = ITEM_OF(it);
+            const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (lambdas capture
+            // scalars)
+            const size_t q_off = static_cast<size_t>(z) * n_q + row0;
+            float s[BC / 2], o[TILE_D / 2];
 #pragma unroll
-        for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
-        float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
-        unsigned pa[BC / 16][4];  // P_j rounded to T: the A operand of the P V product issued in step j + 1
+            for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
+            float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
+            unsigned pa[BC / 16][4];  // P_j rounded to T: the A operand of the P V product issued in step j + 1
 #ifdef DROPOUT
-        unsigned keep[2];  // tile j's keep bits (rows g, g + 8; keep[h] bit 2n + c: element 4n + 2h + c)
+            unsigned keep[2];  // tile j's keep bits (rows g, g + 8; keep[h] bit 2n + c: element 4n + 2h + c)
 #endif
 
-        // S = Q K_jᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step moves the
-        // descriptors by 32 bytes, from slab to slab by the slab's size
-        auto issue_s = [&](int j) {
-            const unsigned char* Kt = smem + ((j & 1) ? SMEM_K1 : SMEM_K0);
+            // S = Q K_jᵀ (64 x BC per warpgroup): TILE_D / 16 steps of 16; within a 64-column slab a step moves the
+            // descriptors by 32 bytes, from slab to slab by the slab's size
+            auto issue_s = [&](int j) {
+                const unsigned char* Kt = smem + (((ring + j) & 1) ? SMEM_K1 : SMEM_K0);
 #pragma unroll
-            for (int kk = 0; kk < TILE_D / 16; ++kk) {
-                const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
-                const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
-                wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
-                                 wg_desc(Kt + kkoff, 16, 1024), kk);
-            }
-            wg_commit();
-        };
-        // O += P_j V_j: P from registers, 16 keys per step
-        auto issue_pv = [&](int j) {
-            const unsigned char* Vt = smem + ((j & 1) ? SMEM_V1 : SMEM_V0);
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) {
-                wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
-            }
-            wg_commit();
-        };
-        auto dropout_bits = [&]([[maybe_unused]] int j) {
-#ifdef DROPOUT
-            wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, blockIdx.z,
-                                row0 + wg * 64 + warp * 16 + g, (kt0 + j) * BC, t);
-            asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
-#endif
-        };
-        // S_j landed in s: release K_j, mask, and the online softmax (rows g: i % 4 < 2, g + 8: i % 4 >= 2); s
-        // becomes P_j, corr the factor of O
-        auto softmax = [&](int j, float (&corr)[2]) {
-            wg_fence_regs(s);
-            __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty_k[j & 1]);  // this warp's share of the product has read K_j
-            const int key0 = (kt0 + j) * BC;
-            if (key0 + BC > n_k) {  // keys past n_k (ragged last tile) get -inf
-#pragma unroll
-                for (int i = 0; i < BC / 2; ++i) {
-                    if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
+                for (int kk = 0; kk < TILE_D / 16; ++kk) {
+                    const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
+                    const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
+                    wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
+                                     wg_desc(Kt + kkoff, 16, 1024), kk);
                 }
-            }
+                wg_commit();
+            };
+            // O += P_j V_j: P from registers, 16 keys per step
+            auto issue_pv = [&](int j) {
+                const unsigned char* Vt = smem + (((ring + j) & 1) ? SMEM_V1 : SMEM_V0);
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk) {
+                    wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
+                }
+                wg_commit();
+            };
+            auto dropout_bits = [&]([[maybe_unused]] int j) {
+#ifdef DROPOUT
+                wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, z,
+                                    row0 + wg * 64 + warp * 16 + g, (kt0 + j) * BC, t);
+                asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
+#endif
+            };
+            // S_j landed in s: release K_j, mask, and the online softmax (rows g: i % 4 < 2, g + 8: i % 4 >= 2); s
+            // becomes P_j, corr the factor of O
+            auto softmax = [&](int j, float (&corr)[2]) {
+                wg_fence_regs(s);
+                __syncwarp();
+                if (lane == 0) iok_mbar_arrive(&empty_k[(ring + j) & 1]);  // this warp's share of the product read K_j
+#ifdef PERSISTENT
+                if (lane == 0 && j == tiles - 1) iok_mbar_arrive(&empty_q);  // ... and the item's last that reads Q
+#endif
+                const int key0 = (kt0 + j) * BC;
+                if (key0 + BC > n_k) {  // keys past n_k (ragged last tile) get -inf
+#pragma unroll
+                    for (int i = 0; i < BC / 2; ++i) {
+                        if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
+                    }
+                }
 #ifdef WINDOW
-            // keys outside a row's band get -inf (only in tiles that reach past the block's first row's last key or
-            // before its last row's first)
-            if (key0 + BC - 1 > row0 + win_hi || key0 < row0 + BR - 1 + win_lo) {
-                // the lane's first row's band relative to its first key (+ 8 for its second row)
-                const int rel = row0 + wg * 64 + warp * 16 + g - key0 - 2 * t;
+                // keys outside a row's band get -inf (only in tiles that reach past the block's first row's last key or
+                // before its last row's first)
+                if (key0 + BC - 1 > row0 + win_hi || key0 < row0 + BR - 1 + win_lo) {
+                    // the lane's first row's band relative to its first key (+ 8 for its second row)
+                    const int rel = row0 + wg * 64 + warp * 16 + g - key0 - 2 * t;
 #pragma unroll
-                for (int i = 0; i < BC / 2; ++i) {
-                    const int c = (i >> 2) * 8 + (i & 1) - 8 * ((i >> 1) & 1);  // key - row, less rel
-                    if (c > rel + win_hi || c < rel + win_lo) s[i] = neg_inf();
+                    for (int i = 0; i < BC / 2; ++i) {
+                        const int c = (i >> 2) * 8 + (i & 1) - 8 * ((i >> 1) & 1);  // key - row, less rel
+                        if (c > rel + win_hi || c < rel + win_lo) s[i] = neg_inf();
+                    }
                 }
-            }
 #elif defined(CAUSAL)
-            // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
-            const int off = IOK_BAND_HI;
-            if (key0 + BC - 1 > row0 + off) {
-                const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
+                // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
+                const int off = IOK_BAND_HI;
+                if (key0 + BC - 1 > row0 + off) {
+                    const int row = row0 + wg * 64 + warp * 16 + g + off;  // + 8 for the second row of the lane
 #pragma unroll
-                for (int i = 0; i < BC / 2; ++i) {
-                    if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > row + 8 * ((i >> 1) & 1)) s[i] = neg_inf();
+                    for (int i = 0; i < BC / 2; ++i) {
+                        if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > row + 8 * ((i >> 1) & 1)) s[i] = neg_inf();
+                    }
                 }
+#endif
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float mx = m[h];
+#pragma unroll
+                    for (int n = 0; n < BC / 8; ++n) {
+                        mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
+                    }
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+#ifdef IOK_BAND
+                    // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
+                    const float mx_ref = mx == neg_inf() ? 0.0f : mx;
+#else
+                    const float mx_ref = mx;
+#endif
+                    corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
+                    m[h] = mx;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < BC / 8; ++n) {
+                        s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                        s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
+                        sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
+                    }
+                    l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
+                }
+            };
+            auto pack_p = [&]() {
+#ifdef DROPOUT
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk) {
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
+                        const int bit = 4 * kk + 2 * (r >> 1);
+                        pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
+                                               wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
+                    }
+                }
+#else
+                wg_acc_to_a<T, BC>(pa, s);
+#endif
+            };
+
+            // Step 0: S_0 alone. Every later step issues S_j and then P_{j-1} V_{j-1}, waits for the first, runs
+            // S_j's softmax while the second flies, then waits for it and rescales O. No branch around a product or
+            // a wait (ptxas would serialize the products).
+            float corr[2];
+            if (tiles > 0) {  // (a causal or window item whose rows see no key: O = 0)
+                iok_mbar_wait(&bar_q, nq & 1);
+                ++nq;
+                iok_mbar_wait(&full_k[ring & 1], (ring >> 1) & 1);
+                wg_fence();
+                issue_s(0);
+                dropout_bits(0);
+                wg_wait<0>();
+                softmax(0, corr);
+                pack_p();
+#pragma unroll 1
+                for (int j = 1; j < tiles; ++j) {
+                    const int buf = (ring + j) & 1, pbuf = buf ^ 1;
+                    // the warpgroups take turns issuing (named barrier 1 + wg; warpgroup 0 has the first turn)
+                    if (!(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
+                    iok_mbar_wait(&full_k[buf], ((ring + j) >> 1) & 1);  // K_j landed
+                    iok_mbar_wait(&full_v[pbuf], ((ring + j - 1) >> 1) & 1);  // V_{j-1} landed
+                    wg_fence();
+                    issue_s(j);
+                    issue_pv(j - 1);
+                    if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
+                    dropout_bits(j);
+                    wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
+                    softmax(j, corr);
+                    wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
+                    wg_fence_regs(o);
+                    wg_fence_regs(pa);
+                    __syncwarp();
+                    if (lane == 0) iok_mbar_arrive(&empty_v[pbuf]);  // this warp's share has read V_{j-1}
+#pragma unroll
+                    for (int i = 0; i < TILE_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+                    pack_p();
+                }
+                // the last tile's O += P V
+                iok_mbar_wait(&full_v[(ring + tiles - 1) & 1], ((ring + tiles - 1) >> 1) & 1);
+                wg_fence();
+                issue_pv(tiles - 1);
+                wg_wait<0>();
+                wg_fence_regs(o);
+#ifdef PERSISTENT
+                __syncwarp();
+                if (lane == 0) iok_mbar_arrive(&empty_v[(ring + tiles - 1) & 1]);  // this warp's share has read it
+                ring += tiles;
+#endif
             }
+
+            // O = O / l, rounded once; lse = (m + log2 l) ln 2
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+                l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+            }
+#ifdef IOK_BAND
+            // a row that sees no key: O = 0
+            const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};
+#else
+            const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+#endif
+#ifdef DROPOUT
+            const float out_scale[2] = {inv[0] * dropout_scale, inv[1] * dropout_scale};  // O = (Z ∘ P) V / l
+#else
+            const float (&out_scale)[2] = inv;
 #endif
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = m[h];
+                const int r = wg * 64 + warp * 16 + g + 8 * h;
+                if (r < rows) {
+                    T* orow = O + (q_off + r) * HEAD_D;
 #pragma unroll
-                for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]) * scale2);
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-#ifdef IOK_BAND
-                // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
-                const float mx_ref = mx == neg_inf() ? 0.0f : mx;
-#else
-                const float mx_ref = mx;
-#endif
-                corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
-                m[h] = mx;
-                float sum = 0.0f;
-#pragma unroll
-                for (int n = 0; n < BC / 8; ++n) {
-                    s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
-                    s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
-                    sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
-                }
-                l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
-            }
-        };
-        auto pack_p = [&]() {
-#ifdef DROPOUT
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {  // element 8 kk + 2r + c: keep[r & 1] bit 2 (2 kk + r / 2) + c
-                    const int bit = 4 * kk + 2 * (r >> 1);
-                    pa[kk][r] = wg_pack<T>(wg_keep(s[8 * kk + 2 * r], keep[r & 1], bit),
-                                           wg_keep(s[8 * kk + 2 * r + 1], keep[r & 1], bit + 1));
-                }
-            }
-#else
-            wg_acc_to_a<T, BC>(pa, s);
-#endif
-        };
-
-        // Step 0: S_0 alone. Every later step issues S_j and then P_{j-1} V_{j-1}, waits for the first, runs
-        // S_j's softmax while the second flies, then waits for it and rescales O. No branch around a product or
-        // a wait (ptxas would serialize the products).
-        float corr[2];
-        if (tiles > 0) {  // (a causal or window block whose rows see no key: O = 0)
-            iok_mbar_wait(&bar_q, 0);
-            iok_mbar_wait(&full_k[0], 0);
-            wg_fence();
-            issue_s(0);
-            dropout_bits(0);
-            wg_wait<0>();
-            softmax(0, corr);
-            pack_p();
-#pragma unroll 1
-            for (int j = 1; j < tiles; ++j) {
-                const int buf = j & 1, pbuf = buf ^ 1;
-                // the warpgroups take turns issuing (named barrier 1 + wg; warpgroup 0 has the first turn)
-                if (!(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
-                iok_mbar_wait(&full_k[buf], (j >> 1) & 1);  // K_j landed
-                iok_mbar_wait(&full_v[pbuf], ((j - 1) >> 1) & 1);  // V_{j-1} landed
-                wg_fence();
-                issue_s(j);
-                issue_pv(j - 1);
-                if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
-                dropout_bits(j);
-                wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
-                softmax(j, corr);
-                wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
-                wg_fence_regs(o);
-                wg_fence_regs(pa);
-                __syncwarp();
-                if (lane == 0) iok_mbar_arrive(&empty_v[pbuf]);  // this warp's share has read V_{j-1}
-#pragma unroll
-                for (int i = 0; i < TILE_D / 2; ++i) o[i] *= corr[(i >> 1) & 1];
-                pack_p();
-            }
-            // the last tile's O += P V
-            iok_mbar_wait(&full_v[(tiles - 1) & 1], ((tiles - 1) >> 1) & 1);
-            wg_fence();
-            issue_pv(tiles - 1);
-            wg_wait<0>();
-            wg_fence_regs(o);
-        }
-
-        // O = O / l, rounded once; lse = (m + log2 l) ln 2
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        }
-#ifdef IOK_BAND
-        const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};  // no key: O = 0
-#else
-        const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
-#endif
-#ifdef DROPOUT
-        const float out_scale[2] = {inv[0] * dropout_scale, inv[1] * dropout_scale};  // O = (Z ∘ P) V / l
-#else
-        const float (&out_scale)[2] = inv;
-#endif
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = wg * 64 + warp * 16 + g + 8 * h;
-            if (r < rows) {
-                T* orow = O + (q_off + r) * HEAD_D;
-#pragma unroll
-                for (int n = 0; n < TILE_D / 8; ++n) {
-                    if (n * 8 < HEAD_D) {  // the tile's columns past d: not stored
-                        const float a = o[4 * n + 2 * h] * out_scale[h], b = o[4 * n + 2 * h + 1] * out_scale[h];
-                        iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), wg_pack<T>(a, b));
+                    for (int n = 0; n < TILE_D / 8; ++n) {
+                        if (n * 8 < HEAD_D) {  // the tile's columns past d: not stored
+                            const float a = o[4 * n + 2 * h] * out_scale[h], b = o[4 * n + 2 * h + 1] * out_scale[h];
+                            iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), wg_pack<T>(a, b));
+                        }
                     }
+                    if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
                 }
-                if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
             }
         }
     }

@@ -42,7 +42,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_kv_outer": ("Q", "K", "V", "Oacc", "m", "l", "n_q", "n_k", "scale"),
     "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
     "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
-    "flash_tma_fwd": ("map:Q", "map:K", "map:V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),  # TMA maps
+    "flash_tma_fwd": ("map:Q", "map:K", "map:V", "O", "lse", "n_q", "n_k", "scale", "kv_group", "bh"),  # TMA maps
     **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.plan.fast_bwd)
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
@@ -250,7 +250,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     check_window_kernels(plan)
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
               "scale": np.float32(scale), "null": np.uint64(0),
-              "kv_group": np.int32(plan.heads // plan.kv_heads)}
+              "kv_group": np.int32(plan.heads // plan.kv_heads), "bh": np.int32(plan.bh)}
     params = dict(stage.params)
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]

@@ -46,6 +46,9 @@ TMA_HEAD_DIMS = tuple(range(16, 257, 8))
 # S, O and P fit the registers at 128 x 64 only
 TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 128), (128, True): (128, 128),
              (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
+# the tma forward's persistent grid (B_r 128): at most this many blocks, each taking work items (query block, head) in
+# turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200 (a part with fewer SMs runs a short second wave)
+TMA_FWD_CTAS = 132
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
 # kernel -> (stage kernel name, default (B_r, B_c) per d; tma's per (tile width, causal)); wgmma and mma run
@@ -143,7 +146,12 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     tr, tc = cdiv(N_q, block_r), cdiv(N_k, block_c)
     threads = 2 * block_r + (128 if kernel == "tma" else 0)  # tma: and the producer warpgroup
     params = tile_params(d)
-    stage = Stage("main", name, (tr, 1, batch * heads), threads, layout(buffers), params)
+    grid = (tr, 1, batch * heads)
+    if kernel == "tma":  # one work item (query block, head) per block, or a persistent grid at B_r 128
+        persistent = block_r == 128
+        grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid
+        params = (*params, ("PERSISTENT", 1)) if persistent else params
+    stage = Stage("main", name, grid, threads, layout(buffers), params)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads,
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=(stage,),

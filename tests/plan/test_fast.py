@@ -16,7 +16,10 @@ def test_simulator_counts_equal_model(n_q, n_k, d, dtype, kernel):
     plan = make_fast_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, heads=2, kernel=kernel)
     br = plan.tile["Br"]
     producer = 128 if kernel == "tma" else 0  # tma: a producer warpgroup beside a warpgroup per 64 rows
-    assert plan.stages[0].grid == (-(-n_q // br), 1, 2) and plan.stages[0].threads == 2 * br + producer
+    persistent = dict(plan.stages[0].params).get("PERSISTENT")  # tma at B_r 128: the items (query block, head)
+    grid = (min(2 * -(-n_q // br), 132), 1, 1) if persistent else (-(-n_q // br), 1, 2)
+    assert plan.stages[0].grid == grid and plan.stages[0].threads == 2 * br + producer
+    assert persistent == (1 if kernel == "tma" and br == 128 else None)
     host = make_inputs(plan, seed=1, rounded=True)
     run = simulate(plan, host)
     assert run.counts == model.exact(plan)
@@ -152,3 +155,13 @@ def test_grouped_query_attention_is_refused_elsewhere():
     with pytest.raises(Unsupported, match="flash/fast only"):
         make_plan("flash", "q_outer", N_q=64, d=64, sram=96 * 1024, heads=4, kv_heads=2)
     assert make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=96 * 1024, heads=4, kv_heads=1).kv_heads == 1
+
+
+def test_the_persistent_tma_grid_is_capped_at_the_sms():
+    """B_r 128: one block per work item up to 132 blocks (the H100's and H200's SMs), which then take items in turn."""
+    small = make_fast_plan(N_q=1000, d=128, dtype="float16", heads=3, kernel="tma")  # 8 query blocks x 3 heads
+    big = make_fast_plan(N_q=16384, d=128, dtype="float16", heads=16, kernel="tma")
+    assert small.stages[0].grid == (24, 1, 1) and big.stages[0].grid == (132, 1, 1)
+    wide = make_fast_plan(N_q=16384, d=64, dtype="float16", heads=16, kernel="tma")  # B_r 192: a block per item
+    assert wide.tile["Br"] == 192 and wide.stages[0].grid == (86, 1, 16)
+
