@@ -38,10 +38,12 @@ constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
 static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 rows, and the producer's");
 constexpr int WGS = BR / 64;  // consumer warpgroups
 // registers per thread after setmaxnreg: the producer keeps what issuing copies needs
-// (its counting build keeps 56: it adds the bytes of every copy in 64-bit counters, across the items of a persistent
-// block)
-#ifdef IOK_COUNT
-constexpr int PRODUCER_REGS = WGS == 2 ? 56 : 32, CONSUMER_REGS = WGS == 2 ? 224 : 160;
+// (its counting build keeps 40: it adds the bytes of every copy in 64-bit counters; 56 across the items of a
+// persistent block)
+#if defined(IOK_COUNT) && defined(PERSISTENT)
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+#elif defined(IOK_COUNT)
+constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
 #else
 constexpr int PRODUCER_REGS = WGS == 2 ? 24 : 32, CONSUMER_REGS = WGS == 2 ? 240 : 160;
 #endif

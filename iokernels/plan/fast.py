@@ -46,8 +46,11 @@ TMA_HEAD_DIMS = tuple(range(16, 257, 8))
 # S, O and P fit the registers at 128 x 64 only
 TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 128), (128, True): (128, 128),
              (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
-# the tma forward's persistent grid (B_r 128): at most this many blocks, each taking work items (query block, head) in
-# turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200 (a part with fewer SMs runs a short second wave)
+# the tma forward's persistent grid (B_r 128, not causal alone): at most this many blocks, each taking work items (query
+# block, head) in turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200 (a part with fewer SMs runs a short
+# second wave). Causal items shrink along the rows and the blocks take them in a fixed order, so a causal plan keeps a
+# block per item (the hardware hands the next item to the first SM free): persistent, causal d 128 N 16384 ran 1.98 ms
+# against 1.73 (results/h100/issue22/persist-1a15069/probe-persist.txt); a window's items are all alike
 TMA_FWD_CTAS = 132
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
@@ -100,7 +103,8 @@ def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[t
 
 def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                    heads: int = 1, block_r: int | None = None, block_c: int | None = None,
-                   kernel: str | None = None, kv_heads: int | None = None, causal: bool = False) -> Plan:
+                   kernel: str | None = None, kv_heads: int | None = None, causal: bool = False,
+                   persistent: bool | None = None) -> Plan:
     """The plan of a tensor-core forward kernel for one problem (:class:`iokernels.plan.core.Unsupported`,
     a ValueError, when the kernel does not take the problem).
 
@@ -109,7 +113,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128, tma B_r 128 (or 192 at d up to
     64) and B_c 64 or 128 (64 past d 128). ``kv_heads``: grouped-query attention, K and V with that many heads
     (dividing ``heads``; default ``heads``). ``causal``: a causal plan's default tiles (:data:`TMA_TILES`; the mask
-    itself is added by :func:`iokernels.plan.variants.with_causal`)."""
+    itself is added by :func:`iokernels.plan.variants.with_causal`) and, for tma, a block per work item.
+    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: unless ``causal``."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kernel = default_kernel() if kernel is None else kernel
@@ -148,7 +153,7 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     params = tile_params(d)
     grid = (tr, 1, batch * heads)
     if kernel == "tma":  # one work item (query block, head) per block, or a persistent grid at B_r 128
-        persistent = block_r == 128
+        persistent = block_r == 128 and (not causal if persistent is None else persistent)
         grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid
         params = (*params, ("PERSISTENT", 1)) if persistent else params
     stage = Stage("main", name, grid, threads, layout(buffers), params)
@@ -165,7 +170,7 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
     naming the smallest M that works when none fits (the caller turns it into SramTooSmall). ``dropout``: the
     sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`. ``causal``:
     a causal plan's default tiles (:data:`TMA_TILES`). ``window``: a sliding window's plan, tma's tilings only (the
-    kernel that takes one)."""
+    kernel that takes one), persistent (its items are alike)."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
     if dropout and kernel not in SM90_KERNELS:
@@ -180,7 +185,7 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
     if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS and not (window and kernel == "tma"):  # (the other kernels
         # take no d inside a wider tile)
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
-    plans = [make_fast_plan(**problem, **o, causal=causal) for o in options]
+    plans = [make_fast_plan(**problem, **o, causal=causal, persistent=True if window else None) for o in options]
     for plan in plans:
         if plan.smem_bytes <= sram:
             return plan

@@ -165,3 +165,13 @@ def test_the_persistent_tma_grid_is_capped_at_the_sms():
     wide = make_fast_plan(N_q=16384, d=64, dtype="float16", heads=16, kernel="tma")  # B_r 192: a block per item
     assert wide.tile["Br"] == 192 and wide.stages[0].grid == (86, 1, 16)
 
+
+def test_causal_alone_keeps_a_block_per_item_and_a_window_is_persistent():
+    from iokernels.plan import make_plan
+
+    kw = dict(N_q=16384, d=128, dtype="float16", sram=227 * 1024, heads=16)
+    causal = make_plan("flash", "fast", causal=True, **kw).stages[0]
+    window = make_plan("flash", "fast", causal=True, window=(1024, 0), **kw).stages[0]
+    assert causal.grid == (128, 1, 16) and "PERSISTENT" not in dict(causal.params)
+    assert window.grid == (132, 1, 1) and dict(window.params)["PERSISTENT"] == 1
+
