@@ -120,9 +120,10 @@ class RawStage:
             self.function((gx, gy, gz), (bx, by, bz), tuple(values), shared_mem=smem)
 
 
-def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int) -> None:
+def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int, device: int | None = None) -> None:
     """Fill ``count`` elements of ``dtype`` at ``pointer`` with NaN, asynchronously on ``stream``; integer
-    buffers are left as they are."""
+    buffers are left as they are. ``device``: the buffer's, bound first on a thread with no current context (the
+    runtime's current device when None)."""
     word = NAN_WORDS.get(np.dtype(dtype))
     if word is None or not count:
         return
@@ -136,7 +137,13 @@ def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int) -> None:
             array.fill(word[0])
         return
     setter = lib.cuMemsetD16Async if word[1] == 2 else lib.cuMemsetD32Async
-    check(setter(pointer, word[0], count, stream), "NaN fill")
+    code = setter(pointer, word[0], count, stream)
+    if code == CUDA_ERROR_INVALID_CONTEXT:  # a thread without a current context (autograd's worker), as launches
+        from cupy.cuda import runtime
+
+        make_current(runtime.getDevice() if device is None else device)
+        code = setter(pointer, word[0], count, stream)
+    check(code, "NaN fill")
 
 
 @dataclass(frozen=True)
@@ -170,19 +177,20 @@ class RawPlan:
         launch on the caller's inputs at addresses ``given``, and return the outputs in ``allocations`` order.
         The workspace block is released on return: the allocators reuse it only after the stream's work."""
         pointers = [given[i] for i in self.inputs]
+        device = self.stages[0].device if self.stages else None
         arrays = []
         for position, (shape, dtype) in enumerate(self.allocations):
             array, pointer = allocate(position, shape, dtype)
             arrays.append(array)
             pointers.append(pointer)
             if poison:
-                fill_nan(pointer, dtype, math.prod(shape), stream)
+                fill_nan(pointer, dtype, math.prod(shape), stream, device)
         if self.workspace:
             _block, base = allocate(None, (self.workspace_bytes,), np.dtype(np.uint8))  # alive until launched
             for offset, elements, dtype in self.workspace:
                 pointers.append(base + offset)
                 if poison:
-                    fill_nan(base + offset, dtype, elements, stream)
+                    fill_nan(base + offset, dtype, elements, stream, device)
         pointers += self.constant_pointers
         self.launch(pointers, stream, dropout)
         return arrays

@@ -60,3 +60,27 @@ def test_a_map_encodes_in_a_thread_without_a_context():
     thread.start()
     thread.join()
     assert got == [want]
+
+
+def test_a_nan_fill_runs_in_a_thread_without_a_context():
+    """The debug poisoning (rawlaunch.fill_nan, the raw driver's memset) binds the device's primary context where the
+    thread has none, as the launches do: a torch backward's first call in autograd's worker failed with CUDA error
+    201 under IOKERNELS_DEBUG_POISON before."""
+    import threading
+
+    x = cp.zeros(1000, dtype=cp.float16)
+    device = cp.cuda.Device().id
+    errors: list = []
+
+    def worker() -> None:
+        try:
+            rawlaunch.fill_nan(x.data.ptr, np.dtype(np.float16), x.size, 0, device)
+            cp.cuda.runtime.deviceSynchronize()
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert errors == [] and bool(cp.isnan(x).all())
+
