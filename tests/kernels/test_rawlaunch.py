@@ -52,7 +52,8 @@ def test_run_allocates_outputs_and_one_aligned_workspace_block():
 
 def test_poisoning_fills_every_output_and_workspace_tensor(monkeypatch):
     fills = []
-    monkeypatch.setattr(rawlaunch, "fill_nan", lambda pointer, dtype, count, stream, device: fills.append((pointer, count)))
+    monkeypatch.setattr(rawlaunch, "fill_nan",
+                        lambda pointer, dtype, count, stream, device: fills.append((pointer, count)))
     f32 = np.dtype(np.float32)
     raw = rawlaunch.RawPlan(("Q", "O", "D"), (0,), (((4, 2), f32),), ((0, 3, f32),), 256, (), (), (_Stage(),))
     raw.run((1,), lambda position, shape, dtype: (None, 500 if position == 0 else 700), 0, None, poison=True)
