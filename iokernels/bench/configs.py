@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan import check_problem, normalize_window, visible_area
+from ..plan import check_problem, visible_area
 from ..plan.units import check_dtype
 
 PASSES = ("fwd", "bwd")
@@ -75,18 +75,6 @@ class Problem:
 
 def _window_text(window: tuple[int | None, int | None]) -> str:
     return ",".join("-1" if side is None else str(side) for side in window)
-
-
-def parse_window(text: str | None) -> tuple[int | None, int | None] | None:
-    """``"1024,0"`` -> (1024, 0) (-1: that side unbounded); None or "" -> None; ValueError naming --window else."""
-    if text is None or not str(text).strip():
-        return None
-    items = [x.strip() for x in str(text).split(",")]
-    try:
-        return normalize_window(tuple(int(x) for x in items))
-    except ValueError as exc:
-        raise ValueError(f"--window: expected LEFT,RIGHT (ints >= 0, or -1 for unbounded), got {text!r} ({exc})") \
-            from None
 
 
 def parse_ints(option: str, text: str) -> list[int]:

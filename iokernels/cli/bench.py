@@ -8,7 +8,7 @@ from ..bench.configs import DEFAULT_DS, DEFAULT_DTYPES, DEFAULT_NS, OVERHEAD_DS,
 from ..plan.dropout import check_p
 from ..plan.units import check_dtype
 from .app import cli
-from .options import SIZE_HELP, emit, plans_from_options, problem_options, user_errors
+from .options import SIZE_HELP, emit, parse_window, plans_from_options, problem_options, user_errors
 
 
 @cli.command("kernel-bench")
@@ -92,7 +92,7 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward
                            budget_seconds=time_budget)
     timing.check()
     check_p(dropout_p)
-    window = configs.parse_window(window)
+    window = parse_window(window)
     if overhead:
         if modes != ("call",):
             raise ValueError("--overhead times host calls; --mode does not apply to it")

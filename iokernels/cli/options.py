@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..model.specs import DEFAULT_GPU, GpuSpec, current_device_spec, resolve_spec
-from ..plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal
+from ..plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal, normalize_window
 from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
@@ -162,7 +162,8 @@ def sparse_spec(block_sparse, block_pattern, block_seed, block_size) -> dict | N
 
 
 def mask_dropout_options(fn: Callable) -> Callable:
-    """--mask KIND [--mask-per-head] (an explicit mask of random values) and --dropout P [--dropout-seed]."""
+    """--mask KIND [--mask-per-head] (an explicit mask of random values), --dropout P [--dropout-seed] and --window
+    LEFT,RIGHT (a sliding window)."""
     options = [
         click.option("--mask", "mask_kind", type=click.Choice(list(MASK_KINDS)), default=None,
                      help="an explicit element mask read from HBM, random values (about 70% visible): bool (1 byte "
@@ -173,20 +174,36 @@ def mask_dropout_options(fn: Callable) -> Callable:
                      help="dropout on P with probability P in [0, 1) (Philox, regenerated in every kernel that "
                           "needs it: no bytes); only the plans that implement it"),
         click.option("--dropout-seed", type=int, default=None, help="seed of --dropout's stream (default 0)"),
+        click.option("--window", "window", default=None, metavar="LEFT,RIGHT",
+                     help="a sliding window (FlashAttention's window_size; -1: that side unbounded): the tiled "
+                          "plans skip the blocks with no visible element; on a GPU only flash/fast's kernels take it"),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed) -> dict:
-    """all_plans' mask and dropout arguments from the options."""
+def parse_window(text: str | None) -> tuple[int | None, int | None] | None:
+    """``"1024,0"`` -> (1024, 0) (-1: that side unbounded); None or "" -> None; ValueError naming --window else."""
+    if text is None or not str(text).strip():
+        return None
+    items = [x.strip() for x in str(text).split(",")]
+    try:
+        return normalize_window(tuple(int(x) for x in items))
+    except ValueError as exc:
+        raise ValueError(f"--window: expected LEFT,RIGHT (ints >= 0, or -1 for unbounded), got {text!r} ({exc})") \
+            from None
+
+
+def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=None) -> dict:
+    """all_plans' mask, dropout and window arguments from the options."""
     if mask_per_head and mask_kind is None:
         raise ValueError("--mask-per-head needs --mask bool|additive")
     if dropout_seed is not None and dropout_p is None:
         raise ValueError("--dropout-seed needs --dropout P")
     return {"mask": None if mask_kind is None else ExplicitMask(mask_kind, shared=not mask_per_head),
-            "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0)}
+            "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0),
+            "window": parse_window(window)}
 
 
 KV_HEADS_OPTION = click.option(
@@ -196,7 +213,7 @@ KV_HEADS_OPTION = click.option(
 
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
-                       sparse=None, kv_heads=None, mask=None, dropout=None):
+                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None):
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
     causal = causal_spec(causal, causal_align)
     n_q = n if n_q is None else n_q
@@ -212,7 +229,8 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
                          f"{limit} bytes ({format_bytes(limit)}); choose a smaller --sram or another --gpu")
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
-                      causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout)
+                      causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout,
+                      window=window)
     if not plans:
         raise ValueError("no algorithm implements this combination of masks" if kv_heads is None else
                          "no plan takes grouped-query attention here: flash/fast needs float16 or bfloat16 and "

@@ -10,6 +10,7 @@ import click
 from .. import model
 from ..analysis.report import build, render
 from ..model.specs import current_device_spec, list_specs, resolve_spec, table_notes
+from ..plan import Unsupported, check_window_kernels
 from ..plan.units import check_dtype, format_bytes, parse_size
 from .app import cli
 from .options import (
@@ -38,15 +39,16 @@ from .options import (
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
 def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
-              block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, kv_heads,
-              detail, latex) -> None:
+              block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
+              kv_heads, detail, latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
     plans, spec = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
                          sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
-                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed))
+                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window))
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
-                                                    causal=p.causal, block_sparse=p.block_mask is not None))
+                                                    causal=p.causal, block_sparse=p.block_mask is not None,
+                                                    window=p.window is not None))
                        for p in plans}
     lines = [render(doc, detail=detail, measured=False), ""]
     totals = {(r["algorithm"], r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
@@ -62,11 +64,13 @@ def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, 
                    "block-mask bytes read (one per pair visited), s the fraction of visited pairs kept")
     lines.append("formulas (bytes; N_q, N_k, d, BH = batch*heads, BH_kv = batch*kv_heads (rows of K, V), "
                  "e = bytes per element, M in elements, "
-                 "B_r, B_c, BM, BN tiles" + (causal_note if any(p.causal for p in plans) else "")
-                 + (sparse_note if any(p.block_mask for p in plans) else "") + "):")
+                 "B_r, B_c, BM, BN tiles" + (causal_note if any(p.causal or p.window for p in plans) else "")
+                 + (sparse_note if any(p.block_mask for p in plans) else "")
+                 + ("; window: A_v the visible elements of S" if any(p.window for p in plans) else "") + "):")
     for p in plans:
         for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail,
-                                             causal=p.causal, block_sparse=p.block_mask is not None):
+                                             causal=p.causal, block_sparse=p.block_mask is not None,
+                                             window=p.window is not None):
             lines.append(f"[{p.label}] {label}:")
             lines.extend("    " + x for x in formula.splitlines())
     emit(doc, as_json, "\n".join(lines))
@@ -107,8 +111,8 @@ def specs_cmd(as_json: bool) -> None:
 @click.option("--repeats", type=int, default=10, show_default=True, help="timed runs per plan (GPU)")
 @user_errors
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
-                block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, kv_heads,
-                detail, simulate, seed, repeats) -> None:
+                block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
+                kv_heads, detail, simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor, and each
     plan's roofline. Without --batch and --heads: heads 16 and a batch that fills the GPU (see the header)."""
     from ..analysis import roofline
@@ -119,9 +123,17 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
     def make(b: int, h: int) -> list:
         return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
                                   sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
-                                  **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed))[0]
+                                  **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window))[0]
 
     plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
+    if device is not None and window is not None:  # a GPU runs the plans whose kernels take the window
+        runnable = [p for p in plans if _takes_window(p)]
+        if not runnable:
+            raise ValueError("--window on a GPU: no plan here has kernels that take a sliding window (flash/fast on "
+                             "sm_90, float16/bfloat16); add --simulate for the research plans")
+        note = (note + "; " if note else "") + (f"--window: the {len(runnable)} plans whose kernels take it (the "
+                                                f"others: --simulate)")
+        plans = runnable
     spec = resolve_spec(gpu)
     check_repeats(repeats)
     reason = "--simulate" if simulate else "no CUDA device found"
@@ -132,6 +144,14 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
                   problem_note=note)
     roofline.annotate(doc, plans, spec)
     emit(doc, as_json, render(doc, detail=detail, measured=True))
+
+
+def _takes_window(plan) -> bool:
+    try:
+        check_window_kernels(plan)
+    except Unsupported:
+        return False
+    return True
 
 
 def _problem_plans(make, gpu, device, batch, heads, kv_heads) -> tuple[list, str]:

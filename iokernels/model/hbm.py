@@ -492,11 +492,11 @@ def predict(plan: Plan) -> Prediction:
 
 def formulas(algorithm: str, schedule: str, direction: str, *, latex: bool = False,
              per_tensor: bool = False, variant: str = "", causal: bool | str = False,
-             block_sparse: bool = False) -> list[tuple[str, str]]:
+             block_sparse: bool = False, window: bool = False) -> list[tuple[str, str]]:
     """(label, formula) pairs: total read, write and Θ bytes, and optionally each tensor's."""
     show = sp.latex if latex else (lambda x: sp.pretty(x, use_unicode=True))
     key = (algorithm, schedule, direction, variant)
-    masks = {"causal": causal, "block_sparse": block_sparse}
+    masks = {"causal": causal, "block_sparse": block_sparse, "window": window}
     read, write = total_exprs(*key, **masks)
     out = [("read", show(sp.simplify(read))), ("write", show(sp.simplify(write))),
            (f"theta {order(*key)}", show(theta_expr(*key, **masks)))]

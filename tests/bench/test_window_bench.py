@@ -6,15 +6,16 @@ import pytest
 from iokernels.bench import configs
 from iokernels.bench.clocks import Unsupported
 from iokernels.bench.implementations import CupyStandard, TorchSdpa
+from iokernels.cli.options import parse_window
 
 
 def test_parse_window():
-    assert configs.parse_window("1024,0") == (1024, 0)
-    assert configs.parse_window(" 5 , -1 ") == (5, None)
-    assert configs.parse_window(None) is None and configs.parse_window("-1,-1") is None
+    assert parse_window("1024,0") == (1024, 0)
+    assert parse_window(" 5 , -1 ") == (5, None)
+    assert parse_window(None) is None and parse_window("-1,-1") is None
     for bad in ("1024", "1,2,3", "a,0", "-2,0"):
         with pytest.raises(ValueError, match="--window"):
-            configs.parse_window(bad)
+            parse_window(bad)
 
 
 def test_a_window_counts_its_visible_elements():
