@@ -18,10 +18,10 @@ def totals(doc):
 
 
 def test_compare_window_simulated_equals_predicted_and_saves_bytes():
-    args = ["compare", "--N", "700", "--d", "64", "--dtype", "float16", "--batch", "1", "--heads", "2", "--simulate",
+    args = ["compare", "--N", "600", "--d", "32", "--dtype", "float16", "--batch", "1", "--heads", "2", "--simulate",
             "--backward", "--json"]
     plain = run(*args)
-    window = run(*args, "--window", "64,0")
+    window = run(*args, "--window", "16,0")
     assert plain.exit_code == 0 and window.exit_code == 0, window.output
     docs = json.loads(plain.stdout), json.loads(window.stdout)
     for row in docs[1]["rows"] + docs[1]["stages"]:
@@ -29,8 +29,10 @@ def test_compare_window_simulated_equals_predicted_and_saves_bytes():
     before, after = totals(docs[0]), totals(docs[1])
     tiled = [k for k in after if k[0] != "standard"]
     assert {("flash", "fast", "fwd"), ("flash", "fast", "bwd"), ("flash", "q_outer", "fwd")} <= set(tiled)
-    for key in tiled:  # a 65-key band of 700: far fewer block pairs
-        assert after[key]["predicted_bytes"] < before[key]["predicted_bytes"], key
+    for key in tiled:  # a 17-key band of 600: no more block pairs (fewer where there are several key blocks)
+        assert after[key]["predicted_bytes"] <= before[key]["predicted_bytes"], key
+    for key in (("flash", "fast", "fwd"), ("flash", "fast", "bwd"), ("flash", "q_outer", "fwd")):
+        assert after[key]["predicted_bytes"] < 0.7 * before[key]["predicted_bytes"], key
     for key in after.keys() - set(tiled):  # standard computes S in full
         assert after[key]["predicted_bytes"] == before[key]["predicted_bytes"], key
 
