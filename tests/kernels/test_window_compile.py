@@ -1,9 +1,10 @@
 """NVRTC compile of the sliding-window kernel variants (counting and plain builds), on the CPU.
 
 The kernels of :data:`iokernels.plan.WINDOW_KERNELS` (flash/fast's tma forward and backward, sm_90) with a window
-alone and with the causal mask (bottom-right; the alignments differ in the host's offset only), at the tile widths 64, 128 and 256 (the backward's wide tiles)
-and with dropout: the main stages carry the ``WINDOW`` define (and take the band's two offsets), so they are
-modules of their own. ``test_compile.py`` compiles each once (no spills, no warnings, no serialized wgmma).
+alone and with the causal mask (bottom-right; the alignments differ in the host's offset only), at the tile widths
+64, 128 and 256 (the backward's wide tiles) and with dropout: the main stages carry the ``WINDOW`` define (and take
+the band's two offsets), so they are modules of their own. ``test_compile.py`` compiles each once (no spills, no
+warnings, no serialized wgmma).
 """
 
 from __future__ import annotations
