@@ -121,14 +121,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
         mask = torch.as_tensor(mask, device=q.device if isinstance(q, torch.Tensor) else None)
     if window is not None:  # normalized first (ValueError for a bad one): its ints, not as spelled, key OPTIONS
         window = normalize_window(window)
-    raw = (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout, window)
+    raw = (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout, window,
+           type(scale), type(sram), type(dropout_p), type(dropout), type(causal))  # True == 1 == 1.0: the types too
     try:
         options = OPTIONS.get(raw)
     except TypeError:  # an unhashable option: checked below, and refused
         options = raw = None
     if options is None:
-        options = _checked_options(*(raw or (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram,
-                                             deterministic, dropout_p, dropout, window)))
+        options = _checked_options(is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic,
+                                   dropout_p, dropout, window)
         if raw is not None and not isinstance(dropout, Dropout):  # a Dropout is one call's: not kept
             if len(OPTIONS) >= MAX_OPTIONS:
                 OPTIONS.clear()
