@@ -48,7 +48,7 @@ def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, 
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
                                                     causal=p.causal, block_sparse=p.block_mask is not None,
-                                                    window=p.window is not None))
+                                                    window=p.positional))
                        for p in plans}
     lines = [render(doc, detail=detail, measured=False), ""]
     totals = {(r["algorithm"], r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
@@ -70,7 +70,7 @@ def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, 
     for p in plans:
         for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail,
                                              causal=p.causal, block_sparse=p.block_mask is not None,
-                                             window=p.window is not None):
+                                             window=p.positional):
             lines.append(f"[{p.label}] {label}:")
             lines.extend("    " + x for x in formula.splitlines())
     emit(doc, as_json, "\n".join(lines))

@@ -394,9 +394,9 @@ def plan_values(plan: Plan) -> dict:
     for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
         if key in tile:
             values[sym] = tile[key]
-    if plan.window is not None:
-        values[A_v] = visible_area(plan.N_q, plan.N_k, plan.causal, plan.window)
-    if (plan.causal or _sparse(plan) or plan.window is not None) and "Br" in tile:
+    if plan.positional:
+        values[A_v] = visible_area(plan.N_q, plan.N_k, plan.causal, plan.window, plan.documents)
+    if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
         values[N_bm] = sums["N_bm"]
@@ -425,7 +425,7 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
     at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
     values = plan_values(plan)
     table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None,
-                     window=plan.window is not None)
+                     window=plan.positional)
     out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
            for stage, tensors in table.items()}
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
@@ -483,8 +483,8 @@ def predict(plan: Plan) -> Prediction:
         plan=plan,
         stages=exact(plan),
         theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan),
-                                     mask=plan.mask is not None, window=plan.window is not None).subs(values)),
-        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan), window=plan.window is not None),
+                                     mask=plan.mask is not None, window=plan.positional).subs(values)),
+        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan), window=plan.positional),
                    values),
         footprint_bytes=_int(footprint_expr(*key), values),
     )

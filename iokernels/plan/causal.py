@@ -96,14 +96,38 @@ def normalize_window(window: object) -> tuple[int | None, int | None] | None:
     return None if out == [None, None] else (out[0], out[1])
 
 
+def normalize_documents(documents: object, n_q: int, n_k: int) -> tuple[int, ...] | None:
+    """Document masking (FlexAttention's ``document_id[q] == document_id[kv]`` for packed, contiguous documents):
+    ``documents`` the lengths of the documents one after another, summing to N_q = N_k; a query sees the keys of its
+    own document only. None, or one document, is no mask."""
+    if documents is None:
+        return None
+    if isinstance(documents, (str, bytes)) or not hasattr(documents, "__iter__"):
+        raise ValueError(f"documents must be a sequence of lengths (ints >= 1), got {documents!r}")
+    out = []
+    for n in documents:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"documents must be lengths, ints >= 1, got {n!r} in {documents!r}")
+        out.append(int(n))
+    if n_q != n_k or sum(out) != n_q:
+        raise ValueError(f"documents' lengths must sum to N_q = N_k (one packed sequence): they sum to {sum(out)}, "
+                         f"N_q = {n_q}, N_k = {n_k}")
+    return tuple(out) if len(out) > 1 else None
+
+
 def key_intervals(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None,
-                  rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi): query rows[r] sees the keys lo[r] .. hi[r] under the causal mask and the window (both when both
-    are given), clipped to [0, N_k − 1]; hi < lo where it sees none. The one statement of the visibility rule."""
+                  rows: np.ndarray, documents: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): query rows[r] sees the keys lo[r] .. hi[r] under the causal mask, the window and the documents (all
+    that are given), clipped to [0, N_k − 1]; hi < lo where it sees none. The one statement of the visibility
+    rule."""
     i = np.asarray(rows, dtype=np.int64)
     lo_off, hi_off = band_offsets(n_q, n_k, causal, window)
     lo = np.zeros_like(i) if lo_off is None else np.maximum(0, i + lo_off)
     hi = np.full_like(i, n_k - 1) if hi_off is None else np.minimum(n_k - 1, i + hi_off)
+    if documents is not None:  # a row's own document: [its start, its end)
+        ends = np.cumsum(documents)
+        doc = np.searchsorted(ends, i, side="right")
+        lo, hi = np.maximum(lo, ends[doc] - np.asarray(documents)[doc]), np.minimum(hi, ends[doc] - 1)
     return lo, hi
 
 
@@ -125,33 +149,35 @@ def band_offsets(n_q: int, n_k: int, causal: str, window: tuple[int | None, int 
 
 
 def visible(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None, rows: np.ndarray,
-            cols: np.ndarray) -> np.ndarray | None:
+            cols: np.ndarray, documents: tuple[int, ...] | None = None) -> np.ndarray | None:
     """Boolean (len rows, len cols): where key cols[c] is visible to query rows[r] (:func:`key_intervals`); None
-    when neither the causal mask nor a window masks anything."""
-    if not causal and window is None:
+    when neither the causal mask, a window nor documents mask anything."""
+    if not causal and window is None and documents is None:
         return None
-    lo, hi = key_intervals(n_q, n_k, causal, window, rows)
+    lo, hi = key_intervals(n_q, n_k, causal, window, rows, documents)
     j = np.asarray(cols)[None, :]
     return (j >= lo[:, None]) & (j <= hi[:, None])
 
 
 def key_block_ranges(n_q: int, n_k: int, br: int, bc: int, causal: str,
-                     window: tuple[int | None, int | None] | None = None) -> list[tuple[int, int]]:
+                     window: tuple[int | None, int | None] | None = None,
+                     documents: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
     """For each query block of br rows, the key blocks of bc it visits: [start, stop), those with an element
-    visible to one of its rows. Under the causal mask and a window every row sees one interval of keys, growing by
-    one per row, so the blocks a query block sees form one range ((0, 0) when it sees none; (0, T_c) without
-    a mask; causal alone: the prefixes of :func:`visible_key_blocks`)."""
+    visible to one of its rows. Under the causal mask, a window and documents every row sees one interval of keys,
+    whose ends never fall from one row to the next, so the blocks a query block sees form one range ((0, 0) when it
+    sees none; (0, T_c) without a mask; causal alone: the prefixes of :func:`visible_key_blocks`)."""
     out = []
     for row0 in range(0, n_q, br):
-        lo, hi = key_intervals(n_q, n_k, causal, window, np.arange(row0, min(row0 + br, n_q)))
+        lo, hi = key_intervals(n_q, n_k, causal, window, np.arange(row0, min(row0 + br, n_q)), documents)
         seen = hi >= lo
         out.append((int(lo[seen].min()) // bc, int(hi[seen].max()) // bc + 1) if seen.any() else (0, 0))
     return out
 
 
-def visible_area(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None) -> int:
+def visible_area(n_q: int, n_k: int, causal: str, window: tuple[int | None, int | None] | None,
+                 documents: tuple[int, ...] | None = None) -> int:
     """The number of visible elements of the N_q × N_k score matrix (N_q·N_k without a mask)."""
-    lo, hi = key_intervals(n_q, n_k, causal, window, np.arange(n_q))
+    lo, hi = key_intervals(n_q, n_k, causal, window, np.arange(n_q), documents)
     return int(np.maximum(0, hi - lo + 1).sum())
 
 
@@ -161,7 +187,8 @@ def pair_grid(plan) -> tuple[np.ndarray, np.ndarray]:
     window; all without them), ``computed`` those of them the block mask keeps (the same without one)."""
     tile = plan.tile
     br, bc = tile["Br"], tile["Bc"]
-    ranges = np.array(key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window)).reshape(-1, 2)
+    ranges = np.array(key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window, plan.documents)
+                      ).reshape(-1, 2)
     j = np.arange(cdiv(plan.N_k, bc))[None, :]
     causal = (j >= ranges[:, :1]) & (j < ranges[:, 1:])
     return (causal & plan.block_grid().astype(bool) if plan.block_mask is not None else causal), causal

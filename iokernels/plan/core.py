@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_window, visible
+from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_documents, normalize_window, visible
 from .dropout import Dropout
 from .masks import BlockMask, ExplicitMask
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
@@ -121,6 +121,9 @@ class Plan:
     # sliding window (left, right) (iokernels.plan.causal.normalize_window; None: none). No kernel takes it yet:
     # the model and the simulator do, the launcher refuses it
     window: tuple[int | None, int | None] | None = None
+    # document masking: the lengths of packed documents (iokernels.plan.causal.normalize_documents; None: none). No
+    # kernel takes it yet: the model and the simulator do, the launcher refuses it
+    documents: tuple[int, ...] | None = None
     # block-sparse attention (iokernels.plan.masks): the tiles divide its blocks; None: every block computed
     block_mask: BlockMask | None = None
     # an explicit element mask read from HBM (tensor "mask"; iokernels.plan.masks.ExplicitMask); None: none
@@ -133,6 +136,7 @@ class Plan:
             allowed = " or ".join(map(repr, CAUSAL_ALIGNMENTS))
             raise ValueError(f"Plan.causal must be '' or {allowed}, got {self.causal!r}")
         object.__setattr__(self, "window", normalize_window(self.window))
+        object.__setattr__(self, "documents", normalize_documents(self.documents, self.N_q, self.N_k))
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if not isinstance(self.kv_heads, int) or self.kv_heads < 1 or self.heads % self.kv_heads:
@@ -181,9 +185,15 @@ class Plan:
         return self.block_mask.refine(tile["Br"], tile["Bc"]).astype(np.uint8)
 
     def visible(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | None:
-        """Boolean (len rows, len cols): where the causal mask and the window let query rows[r] see key cols[c];
-        None without either (the block and explicit masks not included)."""
-        return visible(self.N_q, self.N_k, self.causal, self.window, rows, cols)
+        """Boolean (len rows, len cols): where the causal mask, the window and the documents let query rows[r] see
+        key cols[c]; None without any (the block and explicit masks not included)."""
+        return visible(self.N_q, self.N_k, self.causal, self.window, rows, cols, self.documents)
+
+    @property
+    def positional(self) -> bool:
+        """Whether a mask by position other than causal applies (a window or documents): the tiled schedules visit
+        the block pairs with a visible element, A_v of them (the model's sums as for causal)."""
+        return self.window is not None or self.documents is not None
 
     def element_mask(self) -> np.ndarray | None:
         """Boolean (N_q, N_k) of the block mask (the causal mask not included); None without one."""
@@ -212,6 +222,7 @@ class Plan:
             **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
             **({"causal": self.causal} if self.causal else {}),
             **({"window": list(self.window)} if self.window is not None else {}),
+            **({"documents": list(self.documents)} if self.documents is not None else {}),
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
             **({"dropout": self.dropout.as_dict()} if self.dropout is not None else {}),

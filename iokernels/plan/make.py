@@ -25,6 +25,7 @@ from .variants import (
     check_explicit_mask,
     with_block_mask,
     with_causal,
+    with_documents,
     with_dropout,
     with_mask,
     with_window,
@@ -52,6 +53,7 @@ def make_plan(
     mask: ExplicitMask | None = None,
     dropout: Dropout | None = None,
     window: tuple[int | None, int | None] | None = None,
+    documents: tuple[int, ...] | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -75,7 +77,9 @@ def make_plan(
     ``window``: a sliding window (left, right) (:func:`iokernels.plan.causal.normalize_window`) on the tiled
     schedules, alone or with ``causal``: the model and the simulator take it (pairs with no visible element
     skipped, as causal); of the kernels, flash/fast's tma forward and backward (sm_90) apply it, and launching a
-    research plan with a window raises Unsupported.
+    research plan with a window raises Unsupported. ``documents``: document masking, the lengths of packed documents
+    summing to N_q = N_k (:func:`iokernels.plan.causal.normalize_documents`): the model and the simulator take it, no
+    kernel does yet.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -93,7 +97,7 @@ def make_plan(
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c, dropout=dropout is not None,
                      banded=normalize_window(window) is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
-    return with_window(plan, window)
+    return with_documents(with_window(plan, window), documents)
 
 
 

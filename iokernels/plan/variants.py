@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .causal import CAUSAL_CODES, normalize_causal, normalize_window
+from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
 from .core import Plan, Unsupported
 from .dropout import Dropout
 from .fast_bwd import KERNEL_TMA, KERNEL_TMA_WIDE, SM90_BWD_KERNEL_NAMES
@@ -223,8 +223,24 @@ def with_window(plan: Plan, window: object) -> Plan:
     return replace(plan, window=window, stages=stages)
 
 
+def with_documents(plan: Plan, documents: object) -> Plan:
+    """``plan`` with document masking (:func:`iokernels.plan.causal.normalize_documents`; None or one document: the
+    plan unchanged). The tiled schedules' model and simulator take it (pairs with no visible element skipped);
+    standard attention computes S in full. No kernel implements it yet: launching it raises Unsupported."""
+    documents = normalize_documents(documents, plan.N_q, plan.N_k)
+    if documents is None:
+        return plan
+    if plan.variant:
+        raise Unsupported(f"document masking is not implemented by {plan.label}")
+    return replace(plan, documents=documents)
+
+
 def check_window_kernels(plan: Plan) -> None:
-    """Unsupported when ``plan`` has a sliding window that none of its kernels applies (a research schedule's)."""
+    """Unsupported when ``plan`` has a sliding window that none of its kernels applies (a research schedule's), or
+    documents (no kernel takes them yet)."""
+    if plan.documents is not None:
+        raise Unsupported(f"document masking on {plan.label} runs in the model and the simulator only: no kernel "
+                          "takes it yet")
     if plan.window is not None and not any(dict(s.params).get("WINDOW") for s in plan.stages):
         raise Unsupported(f"a sliding window on {plan.label} runs in the model and the simulator only: its kernels "
                           "do not take one (flash/fast's tma kernels do)")

@@ -91,7 +91,7 @@ def _masked(s: np.ndarray, visible: np.ndarray | None) -> np.ndarray:
 
 def _pair_visible(plan: Plan, rs: slice, cs: slice) -> bool:
     """Whether any element of the (query block, key block) pair is visible (causal: its last row sees most)."""
-    if plan.window is not None:
+    if plan.positional:
         return bool(_visible(plan, rs, cs).any())
     return not plan.causal or cs.start <= rs.stop - 1 + plan.causal_offset
 
@@ -179,7 +179,7 @@ def _standard_fwd(hbm: Hbm, scale: float) -> None:
     # causal, explicit mask: S = −inf where masked, so P = 0 there (rows with no visible key: l = 0, P = 0);
     # the explicit mask is read by the qk product's epilogue, every element of S once per batch·head
     hbm.begin("qk")
-    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal) or p.window is not None,
+    _gemm(hbm, "Q", "K", "S", p.N_q, p.N_k, p.d, scale, b_t=True, causal=bool(p.causal) or p.positional,
           mask=p.mask is not None)
     hbm.begin("rowmax")
     hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
@@ -226,7 +226,7 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
     # causal, window: key blocks outside a query block's visible range are skipped; block-sparse: the pairs the
     # block mask zeroes. Q_i (pass 2: m_i, l_i) is loaded at the block's first computed pair; a block
     # with none loads nothing (m = −inf, l = 0, O = 0)
-    visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window)
+    visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window, p.documents)
     hbm.begin("stats")
     for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
         q = None
@@ -277,8 +277,8 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     hbm.begin("main")
     for cs in _blocks(p.N_k, t["Bc"]):
         if not _key_block_used(p, cs):
-            if p.window is not None:
-                continue  # a window: no query sees this key block (a later one may be seen)
+            if p.positional:
+                continue  # a window or documents: no query sees this key block (a later one may be seen)
             break  # causal: no query sees this key block, nor the later ones
         k = v = None
         for rs in _blocks(p.N_q, t["Br"]):
@@ -321,7 +321,7 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     t = p.tile
     kv = kv_rows(p)  # a K/V tile is read once per query head that uses it
     cols = _blocks(p.N_k, t["Bc"])
-    visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window)
+    visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window, p.documents)
     hbm.begin("main")
     for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
         # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
@@ -501,7 +501,7 @@ def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | No
     its explicit mask (boolean, or additive with −inf where the others hide); None without any (the causal mask
     goes to the reference by its own argument)."""
     block = plan.element_mask()
-    if plan.window is not None:
+    if plan.positional:  # the window and the documents (the causal mask goes by its own argument)
         window = replace(plan, causal="").visible(np.arange(plan.N_q), np.arange(plan.N_k))
         block = window if block is None else block & window
     if plan.mask is None:
