@@ -266,9 +266,9 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args.append("block_mask")
     if params.get("MASK"):  # the explicit mask, after the block mask (common.cuh)
         args.append("mask")
-    if params.get("WINDOW"):  # the band's offsets, after the masks (common.cuh); an unbounded side: ±2^30
-        lo, hi = band_offsets(plan.N_q, plan.N_k, plan.causal, plan.window)
-        args += [np.int32(-(1 << 30) if lo is None else lo), np.int32(1 << 30 if hi is None else hi)]
+    if params.get("WINDOW"):  # the band's offsets, after the masks (common.cuh); unbounded (or past N): ±2^30
+        lo, hi, big = *band_offsets(plan.N_q, plan.N_k, plan.causal, plan.window), 1 << 30
+        args += [np.int32(-big if lo is None else max(lo, -big)), np.int32(big if hi is None else min(hi, big))]
     return tuple(args), bool(params.get("DROPOUT"))
 
 

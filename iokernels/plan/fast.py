@@ -47,8 +47,9 @@ TMA_HEAD_DIMS = tuple(range(16, 257, 8))
 TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 128), (128, True): (128, 128),
              (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
 # the tma forward's persistent grid (B_r 128, not causal alone): at most this many blocks, each taking work items (query
-# block, head) in turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200 (a part with fewer SMs runs a short
-# second wave). Causal items shrink along the rows and the blocks take them in a fixed order, so a causal plan keeps a
+# block, head) in turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200. The plan does not know the device:
+# a part with fewer SMs (H100 PCIe 114) runs the blocks that do not fit as a second wave as long as the first. Causal
+# items shrink along the rows and the blocks take them in a fixed order, so a causal plan keeps a
 # block per item (the hardware hands the next item to the first SM free): persistent, causal d 128 N 16384 ran 1.98 ms
 # against 1.73 (results/h100/issue22/persist-1a15069/probe-persist.txt); a window's items are all alike
 TMA_FWD_CTAS = 132
@@ -104,7 +105,7 @@ def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[t
 def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                    heads: int = 1, block_r: int | None = None, block_c: int | None = None,
                    kernel: str | None = None, kv_heads: int | None = None, causal: bool = False,
-                   persistent: bool | None = None) -> Plan:
+                   persistent: bool | None = None, dropout: bool = False) -> Plan:
     """The plan of a tensor-core forward kernel for one problem (:class:`iokernels.plan.core.Unsupported`,
     a ValueError, when the kernel does not take the problem).
 
@@ -114,7 +115,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     64) and B_c 64 or 128 (64 past d 128). ``kv_heads``: grouped-query attention, K and V with that many heads
     (dividing ``heads``; default ``heads``). ``causal``: a causal plan's default tiles (:data:`TMA_TILES`; the mask
     itself is added by :func:`iokernels.plan.variants.with_causal`) and, for tma, a block per work item.
-    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: unless ``causal``."""
+    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: unless ``causal``.
+    ``dropout``: a plan for dropout (past d 128 a block per item: the persistent counting build would spill)."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kernel = default_kernel() if kernel is None else kernel
@@ -154,6 +156,7 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     grid = (tr, 1, batch * heads)
     if kernel == "tma":  # one work item (query block, head) per block, or a persistent grid at B_r 128
         persistent = block_r == 128 and (not causal if persistent is None else persistent)
+        persistent = persistent and not (dropout and tile_d > 128)  # (its counting build would spill)
         grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid
         params = (*params, ("PERSISTENT", 1)) if persistent else params
     stage = Stage("main", name, grid, threads, layout(buffers), params)
@@ -185,7 +188,8 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
     if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS and not (window and kernel == "tma"):  # (the other kernels
         # take no d inside a wider tile)
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
-    plans = [make_fast_plan(**problem, **o, causal=causal, persistent=True if window else None) for o in options]
+    plans = [make_fast_plan(**problem, **o, causal=causal, persistent=True if window else None, dropout=dropout)
+             for o in options]
     for plan in plans:
         if plan.smem_bytes <= sram:
             return plan

@@ -127,6 +127,9 @@ def test_the_tma_kernels_take_the_band_as_two_offsets(direction):
     assert band(window=(64, 32)) == (136, 232)
     assert band(window=(None, 7)) == (-(1 << 30), 207)
     assert band(window=(10, -1), causal="top_left") == (190, 0)
+    # a side past any N is unbounded: clamped to ±2^30, never wrapping in the kernels' int32 sums
+    assert band(window=(2**31 - 1, 2**40)) == (-(1 << 30), 1 << 30)
+    assert band(window=(0, 0)) == (200, 200)  # (a zero offset is a bound, not "none")
 
 
 def test_a_window_on_another_fast_kernel_is_refused_and_minus_one_is_unbounded():

@@ -1,0 +1,61 @@
+"""The persistent tma forward (kernels/flash_tma.cu with PERSISTENT: blocks take work items in turn) with many items
+per block: the plan's grid cut to 1–7 blocks, so the K/V rings, the Q barriers and the warpgroups' turns run on
+across items, with items of zero and one key tile among longer ones. Each block's items are the same work whatever
+block takes them, so O and lse equal the full grid's bit for bit, in both builds, and the counted bytes equal
+model.exact. (The review of the persistent kernel found no GPU test that ran several items per block.)
+
+Run alone: ``PYTHONPATH=. pytest tests/gpu/test_persistent.py`` (skips without an sm_90 device).
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan import make_plan
+from iokernels.plan.dropout import Dropout
+
+cp = pytest.importorskip("cupy")
+KB = 1024
+
+
+@pytest.fixture(autouse=True)
+def _need_sm90():
+    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the tma kernels run on sm_90 only")
+
+
+def _regrid(plan, blocks):
+    stages = tuple(dataclasses.replace(s, grid=(blocks, 1, 1)) if s.name == "main" else s for s in plan.stages)
+    return dataclasses.replace(plan, stages=stages)
+
+
+CASES = [  # (grids, problem)
+    ((5, 1), dict(N_q=2000, N_k=300, d=64, dtype="float16", heads=16, kv_heads=4, window=(64, 0))),  # zero-tile items
+    ((3,), dict(N_q=2000, N_k=300, d=64, dtype="bfloat16", heads=16, kv_heads=4, window=(64, 0),
+                dropout=Dropout(0.1, 12345, 7))),
+    ((3,), dict(N_q=1000, d=128, dtype="float16", heads=24)),  # dense
+    ((2,), dict(N_q=777, N_k=1500, d=256, dtype="float16", heads=6, causal="bottom_right", window=(200, None))),
+    ((7,), dict(N_q=1000, d=96, dtype="bfloat16", heads=20, window=(100, 20), dropout=Dropout(0.2, 99, 3))),
+    ((1,), dict(N_q=1000, d=64, dtype="float16", heads=20, window=(0, 0))),  # one-tile items
+]
+
+
+@pytest.mark.parametrize("grids, problem", CASES, ids=lambda c: "-".join(map(str, c)) if isinstance(c, tuple) else
+                         "-".join(f"{k}{v}" for k, v in c.items() if k not in ("dropout",)))
+def test_few_blocks_give_the_full_grids_outputs_and_bytes(grids, problem):
+    plan = make_plan("flash", "fast", sram=227 * KB, **problem)
+    assert dict(plan.stage("main").params).get("PERSISTENT") == 1
+    inputs, _ = launch.make_device_inputs(plan, seed=7)
+    for counting in (True, False):  # each build against its own full grid
+        full = launch.run_plan(plan, inputs, counting=counting)
+        want = {n: cp.asnumpy(full.buffers[n]) for n in ("O", "lse")}
+        for blocks in grids:
+            run = launch.run_plan(_regrid(plan, blocks), inputs, counting=counting)
+            if counting:
+                assert run.counts == full.counts == model.exact(plan)
+            for name, w in want.items():
+                got = cp.asnumpy(run.buffers[name])
+                assert np.array_equal(got.view(np.uint8), w.view(np.uint8)), (blocks, counting, name)
