@@ -132,15 +132,18 @@ if has tests; then
     pids=()
     rm -f "$DIR"/gpu-tests-*.log
     # the files in n groups of about equal size (largest first, each to the group with the fewest bytes so far:
-    # a file's size stands for its run time), each group in file order
+    # a file's size stands for its run time, times a weight where that misleads: test_causal.py's parameters make it
+    # ~500 s alone on an H100, results/h100/issue22/suite-516eec2), each group in file order
     mapfile -t groups < <("$PY" -c '
 import os, sys
 n, files = int(sys.argv[1]), sys.argv[2:]
+weight = {"test_causal.py": 4}
+cost = lambda f: os.path.getsize(f) * weight.get(os.path.basename(f), 1)
 groups, sizes = [[] for _ in range(n)], [0] * n
-for f in sorted(files, key=os.path.getsize, reverse=True):
+for f in sorted(files, key=cost, reverse=True):
     g = sizes.index(min(sizes))
     groups[g].append(f)
-    sizes[g] += os.path.getsize(f)
+    sizes[g] += cost(f)
 print("\n".join(" ".join(sorted(g)) for g in groups))' "$n" "${files[@]}")
     for ((g = 0; g < n; g++)); do
         read -r -a group <<< "${groups[g]:-}"
