@@ -115,10 +115,18 @@ def _check_options(scale: Any, **flags: Any) -> float | None:
             raise TypeError(f"{name} must be True or False, got {value!r}")
     if flags.get("graph") and launch.counting_active():
         raise ValueError("graph=True runs the plain build; inside count_io() pass graph=False")
+    return check_scale(scale)
+
+
+def check_scale(scale: Any) -> float | None:
+    """The softmax scale as a float (None: 1/sqrt(d)): a finite real number > 0. The kernels mask a score (−inf)
+    before they scale it, so a scale of 0 or less would turn masked scores into NaN or +inf."""
     if scale is None:
         return None
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
         raise TypeError(f"scale must be a finite real number or None (1/sqrt(d)), got {scale!r}")
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0 (the kernels mask scores before scaling them), got {scale!r}")
     return float(scale)
 
 
@@ -269,7 +277,7 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     Dropout the forward used, which ``return_dropout=True`` returns; every algorithm draws the same
     mask for one Dropout. lse is that of the undropped probabilities.
 
-    scale: the softmax scale, default 1/sqrt(d). sram: M, the shared memory per thread block the
+    scale: the softmax scale, a number > 0, default 1/sqrt(d). sram: M, the shared memory per thread block the
     plan may use (bytes, or a size such as "96KB"; default 96 KB, for "fast" the device's limit;
     never above the device's limit; with no schedule given, an M too small for the tensor-core tiles runs
     the research schedule in that M). return_lse: also return the row logsumexp (..., N_q), float32.

@@ -21,6 +21,7 @@ except ImportError as exc:  # an optional dependency: say how to get it
 from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
+from .api import check_scale
 from .torch_ops import backward, check_tensors, forward, forward_dropout, signed_seed, window_ints
 
 ALGORITHMS = ("flash", "two_pass", "standard")
@@ -31,10 +32,7 @@ def _options(algorithm: Any, schedule: Any, scale: Any, sram: Any, deterministic
         raise ValueError(f"unknown algorithm {algorithm!r}: expected one of {', '.join(ALGORITHMS)}")
     if schedule is not None and not isinstance(schedule, str):
         raise TypeError(f"schedule must be a string or None, got {schedule!r}")
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not abs(float(scale)) < float("inf"):
-            raise TypeError(f"scale must be a finite real number or None (1/sqrt(d)), got {scale!r}")
-        scale = float(scale)
+    scale = check_scale(scale)
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     return algorithm, schedule, scale, None if sram is None else parse_size(sram), deterministic

@@ -70,6 +70,8 @@ LSE = np.zeros((2, 4, 10), np.float32)
     ({"scale": "0.1"}, TypeError, "scale must be a finite real number"),
     ({"scale": float("nan")}, TypeError, "scale must be a finite real number"),
     ({"scale": True}, TypeError, "scale must be a finite real number"),
+    ({"scale": 0}, ValueError, "scale must be > 0"),  # (masked scores are -inf before the multiply)
+    ({"scale": -0.125}, ValueError, "scale must be > 0"),
     ({"graph": "yes"}, TypeError, "graph must be True or False"),
     ({"return_lse": 1}, TypeError, "return_lse must be True or False"),
     ({"algorithm": "sparse"}, ValueError, "sparse"),

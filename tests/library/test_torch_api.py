@@ -33,3 +33,11 @@ def test_the_options_cache_tells_true_from_one():
         itorch.attention(q, q, q, scale=True)
     with pytest.raises((TypeError, ValueError), match="causal"):
         itorch.attention(q, q, q, causal=1.0)
+
+
+def test_a_scale_of_zero_or_less_is_refused():
+    q = torch.zeros(1, 16, 64)
+    for scale in (0.0, -1):
+        with pytest.raises(ValueError, match="scale must be > 0"):
+            itorch.attention(q, q, q, scale=scale)
+
