@@ -10,7 +10,7 @@ import click
 from .. import model
 from ..analysis.report import build, render
 from ..model.specs import current_device_spec, list_specs, resolve_spec, table_notes
-from ..plan import Unsupported, check_window_kernels
+from ..plan import Unsupported, check_runnable
 from ..plan.units import check_dtype, format_bytes, parse_size
 from .app import cli
 from .options import (
@@ -148,7 +148,7 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
 
 def _takes_window(plan) -> bool:
     try:
-        check_window_kernels(plan)
+        check_runnable(plan)
     except Unsupported:
         return False
     return True

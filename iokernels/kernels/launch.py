@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_window_kernels
+from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
@@ -247,7 +247,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     """A stage's kernel arguments before the counters, decided by the plan alone: buffer names (str: the
     tensor of that name at launch) and values, and whether the four dropout arguments follow them (they
     come last, from the call's Dropout: threshold, keep scale, seed, offset; common.cuh IOK_DROPOUT_PARAM)."""
-    check_window_kernels(plan)
+    check_runnable(plan)
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
               "scale": np.float32(scale), "null": np.uint64(0),
               "kv_group": np.int32(plan.heads // plan.kv_heads), "bh": np.int32(plan.bh)}
@@ -429,7 +429,7 @@ def run_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool | None = None
     counting build runs and per-stage, per-tensor bytes come back in ``counts``. The plain build runs ``raw`` (from
     an earlier run's :attr:`GpuRun.raw`, prepared for this plan at this scale on this device, with ``inputs`` in
     its order) or prepares it. A sliding window on a plan whose kernels do not take it raises Unsupported."""
-    check_window_kernels(plan)
+    check_runnable(plan)
     cp = require_cupy()
     counting = counting_active() if counting is None else counting
     scale = reference.default_scale(plan.d) if scale is None else scale

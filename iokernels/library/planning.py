@@ -11,7 +11,7 @@ from ..plan import (
     Plan,
     SramTooSmall,
     Unsupported,
-    check_window_kernels,
+    check_runnable,
     make_plan,
     supports_causal,
     supports_dropout,
@@ -105,7 +105,7 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
                     raise
                 failure = exc
                 break
-            check_window_kernels(plan)  # (a window's plan is a tma one: this never raises)
+            check_runnable(plan)  # (a window's plan is a tma one: this never raises)
             return plan, kv_group != group
     assert failure is not None
     if window is not None:

@@ -80,6 +80,7 @@ N_bm = _pos("N_bm")  # block-mask entries read per (batch, head): the pairs the 
 s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited pairs the block mask keeps
 e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
 A_v = _pos("A_v")  # sliding-window plans: visible elements of S, a plan's value (iokernels.plan.visible_area)
+S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (iokernels.plan.decode)
 
 
 class _Loops:
@@ -188,6 +189,21 @@ def _flash_bwd(c: _Loops, kv: sp.Expr = BH) -> dict[str, _Stage]:
     }
 
 
+def _flash_decode(c: _Loops, split: bool) -> dict[str, _Stage]:
+    # split-KV decode (iokernels.plan.decode): the query rows of a K/V head's g query heads packed into
+    # ceil(g N_q / B_r) tiles; every tile reads its split's K and V rows (the splits cover N_k once) and each split
+    # reads the tile's Q rows; splits > 1 write float32 partials that the combine merges
+    tiles = sp.ceiling(BH * N_q / (BH_kv * B_r))
+    splits = S_split if split else sp.Integer(1)
+    main = (_Stage().read("Q", splits * N_q * d).read("K", tiles * N_k * d, BH_kv).read("V", tiles * N_k * d, BH_kv))
+    if not split:
+        return {"main": main.write("O", N_q * d).write("lse", N_q)}
+    main.write("Opart", S_split * N_q * d).write("lse_part", S_split * N_q)
+    combine = (_Stage().read("Opart", S_split * N_q * d).read("lse_part", S_split * N_q)
+               .write("O", N_q * d).write("lse", N_q))
+    return {"main": main, "combine": combine}
+
+
 def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
     # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
     # and writes dQ once; the K/V-outer stage is the main stage without dQacc
@@ -213,6 +229,8 @@ _BUILDERS = {
     ("flash", "fast", "bwd"): lambda c: _flash_bwd(c, BH_kv),
     # variants (Plan.variant): keyed (algorithm, schedule, direction, variant)
     ("flash", "fast", "bwd", "deterministic"): _flash_fast_bwd_deterministic,
+    ("flash", "fast", "fwd", "split"): lambda c: _flash_decode(c, True),
+    ("flash", "fast", "fwd", "packed"): lambda c: _flash_decode(c, False),
 }
 assert {k for k in _BUILDERS if len(k) == 3} == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
 
@@ -227,6 +245,7 @@ _MATMULS = {  # matrix products of shape N_q x N_k x d per pass
     ("flash", "kv_outer", "fwd"): 2, ("flash", "q_outer", "fwd"): 2, ("flash", "fast", "fwd"): 2,
     ("flash", "kv_outer", "bwd"): 5, ("flash", "fast", "bwd"): 5,
     ("flash", "fast", "bwd", "deterministic"): 7,  # S and dP recomputed by the dq stage
+    ("flash", "fast", "fwd", "split"): 2, ("flash", "fast", "fwd", "packed"): 2,
 }
 _ORDER = {
     ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
@@ -235,6 +254,7 @@ _ORDER = {
     ("flash", "fast", "fwd"): "Θ(N²d²/M)",
     ("flash", "kv_outer", "bwd"): "Θ(N²d²/M)",
     ("flash", "fast", "bwd"): "Θ(N²d²/M)", ("flash", "fast", "bwd", "deterministic"): "Θ(N²d²/M)",
+    ("flash", "fast", "fwd", "split"): "Θ(N_k d + S N_q d)", ("flash", "fast", "fwd", "packed"): "Θ(N_k d)",
 }
 _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
     ("standard", "default", "fwd"): ("S", "P", "m", "l"),
@@ -247,6 +267,7 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("flash", "kv_outer", "bwd"): ("D", "dQacc"),
     ("flash", "fast", "bwd"): ("D", "dQacc"),
     ("flash", "fast", "bwd", "deterministic"): ("D",),
+    ("flash", "fast", "fwd", "split"): ("lse",), ("flash", "fast", "fwd", "packed"): ("lse",),  # + the partials
 }
 _EXTENT = {"q": N_q, "k": N_k, "d": d}
 
@@ -380,9 +401,10 @@ def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
 
 
 def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
-    """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N))."""
+    """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N); split-KV decode: the partials)."""
+    partials = S_split * BH * N_q * (d + 1) * ACC_ITEMSIZE if variant == "split" else sp.Integer(0)
     return sum((BH * _elements(t) * _size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
-               sp.Integer(0))
+               partials)
 
 
 def plan_values(plan: Plan) -> dict:
@@ -391,7 +413,7 @@ def plan_values(plan: Plan) -> dict:
     if plan.mask is not None:
         values[e_m] = plan.mask.itemsize
     tile = plan.tile
-    for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN")):
+    for sym, key in ((B_r, "Br"), (B_c, "Bc"), (BM, "BM"), (BN, "BN"), (S_split, "S")):
         if key in tile:
             values[sym] = tile[key]
     if plan.positional:

@@ -39,7 +39,7 @@ SMEM_ALIGN = 16
 
 
 # Tensors stored in float32 whatever the input dtype; one byte per element; all others use the input dtype.
-FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc"})
+FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part"})
 BYTE_TENSORS = frozenset({"block_mask"})
 
 

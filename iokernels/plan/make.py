@@ -208,7 +208,7 @@ def all_plans(
     ``block_mask``, those that implement block-sparse attention; with ``kv_heads`` < ``heads``
     (grouped-query attention), flash/fast only; with an explicit ``mask`` or ``dropout``, those that
     implement it; with a sliding ``window``, every tiled plan (the research kernels' only in the model and the
-    simulator: :func:`iokernels.plan.check_window_kernels` says which plans a GPU runs)."""
+    simulator: :func:`iokernels.plan.check_runnable` says which plans a GPU runs)."""
     directions = ("fwd", "bwd") if backward else ("fwd",)
     plans, too_small = [], []
     for algorithm in ALGORITHMS:

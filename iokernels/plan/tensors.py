@@ -9,7 +9,7 @@ from __future__ import annotations
 
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
-    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask",
+    "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask", "Opart", "lse_part",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -26,7 +26,10 @@ DIMS: dict[str, tuple[str, ...]] = {
 # (T_r, T_c) bytes on the plan's tile grid (iokernels.plan.masks), shared by every batch and head.
 # The explicit mask of masked plans (iokernels.plan.masks.ExplicitMask): (1 or batch*heads, N_q, N_k), uint8 or float32.
 MASK_TENSORS: tuple[str, ...] = ("block_mask", "mask")
-assert set(DIMS) | set(MASK_TENSORS) == set(TENSORS)
+# The split-KV decode's partial outputs (iokernels.plan.decode): float32 O and lse of every split, (S·BH, N_q, d) and
+# (S·BH, N_q), written by the splits and read by the combine.
+SPLIT_TENSORS: tuple[str, ...] = ("Opart", "lse_part")
+assert set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).
 Counts = dict[str, dict[str, tuple[int, int]]]

@@ -235,9 +235,12 @@ def with_documents(plan: Plan, documents: object) -> Plan:
     return replace(plan, documents=documents)
 
 
-def check_window_kernels(plan: Plan) -> None:
-    """Unsupported when ``plan`` has a sliding window that none of its kernels applies (a research schedule's), or
-    documents (no kernel takes them yet)."""
+def check_runnable(plan: Plan) -> None:
+    """Unsupported when ``plan`` has something its kernels do not do: a sliding window none of them applies (a
+    research schedule's), documents, or the split-KV decode (iokernels.plan.decode): no kernel takes those yet."""
+    if plan.variant in ("split", "packed"):
+        raise Unsupported(f"the split-KV decode ({plan.label}) runs in the model and the simulator only: no kernel "
+                          "yet (issue #23)")
     if plan.documents is not None:
         raise Unsupported(f"document masking on {plan.label} runs in the model and the simulator only: no kernel "
                           "takes it yet")

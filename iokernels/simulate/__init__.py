@@ -3,20 +3,8 @@ float64 reference (:mod:`.reference`). Imports only plan/.
 """
 
 from . import reference
-from .simulator import (
-    ALL,
-    KV_TENSORS,
-    Hbm,
-    SimResult,
-    kv_rows,
-    make_inputs,
-    max_relative_error,
-    random_mask,
-    reference_dropout,
-    reference_mask,
-    reference_outputs,
-    simulate,
-)
+from .inputs import make_inputs, max_relative_error, random_mask, reference_mask, reference_outputs
+from .simulator import ALL, KV_TENSORS, Hbm, SimResult, kv_rows, reference_dropout, simulate
 
 __all__ = [
     "ALL",

@@ -1,10 +1,16 @@
-"""plan.decode: the split count of a decode call (FlashAttention-3's rule) and the key tiles of each split."""
+"""plan.decode: the split count of a decode call (FlashAttention-3's rule), the key tiles of each split, and the
+split-KV decode plan with its exact bytes (the model) equal to the simulator's, its outputs to the float64
+reference (CPU; no kernel takes it yet: the launcher refuses it)."""
 
 from itertools import pairwise
 
 import pytest
 
-from iokernels.plan.decode import num_splits, split_ranges
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan import Unsupported
+from iokernels.plan.decode import make_decode_plan, num_splits, split_ranges
+from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 
 def test_the_rules_worked_example_and_the_decode_cases():
@@ -36,3 +42,47 @@ def test_split_ranges_cover_every_tile_once_and_none_is_empty(tiles, splits):
     assert all(a < b for a, b in ranges) and all(b == c for (_, b), (c, _) in pairwise(ranges))
     assert split_ranges(32, 14) == [(i, min(i + 3, 32)) for i in range(0, 32, 3)]  # c = 3: 11 splits
     assert split_ranges(0, 3) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the split-KV decode plan, its model and its simulator (CPU; no kernel yet)
+
+@pytest.mark.parametrize("kw", [
+    dict(N_q=1, N_k=1000, d=64, heads=8, kv_heads=2, batch=2),  # default splits (8 tiles of 128: 4)
+    dict(N_q=5, N_k=300, d=32, heads=4, kv_heads=4),  # 3 key tiles: one split ("packed")
+    dict(N_q=3, N_k=777, d=96, heads=48, kv_heads=2, splits=4),  # 72 packed rows in a tile of 128
+    dict(N_q=16, N_k=2000, d=128, heads=16, kv_heads=1, splits=3),  # 256 packed rows: two tiles re-read K/V
+    dict(N_q=2, N_k=129, d=256, heads=2, kv_heads=1, splits=9),  # B_c 64: 3 tiles, 3 splits of one
+])
+def test_simulator_equals_model_and_reference(kw):
+    plan = make_decode_plan(dtype="float16", **kw)
+    inputs = make_inputs(plan, seed=1)
+    result = simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-12
+    with pytest.raises(Unsupported, match="split-KV"):
+        launch.run_plan(plan, {})
+
+
+def test_the_decode_bytes_by_hand():
+    """One token, 64 query heads over 8 K/V heads, N_k 16384, d 128, fp16: 15 splits; K and V read once per K/V
+    head (one packed tile of 8 rows), Q once per split, the partials written and read back in float32."""
+    plan = make_decode_plan(N_q=1, N_k=16384, d=128, dtype="float16", heads=64, kv_heads=8)
+    assert plan.variant == "split" and plan.tile["S"] == 15 and [s.name for s in plan.stages] == ["main", "combine"]
+    got = model.exact(plan)
+    kv = 8 * 16384 * 128 * 2
+    assert got["main"] == {"Q": (15 * 64 * 128 * 2, 0), "K": (kv, 0), "V": (kv, 0),
+                           "Opart": (0, 15 * 64 * 128 * 4), "lse_part": (0, 15 * 64 * 4)}
+    assert got["combine"] == {"O": (0, 64 * 128 * 2), "lse": (0, 64 * 4), "Opart": (15 * 64 * 128 * 4, 0),
+                              "lse_part": (15 * 64 * 4, 0)}
+    # the rest against the K/V bytes: 1.9 % here (about 2.5·S·g·N_q / N_k = 1.8 %, the design note's estimate)
+    overhead = sum(r + w for t, (r, w) in got["main"].items() if t not in ("K", "V")) + sum(
+        r + w for r, w in got["combine"].values())
+    assert 0.018 < overhead / (2 * kv) < 0.02
+
+
+def test_a_full_grid_does_not_split():
+    plan = make_decode_plan(N_q=4, N_k=4096, d=128, dtype="float16", batch=32, heads=16)  # 512 packed tiles
+    assert plan.variant == "packed" and [s.name for s in plan.stages] == ["main"]
+    with pytest.raises(ValueError, match="splits"):
+        make_decode_plan(N_q=1, N_k=64, d=64, dtype="float16", splits=0)
