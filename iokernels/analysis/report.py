@@ -71,7 +71,7 @@ def build(plans: list[Plan], spec: GpuSpec, source: str, measured: dict[str, Mea
     for plan in plans:
         pred = model.predict(plan)
         meas = measured.get(plan.label)
-        ident = {"algorithm": plan.algorithm, "schedule": plan.schedule, "pass": plan.direction}
+        ident = {"algorithm": plan.algorithm, "schedule": plan.schedule_label, "pass": plan.direction}
         mt = model.per_tensor(meas.counts) if meas else {}
         for tensor in sorted(set(pred.per_tensor) | set(mt), key=TENSORS.index):
             p = pred.per_tensor.get(tensor, (0, 0))
@@ -79,7 +79,8 @@ def build(plans: list[Plan], spec: GpuSpec, source: str, measured: dict[str, Mea
                          "theta_bytes": None, "source": source})
         total = {**ident, "tensor": "total",
                  **_byte_fields((pred.read_bytes, pred.write_bytes), _sum(list(mt.values())) if meas else None),
-                 "theta_bytes": pred.theta_bytes, "order": model.order(plan.algorithm, plan.schedule, plan.direction),
+                 "theta_bytes": pred.theta_bytes,
+                 "order": model.order(plan.algorithm, plan.schedule, plan.direction, plan.variant),
                  "source": source, "flops": pred.flops, "intensity_flops_per_byte": pred.intensity,
                  "roofline_seconds": pred.roofline_seconds(spec), "footprint_bytes": pred.footprint_bytes,
                  "seconds": meas.seconds if meas else None,
@@ -169,7 +170,8 @@ def header_text(doc: dict) -> str:
         tiles = ", ".join(f"{k}={v}" for k, v in p["tiles"].items())
         stages = "; ".join(f"{s['name']} grid={'x'.join(map(str, s['grid']))} smem={s['smem_bytes']:,}"
                            for s in p["stages"])
-        lines.append(f"  {p['algorithm']}/{p['schedule']}/{p['pass']}: {tiles}  [{stages}]")
+        variant = f"+{p['variant']}" if p.get("variant") else ""
+        lines.append(f"  {p['algorithm']}/{p['schedule']}/{p['pass']}{variant}: {tiles}  [{stages}]")
     return "\n".join(lines)
 
 

@@ -41,6 +41,7 @@ STAGE_MATMULS: dict[tuple[str, ...], dict[str, int]] = {
     ("flash", "kv_outer", "bwd"): {"main": 5},  # S, dV, dP, dQ, dK
     ("flash", "fast", "bwd"): {"main": 5},
     ("flash", "fast", "bwd", "deterministic"): {"dq": 3, "dkdv": 4},  # S, dP recomputed by the dq stage
+    ("flash", "fast", "fwd", "split"): {"main": 2}, ("flash", "fast", "fwd", "packed"): {"main": 2},  # + combine
 }
 
 
@@ -182,12 +183,12 @@ def annotate(doc: dict, plans: list[Plan], spec: GpuSpec) -> dict:
     """``compare``'s document gains the roofline against ``spec``'s ceilings: its total and stage rows their
     roofline time, bound and measured/roofline, its header the :func:`time_check` of its timings (if any)."""
     ceilings = spec_ceilings(spec, plans[0].dtype)
-    labels = {(p.algorithm, p.schedule, p.direction): p.label for p in plans}
+    labels = {(p.algorithm, p.schedule_label, p.direction): p.label for p in plans}
     seconds = {labels[(r["algorithm"], r["schedule"], r["pass"])]: r["seconds"]
                for r in doc["rows"] if r["tensor"] == "total" and r.get("seconds")}
     summary = time_check(plans, ceilings, seconds)
     by_plan = {r["label"]: r for r in summary["rows"]}
-    stages = {(p.algorithm, p.schedule, p.direction, s["stage"]): s
+    stages = {(p.algorithm, p.schedule_label, p.direction, s["stage"]): s
               for p in plans for s in stage_rows(p, ceilings)}
     for row in doc["rows"] + doc["stages"]:
         if row["tensor"] != "total":
@@ -249,7 +250,7 @@ def measure(plans: list[Plan], *, seed: int = 0, repeats: int = 10, dram: bool =
         del inputs
     if dram:
         doc = profile.profile(plans, seed=seed)
-        labels = {(p.algorithm, p.schedule, p.direction): p.label for p in plans}
+        labels = {(p.algorithm, p.schedule_label, p.direction): p.label for p in plans}
         for r in doc["rows"]:
             if r["stage"] != "all":
                 out[labels[(r["algorithm"], r["schedule"], r["pass"])]]["dram_bytes"][r["stage"]] = r["dram_bytes"]

@@ -13,6 +13,7 @@ import click
 
 from ..model.specs import DEFAULT_GPU, GpuSpec, current_device_spec, resolve_spec
 from ..plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal, normalize_window
+from ..plan.decode import DECODE_SMS, make_decode_plan
 from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
@@ -206,6 +207,10 @@ def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=
             "window": parse_window(window)}
 
 
+DECODE_OPTION = click.option(
+    "--decode", is_flag=True,
+    help="also the split-KV decode plan (issue #23; model and simulator only, no kernel yet): the query heads of a "
+         "K/V head packed into one tile, the keys cut into splits chosen for the GPU's SMs, and their combine")
 KV_HEADS_OPTION = click.option(
     "--kv-heads", "kv_heads", type=int, default=None,
     help="grouped-query attention: K and V with this many heads, each shared by heads / kv-heads query heads "
@@ -213,7 +218,7 @@ KV_HEADS_OPTION = click.option(
 
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
-                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None):
+                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False):
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
     causal = causal_spec(causal, causal_align)
     n_q = n if n_q is None else n_q
@@ -231,6 +236,11 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
                       causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout,
                       window=window)
+    if decode:  # the split-KV decode plan beside the others (forward; no mask)
+        if causal or block_mask is not None or mask is not None or dropout is not None or window is not None:
+            raise ValueError("--decode: the split-KV decode plan takes no mask, window or dropout")
+        plans.append(make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), batch=batch, heads=heads,
+                                      kv_heads=kv_heads, sms=spec.sms or DECODE_SMS))
     if not plans:
         raise ValueError("no algorithm implements this combination of masks" if kv_heads is None else
                          "no plan takes grouped-query attention here: flash/fast needs float16 or bfloat16 and "

@@ -14,6 +14,7 @@ from ..plan import Unsupported, check_runnable
 from ..plan.units import check_dtype, format_bytes, parse_size
 from .app import cli
 from .options import (
+    DECODE_OPTION,
     KV_HEADS_OPTION,
     block_sparse_options,
     causal_spec,
@@ -35,25 +36,26 @@ from .options import (
 @block_sparse_options
 @mask_dropout_options
 @KV_HEADS_OPTION
+@DECODE_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
 def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
               block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-              kv_heads, detail, latex) -> None:
+              kv_heads, decode, detail, latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
     plans, spec = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
                          sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
-                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window))
+                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window), decode=decode)
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
-                                                    causal=p.causal, block_sparse=p.block_mask is not None,
-                                                    window=p.positional))
+                                                    variant=p.variant, causal=p.causal,
+                                                    block_sparse=p.block_mask is not None, window=p.positional))
                        for p in plans}
     lines = [render(doc, detail=detail, measured=False), ""]
     totals = {(r["algorithm"], r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
     for p in plans:
-        t = totals[(p.algorithm, p.schedule, p.direction)]
+        t = totals[(p.algorithm, p.schedule_label, p.direction)]
         lines.append(f"{p.label}: {t['flops']:.4g} FLOPs, {t['intensity_flops_per_byte']:.1f} FLOP/B, "
                      f"extra memory {format_bytes(t['footprint_bytes'])}, "
                      f"roofline {t['roofline_seconds'] * 1e3:.3f} ms on {spec.name}")
@@ -69,7 +71,7 @@ def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, 
                  + ("; window: A_v the visible elements of S" if any(p.window for p in plans) else "") + "):")
     for p in plans:
         for label, formula in model.formulas(p.algorithm, p.schedule, p.direction, latex=latex, per_tensor=detail,
-                                             causal=p.causal, block_sparse=p.block_mask is not None,
+                                             variant=p.variant, causal=p.causal, block_sparse=p.block_mask is not None,
                                              window=p.positional):
             lines.append(f"[{p.label}] {label}:")
             lines.extend("    " + x for x in formula.splitlines())
@@ -105,6 +107,7 @@ def specs_cmd(as_json: bool) -> None:
 @block_sparse_options
 @mask_dropout_options
 @KV_HEADS_OPTION
+@DECODE_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows")
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
@@ -112,7 +115,7 @@ def specs_cmd(as_json: bool) -> None:
 @user_errors
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
                 block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-                kv_heads, detail, simulate, seed, repeats) -> None:
+                kv_heads, decode, detail, simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor, and each
     plan's roofline. Without --batch and --heads: heads 16 and a batch that fills the GPU (see the header)."""
     from ..analysis import roofline
@@ -123,16 +126,18 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
     def make(b: int, h: int) -> list:
         return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
                                   sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
-                                  **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window))[0]
+                                  **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window),
+                                  decode=decode)[0]
 
     plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
-    if device is not None and window is not None:  # a GPU runs the plans whose kernels take the window
-        runnable = [p for p in plans if _takes_window(p)]
+    if device is not None:  # a GPU runs the plans that have kernels (a window: flash/fast's; no decode kernel yet)
+        runnable = [p for p in plans if _runnable(p)]
         if not runnable:
-            raise ValueError("--window on a GPU: no plan here has kernels that take a sliding window (flash/fast on "
-                             "sm_90, float16/bfloat16); add --simulate for the research plans")
-        note = (note + "; " if note else "") + (f"--window: the {len(runnable)} plans whose kernels take it (the "
-                                                f"others: --simulate)")
+            raise ValueError("no plan here has kernels for these options (a window: flash/fast on sm_90, "
+                             "float16/bfloat16); add --simulate")
+        if len(runnable) < len(plans):
+            note = (note + "; " if note else "") + (f"{len(plans) - len(runnable)} plans without kernels for these "
+                                                    "options left out (--simulate runs them)")
         plans = runnable
     spec = resolve_spec(gpu)
     check_repeats(repeats)
@@ -146,7 +151,7 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
     emit(doc, as_json, render(doc, detail=detail, measured=True))
 
 
-def _takes_window(plan) -> bool:
+def _runnable(plan) -> bool:
     try:
         check_runnable(plan)
     except Unsupported:

@@ -81,6 +81,7 @@ s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited p
 e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
 A_v = _pos("A_v")  # sliding-window plans: visible elements of S, a plan's value (iokernels.plan.visible_area)
 S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (iokernels.plan.decode)
+DECODE_VARIANTS = ("split", "packed")  # flash/fast/fwd's split-KV decode plans (Plan.variant)
 
 
 class _Loops:
@@ -350,7 +351,9 @@ def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
                           N_bm: area / (B_r * B_c)})
     # only the block counts along N lose their ceilings; ceil(d / BN) stays (it is 1 when d <= BN)
     expr = expr.replace(sp.ceiling, lambda x: x if x.has(N_q, N_k) else sp.ceiling(x))
-    return sp.simplify(expr.subs(ideal_tiles(algorithm, schedule, direction)))
+    # split-KV decode: the ideal tile holds a K/V head's g·N_q query rows (K and V read once per K/V head)
+    ideal = {B_r: BH * N_q / BH_kv} if variant in DECODE_VARIANTS else ideal_tiles(algorithm, schedule, direction)
+    return sp.simplify(expr.subs(ideal))
 
 
 def theta_leading(plan: Plan) -> tuple[int, float]:

@@ -206,6 +206,11 @@ class Plan:
         raise KeyError(name)
 
     @property
+    def schedule_label(self) -> str:
+        """The schedule as the reports name it: with the variant (``fast+split`` beside ``fast``)."""
+        return f"{self.schedule}+{self.variant}" if self.variant else self.schedule
+
+    @property
     def label(self) -> str:
         label = f"{self.algorithm}/{self.schedule}/{self.direction}"
         return f"{label}+{self.variant}" if self.variant else label

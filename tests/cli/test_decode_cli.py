@@ -1,0 +1,34 @@
+"""``--decode`` on ``model`` and ``compare`` (CPU): the split-KV decode plan beside the others, its rows named
+fast+split, its simulated bytes equal to the predicted ones, and fewer bytes than the tensor-core forward that reads
+K and V once per query head."""
+
+import json
+
+from click.testing import CliRunner
+
+from iokernels.cli import cli
+
+
+def run(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_compare_decode_simulated_equals_predicted():
+    doc = json.loads(run("compare", "--Nq", "2", "--Nk", "1000", "--d", "64", "--dtype", "float16", "--batch", "1",
+                         "--heads", "8", "--kv-heads", "2", "--decode", "--simulate", "--json").stdout)
+    totals = {(r["schedule"], r["pass"]): r for r in doc["rows"] if r["tensor"] == "total"}
+    split = totals[("fast+split", "fwd")]
+    assert split["measured_bytes"] == split["predicted_bytes"]
+    assert all(r["measured_bytes"] == r["predicted_bytes"] for r in doc["rows"] + doc["stages"])
+    # K and V once per K/V head (2) against once per query head (8): about 4x fewer bytes
+    assert split["predicted_bytes"] < totals[("fast", "fwd")]["predicted_bytes"] / 3
+
+
+def test_model_decode_prints_the_split_and_its_theta():
+    out = run("model", "--Nq", "1", "--Nk", "16384", "--d", "128", "--dtype", "float16", "--heads", "64",
+              "--kv-heads", "8", "--decode").output
+    assert "fast+split" in out and "S=15" in out and "Θ(N_k d + S N_q d)" in out
+    bad = CliRunner().invoke(cli, ["model", "--N", "64", "--decode", "--causal", "--dtype", "float16"])
+    assert bad.exit_code != 0 and "--decode" in bad.output
