@@ -16,3 +16,15 @@ class NumpyCupy:
     @staticmethod
     def get_default_memory_pool():
         return type("Pool", (), {"used_bytes": lambda self: 0})()
+
+
+class Launched(Exception):
+    """A :class:`TrippedCupy` was touched: the call got past its checks."""
+
+
+class TrippedCupy:
+    """A cupy that fails the moment a call uses it (tests that bad input is refused before the GPU)."""
+
+    def __getattr__(self, name):
+        raise Launched(name)
+

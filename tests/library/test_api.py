@@ -5,7 +5,7 @@ import pytest
 
 import iokernels
 
-from .fakes import NumpyCupy
+from .fakes import Launched, NumpyCupy, TrippedCupy
 
 Q = np.zeros((2, 3, 10, 64), np.float32)
 
@@ -199,22 +199,13 @@ def test_memory_needed_adds_the_expanded_kv_of_grouped_query_attention():
         iokernels.memory_needed((1, 10, 64), dtype="int8")
 
 
-class _Launched(Exception):
-    """The fake cupy below was touched: the call got past its checks."""
-
-
-class _FakeCupy:
-    def __getattr__(self, name):
-        raise _Launched(name)
-
-
 @pytest.fixture
 def fake_device(monkeypatch):
     """A GPU with 8 GB free of 80 GB, and a cupy that fails the moment the call uses it."""
     from iokernels.kernels import launch
     from iokernels.library import api
 
-    monkeypatch.setattr(api, "require_cupy", lambda: _FakeCupy())
+    monkeypatch.setattr(api, "require_cupy", lambda: TrippedCupy())
     monkeypatch.setattr(launch, "free_device_bytes", lambda: (8 * 1024**3, 80 * 1024**3))
 
 
@@ -227,9 +218,9 @@ def test_standard_attention_that_does_not_fit_fails_before_launch(fake_device):
     assert isinstance(info.value, MemoryError) and info.value.needed == need and "algorithm='flash'" in str(info.value)
     with pytest.raises(iokernels.DeviceMemoryError, match="needs 24"):  # P, dP and dS
         iokernels.attention_backward(q, q, q, q, q, np.zeros((1, 65536), np.float32), algorithm="standard")
-    with pytest.raises(_Launched):  # flash fits: the call goes on to upload the inputs
+    with pytest.raises(Launched):  # flash fits: the call goes on to upload the inputs
         iokernels.attention(q, q, q)
-    with pytest.raises(_Launched):
+    with pytest.raises(Launched):
         iokernels.attention_backward(q, q, q, q, q, np.zeros((1, 65536), np.float32))
 
 

@@ -13,24 +13,17 @@ from iokernels.library.memory import needed_bytes
 from iokernels.plan import SramTooSmall, Unsupported, make_plan
 from iokernels.plan.masks import pattern
 
+from .fakes import Launched, TrippedCupy
+
 H = np.zeros((2, 4, 10, 64), np.float16)
 LSE = np.zeros((2, 4, 10), np.float32)
 TENSOR_CORE = "a sliding window runs on the tensor-core flash path only"
 
 
-class _Launched(Exception):
-    """The fake cupy below was touched: the call got past its checks."""
-
-
-class _FakeCupy:
-    def __getattr__(self, name):
-        raise _Launched(name)
-
-
 @pytest.fixture
 def fake_device(monkeypatch):
     """A GPU with 80 GB free, and a cupy that fails the moment a call uses it."""
-    monkeypatch.setattr(api, "require_cupy", lambda: _FakeCupy())
+    monkeypatch.setattr(api, "require_cupy", lambda: TrippedCupy())
     monkeypatch.setattr(launch, "free_device_bytes", lambda: (80 * 1024**3, 80 * 1024**3))
 
 
@@ -50,9 +43,9 @@ def test_bad_windows_fail_before_the_gpu(fake_device, window):
 def test_a_good_window_gets_past_the_checks(fake_device):
     """The same call as above with a valid window reaches the device (the fake cupy), forward and backward."""
     for window in ((3, 4), [3, 4], (None, 0), (-1, 0), (np.int64(5), None)):
-        with pytest.raises(_Launched):
+        with pytest.raises(Launched):
             iokernels.attention(H, H, H, window=window)
-        with pytest.raises(_Launched):
+        with pytest.raises(Launched):
             iokernels.attention_backward(H, H, H, H, H, LSE, window=window)
 
 
