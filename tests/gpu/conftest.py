@@ -8,3 +8,12 @@ def poison_outputs(monkeypatch):
     from iokernels.kernels import launch
 
     monkeypatch.setattr(launch, "DEBUG_POISON", True)
+
+
+@pytest.fixture
+def sm90():
+    """Skips the test without an sm_90 device: the tma and wgmma kernels (sliding window, dropout and the persistent
+    grid on flash/fast) run there only. A module takes it with ``pytestmark = pytest.mark.usefixtures("sm90")``."""
+    cp = pytest.importorskip("cupy")
+    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the sm_90 tensor-core kernels (tma, wgmma) need an sm_90 device")

@@ -40,3 +40,44 @@ def problem_scale(wants):
 def ulp(dtype: str) -> float:
     """One unit in the last place of ``dtype``, relative: the largest it is for a value of that type."""
     return {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}[dtype]
+
+
+def plan_naive_p(plan, q, k, scale):
+    """A fast plan's same-precision P: S rounded to the dtype, the plan's causal mask and window applied, softmax
+    in float64 (rows with no visible key 0), rounded. q (BH, N_q, d); k with the plan's K/V rows per query head."""
+    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), plan.dtype)
+    vis = plan.visible(np.arange(plan.N_q), np.arange(plan.N_k))
+    if vis is not None:
+        s = np.where(vis, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = e.sum(axis=-1, keepdims=True)
+    return round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), plan.dtype)
+
+
+def group_sum(plan, x):
+    """Grouped-query attention: a K/V head's gradient (BH_kv rows) sums those of the query heads that share it."""
+    return x.reshape(plan.bh_kv, plan.heads // plan.kv_heads, *x.shape[1:]).sum(axis=1)
+
+
+def plan_naive_grads(plan, q, k, v, do, z=1.0):
+    """A fast plan's same-precision (dQ, dK, dV), rounding as the kernels store; ``z`` the dropout multipliers."""
+    scale = reference.default_scale(plan.d)
+    p = plan_naive_p(plan, q, k, scale)
+    dv = round_to(np.swapaxes(p * z, -1, -2) @ do, plan.dtype)
+    dp = round_to(z * (do @ np.swapaxes(v, -1, -2)), plan.dtype)
+    ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), plan.dtype)
+    return {"dQ": round_to(scale * (ds @ k), plan.dtype),
+            "dK": group_sum(plan, round_to(scale * (np.swapaxes(ds, -1, -2) @ q), plan.dtype)),
+            "dV": group_sum(plan, dv)}
+
+
+def assert_within_naive(got, want, naive, slack=5e-4):
+    """flash-attention's idiom: each output's error against the float64 ``want`` at most twice a same-precision
+    naive computation's, plus ``slack``; every value finite."""
+    err_scale = problem_scale(want)
+    for name in want:
+        assert np.all(np.isfinite(got[name])), name
+        bound = 2 * rel_err(naive[name], want[name], err_scale) + slack
+        err = rel_err(got[name], want[name], err_scale)
+        assert err <= bound, (name, err, bound)

@@ -15,23 +15,20 @@ import pytest
 
 from iokernels import model
 from iokernels.kernels import launch
-from iokernels.plan import causal_offset, make_plan, with_causal, with_dropout
+from iokernels.plan import make_plan, with_causal, with_dropout
 from iokernels.plan.dropout import Dropout
 from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.units import round_to
 from iokernels.simulate import kv_rows, reference, reference_outputs
 
-from .helpers import problem_scale, rel_err, ulp
+from .helpers import assert_within_naive, group_sum, plan_naive_grads, plan_naive_p, rel_err, ulp
 
 cp = pytest.importorskip("cupy")
 KB = 1024
 GRADS = ("dQ", "dK", "dV")
 
 
-@pytest.fixture(autouse=True)
-def _need_sm90():
-    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
-        pytest.skip("the wgmma kernels (dropout in flash/fast) run on sm_90 only")
+pytestmark = pytest.mark.usefixtures("sm90")
 
 
 def _seed(*parts) -> int:
@@ -67,32 +64,9 @@ def _plan(case, direction, dropout):
                      kv_heads=kv_heads, causal=causal, direction=direction, dropout=dropout)
 
 
-def _visible(plan):
-    if not plan.causal:
-        return None
-    off = causal_offset(plan.N_q, plan.N_k, plan.causal)
-    return np.arange(plan.N_k)[None, :] <= np.arange(plan.N_q)[:, None] + off
-
-
-def _naive_p(plan, q, k, scale):
-    """Same-precision P: S rounded to the dtype, softmax in float64 (rows with no visible key 0), rounded."""
-    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), plan.dtype)
-    vis = _visible(plan)
-    if vis is not None:
-        s = np.where(vis, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    l = e.sum(axis=-1, keepdims=True)
-    return round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), plan.dtype)
-
-
 def _expanded(plan, host):
     kv = kv_rows(plan)
     return host["Q"], host["K"][kv], host["V"][kv]
-
-
-def _group_sum(plan, x):
-    return x.reshape(plan.bh_kv, plan.heads // plan.kv_heads, *x.shape[1:]).sum(axis=1)
 
 
 @pytest.mark.parametrize("case", FWD_CASES, ids=lambda c: "-".join(map(str, c)))
@@ -108,10 +82,8 @@ def test_forward_counters_and_outputs(case):
     q, k, v = _expanded(plan, host)
     z = plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
     scale = reference.default_scale(plan.d)
-    naive = round_to((_naive_p(plan, q, k, scale) * z) @ v, plan.dtype)
-    err_scale = problem_scale({"O": want})
-    bound = 2 * rel_err(naive, want, err_scale) + 5e-4
-    assert rel_err(o, want, err_scale) <= bound
+    naive = round_to((plan_naive_p(plan, q, k, scale) * z) @ v, plan.dtype)
+    assert_within_naive({"O": o}, {"O": want}, {"O": naive})
     # lse is that of the undropped P
     lse_want = reference.forward(q, k, v, causal=plan.causal)[1]
     lse = cp.asnumpy(run.buffers["lse"]).astype(np.float64)
@@ -132,24 +104,9 @@ def test_backward_counters_and_gradients(case):
     run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
     got = {n: launch.to_float64(run.buffers[n], plan.dtype) for n in GRADS}
-    want = reference_outputs(plan, host)
     q, k, v = _expanded(plan, host)
-    do = host["dO"]
-    z = plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k)
-    scale = reference.default_scale(plan.d)
-    p = _naive_p(plan, q, k, scale)
-    dv = round_to(np.swapaxes(p * z, -1, -2) @ do, plan.dtype)
-    dp = round_to(z * (do @ np.swapaxes(v, -1, -2)), plan.dtype)
-    ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), plan.dtype)
-    naive = {"dQ": round_to(scale * (ds @ k), plan.dtype),
-             "dK": _group_sum(plan, round_to(scale * (np.swapaxes(ds, -1, -2) @ q), plan.dtype)),
-             "dV": _group_sum(plan, dv)}
-    err_scale = problem_scale(want)
-    for name in GRADS:
-        assert np.all(np.isfinite(got[name])), name
-        bound = 2 * rel_err(naive[name], want[name], err_scale) + 5e-4
-        err = rel_err(got[name], want[name], err_scale)
-        assert err <= bound, (name, err, bound)
+    naive = plan_naive_grads(plan, q, k, v, host["dO"], plan.dropout.full_multiplier(plan.bh, plan.N_q, plan.N_k))
+    assert_within_naive(got, reference_outputs(plan, host), naive)
 
 
 @pytest.mark.parametrize("d, dtype, causal", [(64, "float16", False), (128, "bfloat16", False),
@@ -167,7 +124,7 @@ def test_forward_mask_equals_numpy(d, dtype, causal):
     o = launch.to_float64(run.buffers["O"], dtype)
     keep = dropout.keep(np.arange(plan.bh)[:, None, None], np.arange(plan.N_q)[None, :, None],
                         np.arange(d)[None, None, :])
-    vis = _visible(plan)
+    vis = plan.visible(np.arange(plan.N_q), np.arange(plan.N_k))
     if vis is not None:
         keep = keep & vis
     assert np.array_equal(o > 0, keep)
@@ -193,7 +150,7 @@ def test_backward_mask_equals_numpy(d, dtype, kv_heads):
     run = launch.run_plan(plan, inputs, counting=False)
     dv = launch.to_float64(run.buffers["dV"], dtype)  # (bh_kv, N_k, d)
     z = dropout.full_multiplier(plan.bh, d, n_k) / n_k  # (bh, queries, keys)
-    expect = _group_sum(plan, np.swapaxes(z, -1, -2))
+    expect = group_sum(plan, np.swapaxes(z, -1, -2))
     assert np.max(np.abs(dv - expect)) <= 4e-3 * np.max(expect)
     if kv_heads == plan.heads:  # one query head per K/V head: the mask itself
         keep = dropout.keep(np.arange(plan.bh)[:, None, None], np.arange(d)[None, :, None],

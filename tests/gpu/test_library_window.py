@@ -27,10 +27,7 @@ except ImportError:
 TOL_FWD, TOL_BWD = 5e-3, 2e-2  # float16, as tests/gpu/test_library_dropout.py (relative to max |want|)
 
 
-@pytest.fixture(autouse=True)
-def _need_sm90():
-    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
-        pytest.skip("a sliding window runs on the tma kernels, sm_90 only")
+pytestmark = pytest.mark.usefixtures("sm90")
 
 
 def band(n_q, n_k, window, causal=False):

@@ -21,10 +21,7 @@ cp = pytest.importorskip("cupy")
 KB = 1024
 
 
-@pytest.fixture(autouse=True)
-def _need_sm90():
-    if cp.cuda.runtime.getDeviceCount() < 1 or cp.cuda.Device().compute_capability != "90":
-        pytest.skip("the tma kernels run on sm_90 only")
+pytestmark = pytest.mark.usefixtures("sm90")
 
 
 def _regrid(plan, blocks):
