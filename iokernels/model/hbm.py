@@ -50,6 +50,7 @@ from ..plan import (
     pair_sums,
     visible_area,
 )
+from ..plan.decode import DECODE_VARIANTS
 from ..plan.tensors import DIMS, TENSORS
 from ..plan.units import ACC_ITEMSIZE
 from .specs import GpuSpec
@@ -81,7 +82,6 @@ s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited p
 e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
 A_v = _pos("A_v")  # sliding-window plans: visible elements of S, a plan's value (iokernels.plan.visible_area)
 S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (iokernels.plan.decode)
-DECODE_VARIANTS = ("split", "packed")  # flash/fast/fwd's split-KV decode plans (Plan.variant)
 
 
 class _Loops:

@@ -118,8 +118,8 @@ class Plan:
     kv_heads: int = 0
     # causal mask alignment: "" (none), "bottom_right" or "top_left" (module docstring)
     causal: str = ""
-    # sliding window (left, right) (iokernels.plan.causal.normalize_window; None: none). No kernel takes it yet:
-    # the model and the simulator do, the launcher refuses it
+    # sliding window (left, right) (iokernels.plan.causal.normalize_window; None: none): flash/fast's tma kernels
+    # take it (WINDOW), the research kernels do not (the launcher refuses them; the model and simulator take all)
     window: tuple[int | None, int | None] | None = None
     # document masking: the lengths of packed documents (iokernels.plan.causal.normalize_documents; None: none). No
     # kernel takes it yet: the model and the simulator do, the launcher refuses it

@@ -16,6 +16,7 @@ import math
 from .core import Plan, Stage, check_problem, layout, layout_bytes
 from .units import cdiv, itemsize
 
+DECODE_VARIANTS = ("split", "packed")  # Plan.variant of the decode plans: several splits and a combine, or one
 MAX_SPLITS = 128  # FlashAttention-3's cap
 L2_SPLIT_BYTES = 50 * 2**20  # the nominal L2 that one K/V head must outgrow for a full grid to split anyway
 FILL = 0.8  # the fraction of the SMs that query tiles alone must fill for no split

@@ -185,8 +185,8 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
             tiles = TMA_DROPOUT_TILES[tile_head_dim(d)]
             options = [{"kernel": "tma", "block_r": tiles[0], "block_c": tiles[1]}]
         options += [{"kernel": "tma", **TMA_FALLBACK}]
-    if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS and not (window and kernel == "tma"):  # (the other kernels
-        # take no d inside a wider tile)
+    # the other kernels: no d inside a wider tile, and no window
+    if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS and not (window and kernel == "tma"):
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
     plans = [make_fast_plan(**problem, **o, causal=causal, persistent=True if window else None, dropout=dropout)
              for o in options]
