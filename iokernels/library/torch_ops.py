@@ -193,7 +193,7 @@ def window_ints(window: tuple[int | None, int | None] | None) -> tuple[int, int]
 
 def op_window(left: int, right: int) -> tuple[int | None, int | None] | None:
     """The operators' two ints as a normalized window (None for -1, -1); ValueError for a bad one."""
-    return None if left == right == -1 else normalize_window((left, right))
+    return normalize_window((left, right))
 
 
 # ---------------------------------------------------------------------------------------------
