@@ -18,6 +18,7 @@ from ..plan import (
     with_dropout,
     with_mask,
 )
+from ..plan.decode import make_decode_plan
 from ..plan.dropout import Dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_FALLBACK, TMA_TILES, WGMMA_FALLBACK, make_fast_plan
 from ..plan.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_WGMMA_FALLBACK, make_fast_backward_plan
@@ -158,6 +159,17 @@ def _fast_backward_configs(quick: bool) -> Iterator[Factory]:
                                                                                       else {}), **o)
 
 
+def _decode_configs(quick: bool) -> Iterator[Factory]:
+    # the split-KV decode (flash_tma.cu with SPLIT, combine.cu): N_k + 300 keys, so three key tiles or more split
+    # three ways whatever the shape; grouped-query packing (two packed tiles at N_q 113) and d in a wider tile; one
+    # split (the packed persistent forward) at d 256
+    cases = [("float16", 128, 3), ("bfloat16", 96, 3)] + ([] if quick else [("float16", 256, 1)])
+    for dtype, d, splits in cases:
+        yield lambda n_q, n_k, t=dtype, d=d, s=splits: make_decode_plan(N_q=n_q, N_k=n_k + 300, d=d, dtype=t,
+                                                                        batch=BATCH, heads=HEADS, kv_heads=1,
+                                                                        splits=s)
+
+
 def _forced_tile_configs(quick: bool) -> Iterator[Factory]:
     if quick:
         return
@@ -174,7 +186,8 @@ def variants(quick: bool = False) -> list[Variant]:
     shapes = QUICK_SHAPES if quick else SHAPES
     out: list[Variant] = []
     seen: set[tuple] = set()
-    families = (_research_configs, _fast_forward_configs, _fast_backward_configs, _forced_tile_configs)
+    families = (_research_configs, _fast_forward_configs, _fast_backward_configs, _decode_configs,
+                _forced_tile_configs)
     for family in families:
         for unmasked in family(quick):
             for mask in _masks(quick):

@@ -19,8 +19,15 @@
 // the registers the next step's product reads; the last P V follows the loop. The warpgroups take turns issuing
 // (named barriers 1 .. BR / 64, each warpgroup releasing the next), so one's softmax overlaps another's products.
 //
+// SPLIT (the split-KV decode, iokernels/plan/decode.py): the host passes the g query heads of each K/V head as one
+// head of g·N_q packed rows (n_q, bh: the packed rows and the batch·K/V heads; kv_group 1); block (x, s, z) takes key
+// tiles [s c, s c + c) of its item, c = ⌈T_c / S⌉ (S = gridDim.y, a split count the plan made with none empty), and
+// writes its normalized float32 O and lse, the split's partials, to Opart and lse_part (S, bh, n_q[, d]), which
+// combine.cu merges.
+//
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
-// consumers count O and lse as flash_wgmma.cu does; the model is q_outer's.
+// consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
+// decode's, iokernels/model/hbm.py).
 #include "common.cuh"
 
 #include "tiles.cuh"
@@ -57,6 +64,17 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= (65536 / THREAD
 static_assert((BC == 64 || BC == 128) && TILE_D <= 256, "wgmma tile widths");
 static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P fit the registers at 128 x 64 only");
 
+#ifdef SPLIT
+#if defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT)
+#error "SPLIT: a block per (item, split), no mask, no dropout"
+#endif
+constexpr int OUT_T = IOK_T_Opart, LSE_T = IOK_T_lse_part;  // the split's partials, float32
+template <typename T> struct FwdOut { using type = float; };
+#else
+constexpr int OUT_T = IOK_T_O, LSE_T = IOK_T_lse;
+template <typename T> struct FwdOut { using type = T; };
+#endif
+
 template <typename T>
 __device__ constexpr bool wg_layout_ok()
 {
@@ -71,17 +89,19 @@ __device__ constexpr bool wg_layout_ok()
 
 // Grid (ceil(N_q / BR), 1, BH). tmQ: Q (BH, N_q, HEAD_D) of T in boxes of BR rows; tmK, tmV: K, V (BH / kv_group,
 // N_k, HEAD_D) in boxes of BC rows (tensormap.attention_map), query head z reading K/V head z / kv_group
-// (grouped-query attention; 1 for none). O: (BH, N_q, HEAD_D) of T; lse: (BH, N_q) float32.
+// (grouped-query attention; 1 for none). O: (BH, N_q, HEAD_D) of T; lse: (BH, N_q) float32 (SPLIT: grid (T_r, S, BH),
+// O and lse the partials, (S, BH, N_q, HEAD_D) and (S, BH, N_q) float32).
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
-              const __grid_constant__ IokTensorMap tmV, T* __restrict__ O, float* __restrict__ lse, int n_q, int n_k,
+              const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
+              float* __restrict__ lse, int n_q, int n_k,
               float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_O, IOK_T_lse> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
@@ -130,6 +150,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         const int key_hi = min(n_k, w.row0 + w.rows + IOK_BAND_HI);  // one past the last row's last key
         w.kt0 = key_lo / BC;
         w.tiles = key_hi > key_lo ? (key_hi + BC - 1) / BC - w.kt0 : 0;
+#elif defined(SPLIT)
+        const int t_c = (n_k + BC - 1) / BC, c = (t_c + gridDim.y - 1) / gridDim.y;
+        w.kt0 = blockIdx.y * c;
+        w.tiles = max(0, min(c, t_c - w.kt0));
 #else
         w.kt0 = 0;
         w.tiles = (n_k + BC - 1) / BC;
@@ -402,19 +426,28 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
             const float (&out_scale)[2] = inv;
 #endif
+#ifdef SPLIT
+            const size_t out_off = (static_cast<size_t>(blockIdx.y) * gridDim.z * n_q) + q_off;  // split s's rows
+#else
+            const size_t out_off = q_off;
+#endif
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = wg * 64 + warp * 16 + g + 8 * h;
                 if (r < rows) {
-                    T* orow = O + (q_off + r) * HEAD_D;
+                    auto* orow = O + (out_off + r) * HEAD_D;
 #pragma unroll
                     for (int n = 0; n < TILE_D / 8; ++n) {
                         if (n * 8 < HEAD_D) {  // the tile's columns past d: not stored
                             const float a = o[4 * n + 2 * h] * out_scale[h], b = o[4 * n + 2 * h + 1] * out_scale[h];
-                            iok_st<IOK_T_O>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), wg_pack<T>(a, b));
+#ifdef SPLIT
+                            iok_st<OUT_T>(io, reinterpret_cast<float2*>(orow + n * 8 + 2 * t), make_float2(a, b));
+#else
+                            iok_st<OUT_T>(io, reinterpret_cast<unsigned*>(orow + n * 8 + 2 * t), wg_pack<T>(a, b));
+#endif
                         }
                     }
-                    if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
+                    if (t == 0) iok_st<LSE_T>(io, lse + out_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
                 }
             }
         }

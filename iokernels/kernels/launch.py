@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
+from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.tensors import DIMS, NUM_TENSORS, TENSORS, Counts
+from ..plan.tensors import DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
 from . import rawlaunch, tensormap
 from .runtime import cubin_cache_dir, require_cupy
@@ -43,6 +44,8 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_tc_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
     "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
     "flash_tma_fwd": ("map:Q", "map:K", "map:V", "O", "lse", "n_q", "n_k", "scale", "kv_group", "bh"),  # TMA maps
+    "flash_tma_split": ("map:Q", "map:K", "map:V", "Opart", "lse_part", "n_q", "n_k", "scale", "kv_group", "bh"),
+    "flash_combine": ("Opart", "lse_part", "O", "lse", "rows", "splits"),
     **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.plan.fast_bwd)
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
@@ -73,8 +76,14 @@ def tensor_dtype(plan: Plan, name: str) -> np.dtype:
     return np.dtype(np.float32) if name in FLOAT32_TENSORS else storage_dtype(plan.dtype)
 
 
+# the tensors a launch allocates by name: those of (batch*heads, ...) shapes, and the split-KV decode's partials
+BUFFERS = frozenset(DIMS) | frozenset(SPLIT_TENSORS)
+
+
 def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
+    if name in SPLIT_TENSORS:  # one (batch*heads, N_q[, d]) float32 tensor per split
+        return (plan.tile["S"] * plan.bh, plan.N_q, *((plan.d,) if name == "Opart" else ()))
     rows = plan.bh_kv if name in KV_TENSORS else plan.bh  # grouped-query: fewer K/V heads
     return (rows, *(extent[x] for x in DIMS[name]))
 
@@ -82,7 +91,7 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
 def stage_tensors(stage: Stage) -> tuple[str, ...]:
     if stage.kernel == "gemm":
         return GEMMS[stage.name][2:]
-    return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in DIMS)
+    return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in BUFFERS)
 
 
 def copied_tensors(kernel: str) -> tuple[str, ...]:
@@ -251,6 +260,9 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
               "scale": np.float32(scale), "null": np.uint64(0),
               "kv_group": np.int32(plan.heads // plan.kv_heads), "bh": np.int32(plan.bh)}
+    if plan.variant in DECODE_VARIANTS:  # the main kernel sees a K/V head's query heads as one head of g·N_q rows
+        values.update(n_q=np.int32(packed_rows(plan)), kv_group=np.int32(1), bh=np.int32(plan.bh_kv),
+                      rows=np.int32(plan.bh * plan.N_q), splits=np.int32(plan.tile["S"]))
     params = dict(stage.params)
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]
@@ -260,7 +272,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
             args.append("mask")
         return tuple(args), bool(params.get("DROPOUT"))  # pv, dv: the dropped P
     tiles = dict(plan.tiles)
-    args = [a if a in DIMS else _map_arg(plan, a[4:], tiles) if a.startswith("map:") else values[a]
+    args = [a if a in BUFFERS else _map_arg(plan, a[4:], tiles) if a.startswith("map:") else values[a]
             for a in ARGS[stage.kernel]]
     if params.get("BLOCK_SPARSE"):  # the block mask, before the counters (docs/KERNELS.md)
         args.append("block_mask")
@@ -273,8 +285,11 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
 
 
 def _map_arg(plan: Plan, name: str, tiles: dict[str, int]) -> tensormap.MapArg:
-    """The TMA map of tensor ``name``: boxes of B_r rows for Q and dO, B_c for K and V, 64 for dQacc (float32)."""
+    """The TMA map of tensor ``name``: boxes of B_r rows for Q and dO, B_c for K and V, 64 for dQacc (float32); a
+    decode plan's Q as (batch·K/V heads, g·N_q, d), its packed rows."""
     bh, n, d = tensor_shape(plan, name)
+    if name == "Q" and plan.variant in DECODE_VARIANTS:
+        bh, n = plan.bh_kv, packed_rows(plan)
     rows = tiles["Br"] if name in ("Q", "dO") else 64 if name == "dQacc" else tiles["Bc"]
     return tensormap.MapArg(name, "float32" if name in FLOAT32_TENSORS else plan.dtype, bh, n, d, rows)
 

@@ -80,6 +80,12 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  for br in ((128, 192) if d == 64 else (128,))]
         plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma")
                   for t in FAST_DTYPES for d in (32, 96, 160, 192, 256)]
+    if source in ("flash_tma.cu", "combine.cu"):  # the split-KV decode (SPLIT) and its combine, at every tile width
+        from iokernels.plan.decode import make_decode_plan
+        from iokernels.plan.fast import FAST_DTYPES
+
+        plans += [make_decode_plan(N_q=1, N_k=1000, d=d, dtype=t, heads=8, kv_heads=1, splits=2)
+                  for t in FAST_DTYPES for d in (64, 96, 128, 256)]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,
@@ -127,7 +133,7 @@ COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
                       "flash_wgmma.cu", "flash_tma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu",
-                      "flash_tma_bwd.cu")},
+                      "flash_tma_bwd.cu", "combine.cu")},
 }
 
 # Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these

@@ -16,8 +16,9 @@ from ..plan import (
     supports_causal,
     supports_dropout,
 )
+from ..plan.decode import DECODE_BLOCK_R, DECODE_SMS, make_decode_plan
 from ..plan.dropout import Dropout
-from ..plan.fast import FAST_DTYPES
+from ..plan.fast import FAST_DTYPES, default_kernel
 from ..plan.units import parse_size
 from .dispatch import device_id
 
@@ -40,6 +41,38 @@ def smem_limit_of(device: int) -> int | None:
 
     spec = current_device_spec()
     return spec.smem_per_block_bytes if spec else None
+
+
+@cache
+def sm_count_of(device: int) -> int | None:
+    from ..model.specs import current_device_spec
+
+    spec = current_device_spec()
+    return spec.sms if spec else None
+
+
+def decode_plan(n_q: int, n_k: int, d: int, dtype: str, lead: tuple[int, ...], sram: Any, group: int,
+                causal: str) -> Plan | None:
+    """The split-KV decode plan (:mod:`iokernels.plan.decode`) of a plain forward call that has few query rows per
+    K/V head (its g query heads times N_q fill at most one packed tile of :data:`DECODE_BLOCK_R` rows), on the sm_90
+    tma kernels, fitting ``sram`` (and the device); None otherwise. Such a call reads K and V once per K/V head (not
+    once per query head) and splits the keys to fill the SMs (the device's count). Causal only as bottom-right with
+    one query row, which then sees every key."""
+    if causal and not (causal == "bottom_right" and n_q == 1):
+        return None
+    batch, heads = (math.prod(lead), 1) if group == 1 else (math.prod(lead[:-1]), lead[-1])
+    if dtype not in FAST_DTYPES or group * n_q > DECODE_BLOCK_R or default_kernel() != "tma":
+        return None
+    device = device_id()
+    sms = (sm_count_of(device) if device is not None else None) or DECODE_SMS
+    try:
+        plan = make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                kv_heads=heads // group, sms=sms)
+    except Unsupported:
+        return None
+    limit = smem_limit()
+    fits = (sram is None or plan.smem_bytes <= parse_size(sram)) and (limit is None or plan.smem_bytes <= limit)
+    return plan if fits else None
 
 
 def library_plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
@@ -73,6 +106,8 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
                 window: tuple[int | None, int | None] | None = None) -> tuple[Plan, bool]:
     """The plan a call runs, and whether K and V are expanded to q's heads for it.
 
+    A plain flash forward with few query rows per K/V head runs the split-KV decode (:func:`decode_plan`).
+
     With no schedule given, flash takes the tensor-core schedule "fast" where its kernels take the
     problem and their tiles fit the M given (``sram``), else its research default. Grouped-query
     attention (``group`` > 1) runs natively where the plan takes ``kv_heads`` (the fast forward; the fast
@@ -81,6 +116,11 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
     ``window`` (normalized, :func:`iokernels.plan.normalize_window`): only flash/fast's tma kernels apply one, so
     flash takes "fast" and nothing else, and any other algorithm, schedule or problem raises Unsupported
     (:data:`WINDOW_PATH`) here: never run unmasked, never left to fail at launch."""
+    if (direction == "fwd" and algorithm == "flash" and schedule in (None, "fast") and not deterministic
+            and block_mask is None and mask is None and dropout is None and window is None):
+        plan = decode_plan(n_q, n_k, d, dtype, lead, sram, group, causal)
+        if plan is not None:
+            return plan, False
     if window is not None:
         if algorithm != "flash" or schedule not in (None, "fast") or deterministic:
             what = "deterministic=True" if deterministic else "/".join(filter(None, (algorithm, schedule)))

@@ -6,14 +6,15 @@ by their log-sum-exp. The rule is FlashAttention-3's (hopper/heuristics.h, read,
 within 85 % of the best wave efficiency, with no split when the tiles already fill the SMs (unless one K/V head
 outgrows the L2 and many query tiles reread it), or when there are 4 key tiles or fewer. Splits are then made even
 (FlashAttention-2's rule: no split is left empty). The plan, the model and the simulator of the split schedule build
-on these; nothing launches them yet.
+on these; the kernels are flash_tma.cu built with SPLIT and combine.cu.
 """
 
 from __future__ import annotations
 
 import math
 
-from .core import Plan, Stage, check_problem, layout, layout_bytes
+from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
+from .fast import FAST_DTYPES, TMA_FWD_CTAS, TMA_HEAD_DIMS, fast_buffers, tile_head_dim, tile_params
 from .units import cdiv, itemsize
 
 DECODE_VARIANTS = ("split", "packed")  # Plan.variant of the decode plans: several splits and a combine, or one
@@ -58,43 +59,62 @@ def split_ranges(key_tiles: int, splits: int) -> list[tuple[int, int]]:
     return [(start, min(start + chunk, key_tiles)) for start in range(0, key_tiles, chunk)]
 
 
-# the query rows of a packed tile (the g query heads of a K/V head times N_q): one consumer warpgroup's 64, or 128
-DECODE_ROWS = (64, 128)
+# the query rows of a packed tile (the g query heads of a K/V head times N_q): flash_tma.cu's tile, two consumer
+# warpgroups of 64 rows (a decode call is bound by K/V bytes, not by the products of the rows left empty)
+DECODE_BLOCK_R = 128
 DECODE_SMS = 132  # the SMs the split count is chosen for by default (an H100 SXM's, an H200's)
+COMBINE_THREADS = 256  # the combine kernel: a warp per output row
 
 
 def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1,
                      kv_heads: int | None = None, splits: int | None = None, sms: int = DECODE_SMS) -> Plan:
-    """The split-KV decode plan (model and simulator only: no kernel yet; issue #23): the g = heads / kv_heads query
-    heads of a K/V head and their N_q rows packed into one tile of B_r rows (64 or 128; more rows: several tiles),
-    the key tiles (B_c 128, 64 past d 128) cut into S splits (``splits``, default :func:`num_splits` for ``sms``),
-    each block (split, packed tile, batch·K/V head) reading its Q rows, its split's K and V, and writing a float32
-    partial O and lse (Opart, lse_part) that the ``combine`` stage merges by their log-sum-exp into O and lse. One
-    split: variant "packed", the block writes O and lse itself. Not causal (decode with N_q ≤ N_k sees every key)."""
+    """The split-KV decode plan (issue #23): the g = heads / kv_heads query heads of a K/V head and their N_q rows
+    packed into tiles of B_r = 128 rows (the Q and O of a K/V head are one contiguous (g·N_q, d) slab in the
+    (batch, heads, N_q, d) layout), the key tiles (B_c 128, 64 past d 128) cut into S splits (``splits``, default
+    :func:`num_splits` for ``sms``); each block (packed tile, split, batch·K/V head) of ``flash_tma.cu`` built with
+    SPLIT reads its Q rows and its split's K and V and writes a float32 partial O and lse (Opart, lse_part), which
+    the ``combine`` stage (``combine.cu``) merges by their log-sum-exp into O and lse. One split: variant "packed",
+    the tma forward itself on the packed rows (a persistent grid) writes O and lse. Not causal (decode with N_q ≤
+    N_k, bottom-right, sees every key only when N_q = 1: :func:`iokernels.plan.variants` keeps causal elsewhere)."""
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kv_heads = heads if kv_heads is None else kv_heads
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
+    if d not in TMA_HEAD_DIMS or dtype not in FAST_DTYPES:
+        raise Unsupported(f"the split-KV decode runs on the sm_90 tma kernel: float16 or bfloat16, d a multiple of 8 "
+                          f"from 16 to 256; got d={d}, {dtype}")
     rows = heads // kv_heads * N_q  # packed query rows per K/V head
-    block_r = DECODE_ROWS[0] if rows <= DECODE_ROWS[0] else DECODE_ROWS[1]
-    block_c = 128 if d <= 128 else 64
+    tile_d = tile_head_dim(d)
+    block_r, block_c = DECODE_BLOCK_R, 128 if tile_d <= 128 else 64
     t_m, t_c = cdiv(rows, block_r), cdiv(N_k, block_c)
-    blocks = t_m * batch * kv_heads
+    bh_kv = batch * kv_heads
     if splits is None:
-        splits = num_splits(blocks, sms, t_c, kv_head_bytes=2 * N_k * d * itemsize(dtype), rows_per_head_tiles=t_m)
+        splits = num_splits(t_m * bh_kv, sms, t_c, kv_head_bytes=2 * N_k * d * itemsize(dtype),
+                            rows_per_head_tiles=t_m)
     elif not isinstance(splits, int) or splits < 1:
         raise ValueError(f"splits must be an int >= 1, got {splits!r}")
-    used = len(split_ranges(t_c, splits))  # splits with a key tile (none empty)
-    e = itemsize(dtype)
-    buffers = [("Q", block_r * d * e), ("K0", block_c * d * e), ("K1", block_c * d * e), ("V0", block_c * d * e),
-               ("V1", block_c * d * e)]
-    main = Stage("main", "flash_tma_decode", (used, t_m, batch * kv_heads), 2 * block_r + 128, layout(buffers),
-                 (("SPLITS", used),))
-    stages = (main,)
+    # the splits with a key tile (none empty): c = ⌈T_c / S⌉ tiles each, the last the rest; S := ⌈T_c / c⌉, for which
+    # ⌈T_c / S⌉ is c again (the kernel's split s takes tiles [s c, s c + c))
+    used = len(split_ranges(t_c, splits))
+    buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
+    threads = 2 * block_r + 128  # and the producer warpgroup
+    params = tile_params(d)
     if used > 1:
-        per_block = max(1, 256 // d)  # rows per combine block: a warp per row at d 128
-        stages += (Stage("combine", "flash_combine", (cdiv(batch * heads * N_q, per_block), 1, 1), 256, (), ()),)
+        stages: tuple[Stage, ...] = (
+            Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers), (*params, ("SPLIT", 1))),
+            Stage("combine", "flash_combine", (cdiv(batch * heads * N_q, COMBINE_THREADS // 32), 1, 1),
+                  COMBINE_THREADS, layout([("weights", COMBINE_THREADS // 32 * MAX_SPLITS * 4)]), ()),
+        )
+    else:  # the tma forward on the packed rows, persistent as its dense plans
+        stages = (Stage("main", "flash_tma_fwd", (min(t_m * bh_kv, TMA_FWD_CTAS), 1, 1), threads, layout(buffers),
+                        (*params, ("PERSISTENT", 1))),)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
                 variant="split" if used > 1 else "packed",
-                tiles=(("Br", block_r), ("Bc", block_c), ("Tr", t_m), ("Tc", t_c), ("S", used)), stages=stages)
+                tiles=(("Br", block_r), ("Bc", block_c), ("Tr", t_m), ("Tc", t_c), ("S", used)),
+                stages=stages)
+
+
+def packed_rows(plan: Plan) -> int:
+    """The query rows of one K/V head in a decode plan's packed tiles (g·N_q): the n_q its main kernel sees."""
+    return plan.heads // plan.kv_heads * plan.N_q

@@ -19,7 +19,6 @@ from dataclasses import replace
 
 from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
 from .core import Plan, Unsupported
-from .decode import DECODE_VARIANTS
 from .dropout import Dropout
 from .fast_bwd import KERNEL_TMA, KERNEL_TMA_WIDE, SM90_BWD_KERNEL_NAMES
 from .masks import BlockMask, ExplicitMask
@@ -238,10 +237,7 @@ def with_documents(plan: Plan, documents: object) -> Plan:
 
 def check_runnable(plan: Plan) -> None:
     """Unsupported when ``plan`` has something its kernels do not do: a sliding window none of them applies (a
-    research schedule's), documents, or the split-KV decode (iokernels.plan.decode): no kernel takes those yet."""
-    if plan.variant in DECODE_VARIANTS:
-        raise Unsupported(f"the split-KV decode ({plan.label}) runs in the model and the simulator only: no kernel "
-                          "yet (issue #23)")
+    research schedule's), or documents: no kernel takes those yet."""
     if plan.documents is not None:
         raise Unsupported(f"document masking on {plan.label} runs in the model and the simulator only: no kernel "
                           "takes it yet")

@@ -1,6 +1,6 @@
 """plan.decode: the split count of a decode call (FlashAttention-3's rule), the key tiles of each split, and the
 split-KV decode plan with its exact bytes (the model) equal to the simulator's, its outputs to the float64
-reference (CPU; no kernel takes it yet: the launcher refuses it)."""
+reference, and the arguments its kernels are launched with (CPU; the kernels run in tests/gpu/test_decode.py)."""
 
 from itertools import pairwise
 
@@ -9,6 +9,7 @@ import pytest
 from iokernels import model
 from iokernels.kernels import launch
 from iokernels.plan import Unsupported
+from iokernels.plan.core import FLOAT32_TENSORS
 from iokernels.plan.decode import make_decode_plan, num_splits, split_ranges
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
@@ -45,12 +46,12 @@ def test_split_ranges_cover_every_tile_once_and_none_is_empty(tiles, splits):
 
 
 # ---------------------------------------------------------------------------------------------
-# the split-KV decode plan, its model and its simulator (CPU; no kernel yet)
+# the split-KV decode plan, its model and its simulator
 
 @pytest.mark.parametrize("kw", [
     dict(N_q=1, N_k=1000, d=64, heads=8, kv_heads=2, batch=2),  # default splits (8 tiles of 128: 4)
     dict(N_q=5, N_k=300, d=32, heads=4, kv_heads=4),  # 3 key tiles: one split ("packed")
-    dict(N_q=3, N_k=777, d=96, heads=48, kv_heads=2, splits=4),  # 72 packed rows in a tile of 128
+    dict(N_q=3, N_k=777, d=96, heads=48, kv_heads=2, splits=4),  # 72 packed rows in a tile of 128 (d in 128)
     dict(N_q=16, N_k=2000, d=128, heads=16, kv_heads=1, splits=3),  # 256 packed rows: two tiles re-read K/V
     dict(N_q=2, N_k=129, d=256, heads=2, kv_heads=1, splits=9),  # B_c 64: 3 tiles, 3 splits of one
 ])
@@ -60,8 +61,6 @@ def test_simulator_equals_model_and_reference(kw):
     result = simulate(plan, inputs)
     assert result.counts == model.exact(plan)
     assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-12
-    with pytest.raises(Unsupported, match="split-KV"):
-        launch.run_plan(plan, {})
 
 
 def test_the_decode_bytes_by_hand():
@@ -86,3 +85,46 @@ def test_a_full_grid_does_not_split():
     assert plan.variant == "packed" and [s.name for s in plan.stages] == ["main"]
     with pytest.raises(ValueError, match="splits"):
         make_decode_plan(N_q=1, N_k=64, d=64, dtype="float16", splits=0)
+
+
+def test_the_kernel_split_rule_gives_the_plans_ranges():
+    """flash_tma.cu's split s takes key tiles [s c, s c + c), c = ⌈T_c / S⌉ with S the plan's (non-empty) split count:
+    the ranges split_ranges made for the split count asked for."""
+    for tiles in range(1, 400):
+        for asked in range(1, 140):
+            ranges = split_ranges(tiles, asked)
+            c = -(-tiles // len(ranges))
+            assert ranges == [(s * c, min(s * c + c, tiles)) for s in range(len(ranges))], (tiles, asked)
+
+
+def test_decode_launch_arguments():
+    """The main kernel sees each K/V head's g query heads as one head of g·N_q rows (Q's map, n_q, kv_group 1, bh the
+    K/V heads); the partials are one float32 (B·H, N_q[, d]) tensor per split; the combine takes the output rows and
+    S."""
+    plan = make_decode_plan(N_q=2, N_k=5000, d=96, dtype="bfloat16", batch=3, heads=16, kv_heads=4, splits=5)
+    main, combine = plan.stages
+    assert (main.kernel, main.grid, main.threads, combine.kernel) == ("flash_tma_split", (1, 5, 12), 384,
+                                                                      "flash_combine")
+    args, dropout = launch.stage_arg_layout(plan, main, 0.5)
+    q_map = args[0]
+    assert (q_map.buffer, q_map.bh, q_map.n, q_map.d, q_map.rows) == ("Q", 12, 8, 96, 128)
+    assert args[3:] == ("Opart", "lse_part", 8, 5000, 0.5, 1, 12) and not dropout
+    assert args[1].bh == 12 and args[1].n == 5000 and args[1].rows == 128  # K: a box of B_c rows per K/V head
+    assert launch.stage_arg_layout(plan, combine, 0.5) == (("Opart", "lse_part", "O", "lse", 3 * 16 * 2, 5), False)
+    assert launch.tensor_shape(plan, "Opart") == (5 * 48, 2, 96) and launch.tensor_shape(plan, "lse_part") == (240, 2)
+    assert {"Opart", "lse_part"} <= FLOAT32_TENSORS
+    assert launch.plan_tensors(plan) == ["Q", "K", "V", "Opart", "lse_part", "O", "lse"]
+
+
+def test_one_split_is_the_persistent_forward_on_the_packed_rows():
+    plan = make_decode_plan(N_q=1, N_k=4096, d=128, dtype="float16", batch=64, heads=64, kv_heads=8)
+    (main,) = plan.stages
+    assert plan.variant == "packed" and main.kernel == "flash_tma_fwd" and dict(main.params)["PERSISTENT"] == 1
+    assert main.grid == (132, 1, 1)  # 512 packed tiles over the persistent grid
+    args, _ = launch.stage_arg_layout(plan, main, 0.5)
+    assert (args[0].bh, args[0].n) == (512, 8) and args[3:] == ("O", "lse", 8, 4096, 0.5, 1, 512)
+
+
+def test_decode_plans_run_on_the_tma_kernels_only():
+    with pytest.raises(Unsupported, match="tma"):
+        make_decode_plan(N_q=1, N_k=64, d=64, dtype="float32")

@@ -1,0 +1,121 @@
+"""The split-KV decode on the GPU (issue #23; flash_tma.cu built with SPLIT, combine.cu; iokernels/plan/decode.py):
+counters == model.exact stage by stage; O and lse equal the float64 reference within flash-attention's same-precision
+tolerance, for one and several query tokens, grouped-query packing (8:1, 24:1, 1:1, 16:1 over two packed tiles),
+ragged key tiles, one key, d inside a wider tile and past 128, forced and default split counts, and the one-split
+plan (the persistent tma forward on packed rows); the plain build agrees with the counting one; the library and the
+torch front end route decode-shaped calls to these plans.
+
+Run alone: ``PYTHONPATH=. pytest tests/gpu/test_decode.py`` (skips without an sm_90 device).
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from iokernels import model
+from iokernels.kernels import launch
+from iokernels.plan.decode import make_decode_plan
+from iokernels.plan.units import round_to
+from iokernels.simulate import kv_rows, reference, reference_outputs
+
+from .helpers import assert_within_naive, plan_naive_p, ulp
+
+cp = pytest.importorskip("cupy")
+pytestmark = pytest.mark.usefixtures("sm90")
+
+# (N_q, N_k, d, dtype, batch, heads, kv_heads, splits: None for the plan's own)
+CASES = [
+    (1, 16384, 128, "float16", 1, 64, 8, None),  # the design note's case: 15 splits of 9 tiles (the last 2)
+    (1, 1000, 128, "bfloat16", 2, 8, 8, None),  # 1:1
+    (3, 777, 96, "float16", 1, 48, 2, 4),  # 72 packed rows; d inside a 128-wide tile; a ragged last tile
+    (16, 2000, 128, "bfloat16", 1, 16, 1, 3),  # 256 packed rows: two tiles, each reading K and V
+    (2, 129, 256, "float16", 1, 2, 1, 9),  # B_c 64: 3 tiles, 3 splits of one (the last: one key)
+    (1, 1, 64, "float16", 1, 8, 8, None),  # one key: one split, the packed plan
+    (1, 4097, 64, "float16", 1, 8, 1, 33),  # 33 tiles of 128 keys, a split each
+    (5, 300, 32, "bfloat16", 3, 4, 4, None),  # d 32 in a 64-wide tile
+    (4, 4096, 128, "float16", 32, 16, 16, None),  # a full grid: one split, persistent
+]
+IDS = ["-".join(map(str, c)) for c in CASES]
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32(repr(parts).encode())
+
+
+def _plan(case):
+    n_q, n_k, d, dtype, batch, heads, kv_heads, splits = case
+    return make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads, kv_heads=kv_heads,
+                            splits=splits)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_counters_outputs_and_lse(case):
+    plan = _plan(case)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case))
+    run = launch.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    o = launch.to_float64(run.buffers["O"], plan.dtype)
+    plain = launch.run_plan(plan, inputs, counting=False)
+    o_plain = launch.to_float64(plain.buffers["O"], plan.dtype)
+    assert np.max(np.abs(o_plain - o)) <= ulp(plan.dtype) * np.max(np.abs(o))  # the same kernels less counters
+    want = reference_outputs(plan, host)
+    kv = kv_rows(plan)
+    q, k, v = host["Q"], host["K"][kv], host["V"][kv]
+    naive = round_to(plan_naive_p(plan, q, k, reference.default_scale(plan.d)) @ v, plan.dtype)
+    assert_within_naive({"O": o}, {"O": want["O"]}, {"O": naive})
+    for buffers in (run.buffers, plain.buffers):
+        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
+        assert np.max(np.abs(lse - want["lse"])) < 1e-2 * max(1.0, float(np.max(np.abs(want["lse"]))))
+
+
+def test_each_split_sees_its_keys_once():
+    """Q = 0 makes every key's weight equal: O is the mean of V over all N_k keys only if every key tile is visited
+    by exactly one split and the combine weights the splits by their key counts."""
+    plan = make_decode_plan(N_q=1, N_k=5000, d=64, dtype="float16", heads=8, kv_heads=2, splits=7)
+    assert plan.tile["S"] == 7
+    inputs, host = launch.make_device_inputs(plan, seed=5)
+    inputs["Q"] = cp.zeros_like(inputs["Q"])
+    run = launch.run_plan(plan, inputs, counting=False)
+    o = launch.to_float64(run.buffers["O"], plan.dtype)
+    mean = host["V"].mean(axis=1)[kv_rows(plan)]  # (BH, d): each query head's K/V head's mean row
+    assert np.max(np.abs(o[:, 0] - mean)) < 2e-3
+    assert np.allclose(cp.asnumpy(run.buffers["lse"]), np.log(5000), atol=1e-4)
+
+
+def test_the_library_routes_decode_calls_to_the_split_plan():
+    """iokernels.attention on a decode-shaped call (one token, 64 query heads over 8 K/V heads) runs the split plan
+    (its counted stages are main and combine) and equals the float64 reference; its lse too."""
+    import iokernels
+
+    rng = np.random.default_rng(7)
+    q = cp.asarray(rng.standard_normal((2, 64, 1, 128)), dtype=cp.float16)
+    k = cp.asarray(rng.standard_normal((2, 8, 3000, 128)), dtype=cp.float16)
+    v = cp.asarray(rng.standard_normal((2, 8, 3000, 128)), dtype=cp.float16)
+    with launch.count_io() as records:
+        o, lse = iokernels.attention(q, k, v, return_lse=True)
+    assert {r["plan"] for r in records} == {"flash/fast/fwd+split"}
+    assert {r["stage"] for r in records} == {"main", "combine"}
+    qh, kh, vh = (cp.asnumpy(x).astype(np.float64) for x in (q, k, v))
+    kh, vh = np.repeat(kh, 8, axis=1), np.repeat(vh, 8, axis=1)
+    o_want, lse_want = reference.forward(qh.reshape(128, 1, 128), kh.reshape(128, 3000, 128),
+                                         vh.reshape(128, 3000, 128))
+    assert np.max(np.abs(cp.asnumpy(o).astype(np.float64).reshape(128, 1, 128) - o_want)) < 2e-3
+    assert np.max(np.abs(cp.asnumpy(lse).reshape(128, 1) - lse_want)) < 1e-3
+    again = iokernels.attention(q, k, v)  # the fast path (the signature's second call): the same values
+    assert cp.array_equal(again, o)
+
+
+def test_torch_decode_equals_sdpa():
+    torch = pytest.importorskip("torch")
+    import iokernels.torch as iot
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q = torch.randn(4, 32, 1, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(4, 8, 9000, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(4, 8, 9000, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    got = iot.attention(q, k, v).float()
+    want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=True)
+    same = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True).double()
+    err, err_same = (got.double() - want).abs().max().item(), (same - want).abs().max().item()
+    assert err <= 2 * err_same + 1e-3, (err, err_same)
