@@ -1,51 +1,48 @@
-"""Split-KV decoding (issue #23, first CPU step; docs/notes/issue23-inference.md): how many splits of the key
-sequence a decode call runs, and which key tiles each split owns. A decode call has few query rows per K/V head
-(N_q·g, g query heads per K/V head, packed into one tile): one block per (query tile, K/V head) leaves most SMs
-idle, so the key tiles are cut into S splits, each block writes a partial O and lse, and a combine pass merges them
-by their log-sum-exp. The rule is FlashAttention-3's (hopper/heuristics.h, read, not copied): the smallest S
-within 85 % of the best wave efficiency, with no split when the tiles already fill the SMs (unless one K/V head
-outgrows the L2 and many query tiles reread it), or when there are 4 key tiles or fewer. Splits are then made even
-(FlashAttention-2's rule: no split is left empty). The plan, the model and the simulator of the split schedule build
-on these; the kernels are flash_tma.cu built with SPLIT and combine.cu.
+"""Split-KV decoding (issue #23; docs/notes/issue23-inference.md): how many splits of the key sequence a decode call
+runs, and which key tiles each split owns. A decode call has few query rows per K/V head (N_q·g, g query heads per
+K/V head, packed into one tile): one block per (query tile, K/V head) leaves most SMs idle, so the key tiles are cut
+into S splits, each block writes a partial O and lse, and a combine pass merges them by their log-sum-exp. Decode is
+bound by the K/V bytes, every key tile costs an SM the same time, and a block holds its SM alone (the tma tile's
+registers): so S is the split count with the least modelled time per SM (:func:`num_splits`: whole waves of blocks
+times the tiles of each, plus the combine's launch and its partials), not FlashAttention-3's "smallest S within 85 %
+of the best wave efficiency" (hopper/heuristics.h), which left 12 of 132 SMs idle in the design note's case (15 splits
+of 8 K/V heads; 16 run it in 8 tiles a block instead of 9). Splits are then made even (FlashAttention-2's rule: no
+split is left empty). The plan, the model and the simulator of the split schedule build on these; the kernels are
+flash_tma.cu built with SPLIT and combine.cu.
 """
 
 from __future__ import annotations
 
-import math
-
 from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
 from .fast import FAST_DTYPES, TMA_FWD_CTAS, TMA_HEAD_DIMS, fast_buffers, tile_head_dim, tile_params
-from .units import cdiv, itemsize
+from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 DECODE_VARIANTS = ("split", "packed")  # Plan.variant of the decode plans: several splits and a combine, or one
-MAX_SPLITS = 128  # FlashAttention-3's cap
-L2_SPLIT_BYTES = 50 * 2**20  # the nominal L2 that one K/V head must outgrow for a full grid to split anyway
-FILL = 0.8  # the fraction of the SMs that query tiles alone must fill for no split
-EFFICIENCY = 0.85  # of the best wave efficiency: the smallest S that reaches it
+MAX_SPLITS = 128  # the combine's cap (its weights in shared memory), FlashAttention-3's too
+# the combine is a second launch: about one K/V tile pair's time on an SM (measured on an H100: the combine stage 2.1
+# to 3.3 µs; an SM streams a 64 KB tile pair in about 2.8 µs at its share of ~3 TB/s)
+COMBINE_LAUNCH_TILES = 1.0
 
 
-def num_splits(query_tiles: int, sms: int, key_tiles: int, *, kv_head_bytes: int = 0, masked: bool = False,
-               rows_per_head_tiles: int = 1, max_splits: int = MAX_SPLITS) -> int:
-    """The splits S of a decode call: ``query_tiles`` the blocks without splitting (query tiles × K/V heads ×
-    batch), ``sms`` the GPU's SMs, ``key_tiles`` the key tiles of one sequence, ``kv_head_bytes`` one K/V head's K and
-    V bytes, ``masked`` a causal or local mask (never split a full grid then), ``rows_per_head_tiles`` the query tiles
-    per K/V head (split a full grid only when K/V would be read at least twice per SM anyway)."""
-    for name, value in (("query_tiles", query_tiles), ("sms", sms), ("key_tiles", key_tiles)):
+def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 0.0,
+               max_splits: int = MAX_SPLITS) -> int:
+    """The splits S of a decode call with the least modelled time: ``blocks`` the blocks without splitting (packed
+    query tiles × batch·K/V heads), ``sms`` the GPU's SMs (one block each at a time), ``key_tiles`` T_c the key tiles
+    of a sequence, ``partial_tiles`` what one split's partials cost an SM (written and read back, over the SMs), in
+    K/V tile pairs. With S' = ⌈T_c / ⌈T_c / S⌉⌉ non-empty splits of ⌈T_c / S⌉ tiles, the time in tile pairs per SM
+    is ⌈blocks·S' / sms⌉ · ⌈T_c / S⌉, plus, when S' > 1, :data:`COMBINE_LAUNCH_TILES` + S'·``partial_tiles``; the
+    smallest S of the least time."""
+    for name, value in (("blocks", blocks), ("sms", sms), ("key_tiles", key_tiles), ("max_splits", max_splits)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if query_tiles >= FILL * sms:
-        if kv_head_bytes > L2_SPLIT_BYTES and rows_per_head_tiles >= 2 * sms and not masked:
-            return min(cdiv(kv_head_bytes, L2_SPLIT_BYTES), max_splits)
-        return 1
-    if key_tiles <= 4:
-        return 1
-    top = min(max_splits, sms, key_tiles)
-    efficiency = []
-    for s in range(1, top + 1):
-        waves = query_tiles * s / sms
-        efficiency.append(waves / math.ceil(waves))
-    best = max(efficiency)
-    return next(s for s, e in enumerate(efficiency, start=1) if e >= EFFICIENCY * best)
+
+    def cost(s: int) -> float:
+        chunk = cdiv(key_tiles, s)
+        used = cdiv(key_tiles, chunk)
+        waves = cdiv(blocks * used, sms) * chunk
+        return waves + (COMBINE_LAUNCH_TILES + used * partial_tiles if used > 1 else 0.0)
+
+    return min(range(1, min(max_splits, key_tiles) + 1), key=lambda s: (cost(s), s))
 
 
 def split_ranges(key_tiles: int, splits: int) -> list[tuple[int, int]]:
@@ -88,9 +85,9 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     block_r, block_c = DECODE_BLOCK_R, 128 if tile_d <= 128 else 64
     t_m, t_c = cdiv(rows, block_r), cdiv(N_k, block_c)
     bh_kv = batch * kv_heads
-    if splits is None:
-        splits = num_splits(t_m * bh_kv, sms, t_c, kv_head_bytes=2 * N_k * d * itemsize(dtype),
-                            rows_per_head_tiles=t_m)
+    if splits is None:  # one split's partials (float32 O and lse, written and read), over the SMs, in tile pairs
+        partial = 2 * batch * heads * N_q * (d + 1) * ACC_ITEMSIZE / (sms * 2 * block_c * d * itemsize(dtype))
+        splits = num_splits(t_m * bh_kv, sms, t_c, partial_tiles=partial)
     elif not isinstance(splits, int) or splits < 1:
         raise ValueError(f"splits must be an int >= 1, got {splits!r}")
     # the splits with a key tile (none empty): c = ⌈T_c / S⌉ tiles each, the last the rest; S := ⌈T_c / c⌉, for which

@@ -64,9 +64,10 @@ def test_counters_outputs_and_lse(case):
     q, k, v = host["Q"], host["K"][kv], host["V"][kv]
     naive = round_to(plan_naive_p(plan, q, k, reference.default_scale(plan.d)) @ v, plan.dtype)
     assert_within_naive({"O": o}, {"O": want["O"]}, {"O": naive})
+    lse_want = reference.forward(q, k, v)[1]
     for buffers in (run.buffers, plain.buffers):
         lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
-        assert np.max(np.abs(lse - want["lse"])) < 1e-2 * max(1.0, float(np.max(np.abs(want["lse"]))))
+        assert np.max(np.abs(lse - lse_want)) < 1e-2
 
 
 def test_each_split_sees_its_keys_once():

@@ -14,24 +14,26 @@ from iokernels.plan.decode import make_decode_plan, num_splits, split_ranges
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 
-def test_the_rules_worked_example_and_the_decode_cases():
-    # 48 query tiles on 108 SMs: 2 splits fill 0.89 of a wave, 3 only 0.67 of two; the best (9 splits, 4 full
-    # waves) is 1.0, and 2 is the smallest within 85 % of it
-    assert num_splits(48, 108, 64) == 2
-    # one token, B 1, 8 K/V heads (8 query tiles), 132 SMs: N_k 16384 in tiles of 128 -> 128 key tiles: S = 15
-    # (8·15/132 = 0.91 of a wave, the first S within 85 % of the best, 1.0 at S = 33)
-    assert num_splits(8, 132, 128) == 15
-    # N_k 4096 (32 key tiles): S at most 32, the best 16 (0.97): 14 is the first >= 0.85 x 0.97
-    assert num_splits(8, 132, 32) == 14
+def test_the_split_count_of_least_modelled_time():
+    # one token, B 1, 8 K/V heads (8 blocks), 132 SMs, N_k 16384 in tiles of 128 -> 128 key tiles: 16 splits run
+    # 128 blocks in one wave of 8 tiles each, + 1 for the combine's launch = 9; 15 splits take 9 tiles a block (10);
+    # 32 splits two waves of 4 (9 again: the smaller S wins the tie)
+    assert num_splits(8, 132, 128) == 16
+    # N_k 4096 (32 tiles): 16 splits of 2 tiles (3); FlashAttention-3's rule took 14, 11 after evening (3 tiles: 4)
+    assert num_splits(8, 132, 32) == 16
+    # partials that cost a tile pair per split: 10 splits of 13 tiles (13 + 1 + 10 = 24; 16 splits: 8 + 1 + 16 = 25)
+    assert num_splits(8, 132, 128, partial_tiles=1.0) == 10
 
 
 def test_no_split_when_the_grid_is_full_or_the_keys_are_few():
-    assert num_splits(106, 132, 1000) == 1  # 106 >= 0.8 x 132
-    assert num_splits(8, 132, 4) == 1
-    # a full grid splits only when one K/V head outgrows the L2 and is reread by >= 2·SMs query tiles, not masked
-    assert num_splits(200, 132, 1000, kv_head_bytes=120 * 2**20, rows_per_head_tiles=300) == 3
-    assert num_splits(200, 132, 1000, kv_head_bytes=120 * 2**20, rows_per_head_tiles=300, masked=True) == 1
-    assert num_splits(200, 132, 1000, kv_head_bytes=120 * 2**20, rows_per_head_tiles=100) == 1
+    # B 64, 8 K/V heads, N_k 4096, d 128 fp16: 4 waves of 32 tiles (128); 2 splits: 8 waves of 16, and the combine;
+    # 32 splits: 125 waves of one tile, the combine and 32 splits' partials (0.49 tile pairs each: 2·64·64·129·4
+    # bytes over 132 SMs' 64 KB tile pairs)
+    assert num_splits(512, 132, 32, partial_tiles=0.49) == 1
+    assert num_splits(512, 132, 32) == 32  # (free partials: the one-tile waves fill the last one)
+    assert num_splits(8, 132, 1) == 1
+    assert num_splits(8, 132, 2) == 1  # 2 tiles alone, or 1 tile each and the combine's launch: a tie
+    assert num_splits(8, 132, 1000, max_splits=4) == 4
     with pytest.raises(ValueError, match="sms"):
         num_splits(8, 0, 32)
 
@@ -64,9 +66,9 @@ def test_simulator_equals_model_and_reference(kw):
 
 
 def test_the_decode_bytes_by_hand():
-    """One token, 64 query heads over 8 K/V heads, N_k 16384, d 128, fp16: 15 splits; K and V read once per K/V
+    """One token, 64 query heads over 8 K/V heads, N_k 16384, d 128, fp16, 15 splits; K and V read once per K/V
     head (one packed tile of 8 rows), Q once per split, the partials written and read back in float32."""
-    plan = make_decode_plan(N_q=1, N_k=16384, d=128, dtype="float16", heads=64, kv_heads=8)
+    plan = make_decode_plan(N_q=1, N_k=16384, d=128, dtype="float16", heads=64, kv_heads=8, splits=15)
     assert plan.variant == "split" and plan.tile["S"] == 15 and [s.name for s in plan.stages] == ["main", "combine"]
     got = model.exact(plan)
     kv = 8 * 16384 * 128 * 2
