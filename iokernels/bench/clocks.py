@@ -183,16 +183,24 @@ class Runner:
     """One implementation set up for one configuration and pass: ``call`` is one call of its public
     function (allocating its outputs as a user's call would); ``clock`` its framework's events and
     graphs; ``context``, when given, is entered once around all the calls (e.g. torch's
-    ``sdpa_kernel`` backend choice, ``no_grad`` for the forward), as a user would set it once."""
+    ``sdpa_kernel`` backend choice, ``no_grad`` for the forward), as a user would set it once.
+    ``cycle``: successive calls rotate among this many distinct inputs (``bench --decode``'s K/V caches,
+    so that no call finds its inputs in the L2 the call before left); mode "graph" captures ``cycle``
+    calls in a row, every input once, and divides a replay's time by ``cycle``."""
 
     call: Callable[[], Any]
     clock: Any
     context: Callable[[], Any] | None = None
+    cycle: int = 1
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         with self.clock.on(), (self.context() if self.context is not None else contextlib.nullcontext()):
             yield
+
+    def calls(self) -> list[Any]:
+        """``cycle`` calls in a row (what mode "graph" captures); their outputs."""
+        return [self.call() for _ in range(self.cycle)]
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,7 @@ class Timing:
 @dataclass(frozen=True)
 class Measured:
     seconds: float  # median seconds per call
-    calls: int  # calls (or replays) timed in all
+    calls: int  # calls timed in all (a replay of a graph of k calls counts k)
     loop: int  # calls per timed loop
     method: str
 
@@ -231,10 +239,13 @@ def loop_length(once: float) -> int:
 def time_runner(runner: Runner, timing: Timing, mode: str = "call", *, cold: bool = False) -> Measured:
     """The one timing method of ``iokernels bench`` (see above). Raises TooSlow after one call over
     the limit (``cold``: the first call of an implementation may compile, so a slow one is retried
-    once); in mode "graph" whatever the capture raises."""
+    once); in mode "graph" whatever the capture raises. A runner whose calls rotate among ``cycle`` > 1
+    inputs is captured as one graph of ``cycle`` calls, replayed ceil(loop / cycle) times per timed loop."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    clock = runner.clock
+    if runner.cycle < 1:
+        raise ValueError(f"Runner.cycle must be >= 1, got {runner.cycle}")
+    clock, cycle = runner.clock, runner.cycle
     with runner.active():
         once = clock.loop_seconds(runner.call, 1)
         if once > timing.max_call_seconds and cold:
@@ -242,19 +253,22 @@ def time_runner(runner: Runner, timing: Timing, mode: str = "call", *, cold: boo
         if once > timing.max_call_seconds:
             raise TooSlow(once, timing.max_call_seconds)
         loop = loop_length(once)
+        per = 1  # calls per fn()
         if mode == "graph":
-            for _ in range(max(timing.warmup, 1)):  # warm up eagerly on the capture stream first
+            for _ in range(max(timing.warmup, cycle, 1)):  # warm up eagerly on the capture stream first, every input
                 runner.call()
             clock.synchronize()
-            fn = clock.capture(runner.call)
+            fn = clock.capture(runner.calls)
+            per, loop = cycle, math.ceil(loop / cycle)
         else:
             fn = runner.call
         for _ in range(timing.warmup):
             fn()
-        times = [clock.loop_seconds(fn, loop) for _ in range(timing.repeats)]
-    method = (f"{clock.name} events around {loop} back-to-back "
-              + ("calls" if mode == "call" else "replays of a CUDA graph of one call"))
-    return Measured(statistics.median(times), timing.repeats * loop, loop, method)
+        times = [clock.loop_seconds(fn, loop) / per for _ in range(timing.repeats)]
+    what = "calls" if mode == "call" else "replays of a CUDA graph of " + ("one call" if per == 1 else f"{per} calls")
+    method = (f"{clock.name} events around {loop} back-to-back {what}"
+              + (f", rotating among {cycle} inputs" if cycle > 1 else ""))
+    return Measured(statistics.median(times), timing.repeats * loop * per, loop * per, method)
 
 
 def host_seconds(runner: Runner, calls: int = 200, warmup: int = 20, chunk: int = OVERHEAD_CHUNK) -> list[float]:

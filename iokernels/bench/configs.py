@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan import check_problem, visible_area
-from ..plan.units import check_dtype
+from ..plan.units import check_dtype, itemsize
 
 PASSES = ("fwd", "bwd")
 BWD_OVER_FWD = 2.5
@@ -19,6 +19,13 @@ DEFAULT_DTYPES = ("float16", "bfloat16")
 OVERHEAD_NS, OVERHEAD_DS, OVERHEAD_DTYPES = (512,), (64,), ("float16",)  # bench --overhead's defaults
 DEFAULT_HEADS = 16
 LONG_HEADS, LONG_D, LONG_BATCH, LONG_N_START, LONG_N_MAX = 48, 64, 1, 512, 131072
+# bench --decode (issue #23): N_q new query tokens against a K/V cache of N_k tokens
+DECODE_DS, DECODE_DTYPES = (128,), ("float16",)
+DECODE_HEADS = ((64, 8), (8, 8))  # (H, H_kv): grouped-query 8:1 and 1:1
+DECODE_BATCHES = (1, 4, 16, 64)
+DECODE_NKS = (4096, 16384, 32768, 65536, 131072)
+DECODE_NQS = (1,)
+L2_FACTOR = 4  # the K/V caches a decode case rotates among hold together at least this many times the L2
 FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; a sliding window: 4*B*H*d "
                    "per visible element of S (iokernels.plan.visible_area); backward 2.5x forward; "
                    "TFLOP/s = FLOPs / median seconds / 1e12")
@@ -132,3 +139,91 @@ def long_problems(*, n_max: int = LONG_N_MAX, dtype: str = "float16", n_start: i
         out.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, table="long", dropout=dropout))
         n *= 2
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# bench --decode
+
+@dataclass(frozen=True)
+class DecodeProblem:
+    """One decode case: q (B, H, N_q, d) against k and v (B, H_kv, N_k, d), H_kv dividing H. N_q > 1 is causal,
+    bottom-right: the new tokens are the cache's last N_q, query i sees keys 0 .. N_k - N_q + i."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    n_q: int
+    n_k: int
+    d: int
+    dtype: str
+
+    @property
+    def causal(self) -> bool:
+        return self.n_q > 1
+
+    @property
+    def kv_bytes(self) -> int:
+        """K and V of one cache, 2·itemsize·d·B·H_kv·N_k: the bytes of the issue's KV bandwidth."""
+        return 2 * itemsize(self.dtype) * self.d * self.batch * self.kv_heads * self.n_k
+
+    @property
+    def q_bytes(self) -> int:
+        """q's bytes, and an output's."""
+        return itemsize(self.dtype) * self.batch * self.heads * self.n_q * self.d
+
+    def caches(self, l2_bytes: int, factor: int = L2_FACTOR) -> int:
+        """The distinct K/V caches the case rotates among: the fewest whose K and V together are at least
+        ``factor`` times the L2, and at least one."""
+        if l2_bytes < 0 or factor < 1:
+            raise ValueError(f"l2_bytes must be >= 0 and factor >= 1, got {l2_bytes}, {factor}")
+        return max(1, -(-factor * l2_bytes // self.kv_bytes))
+
+    def device_bytes(self, caches: int) -> int:
+        """Device memory of the case's inputs and outputs: ``caches`` K/V caches, q, and an output for each call of
+        a graph of ``caches`` calls and one more."""
+        return caches * self.kv_bytes + (caches + 2) * self.q_bytes
+
+    def describe(self) -> str:
+        return (f"d={self.d} {self.dtype} B={self.batch} H={self.heads} H_kv={self.kv_heads} N_q={self.n_q} "
+                f"N_k={self.n_k}" + (" causal" if self.causal else ""))
+
+
+def parse_head_pairs(option: str, text: str) -> list[tuple[int, int]]:
+    """``"64:8,8:8"`` -> [(64, 8), (8, 8)]: query heads H and K/V heads H_kv, H_kv dividing H."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"{option}: give at least one H:H_kv pair")
+    out = []
+    for x in items:
+        try:
+            heads, kv_heads = (int(p) for p in x.split(":"))  # a count other than two raises ValueError too
+        except ValueError:
+            raise ValueError(f"{option}: {x!r} is not H:H_kv, query heads and K/V heads (e.g. 64:8)") from None
+        if heads < 1 or kv_heads < 1:
+            raise ValueError(f"{option}: heads must be >= 1, got {x!r}")
+        if heads % kv_heads:
+            raise ValueError(f"{option}: in {x!r} H_kv = {kv_heads} does not divide H = {heads} (each K/V head "
+                             "serves H / H_kv query heads)")
+        out.append((heads, kv_heads))
+    return list(dict.fromkeys(out))
+
+
+def decode_problems(heads: Sequence[tuple[int, int]], batches: Sequence[int], nks: Sequence[int],
+                    nqs: Sequence[int], ds: Sequence[int] = DECODE_DS,
+                    dtypes: Sequence[str] = DECODE_DTYPES) -> list[DecodeProblem]:
+    """Every combination, in table order: d, dtype and heads as given, then N_q, B and N_k ascending."""
+    for n_q in nqs:
+        for n_k in nks:
+            if n_q > n_k:
+                raise ValueError(f"--decode-nq {n_q} > --decode-nk {n_k}: the new tokens are the cache's last N_q, "
+                                 "so N_q <= N_k")
+    problems = []
+    for d in ds:
+        for dtype in dtypes:
+            for h, h_kv in heads:
+                for n_q in sorted(nqs):
+                    for batch in sorted(batches):
+                        for n_k in sorted(nks):
+                            name = check_problem(n_q, n_k, d, dtype, batch, h)
+                            problems.append(DecodeProblem(batch, h, h_kv, n_q, n_k, d, name))
+    return problems

@@ -83,7 +83,7 @@ class Impl:
                 "unavailable": {p: self.unavailable(p) for p in PASSES}}
 
 
-def _cupy_reason() -> str | None:
+def cupy_reason() -> str | None:
     try:
         from ..kernels.runtime import require_cupy
 
@@ -97,7 +97,7 @@ def _random(cp: Any, shape: tuple[int, ...], seed: int) -> Any:
     return cp.random.RandomState(seed).standard_normal(shape, dtype=cp.float32)
 
 
-def _contexts(*factories: Callable[[], Any] | None) -> Callable[[], Any] | None:
+def contexts(*factories: Callable[[], Any] | None) -> Callable[[], Any] | None:
     """One context factory entering each of ``factories`` (None entries skipped), or None."""
     chosen = [f for f in factories if f is not None]
     if not chosen:
@@ -130,7 +130,7 @@ class IokernelsCupy(Impl):
     def unavailable(self, direction: str) -> str | None:
         if direction != "fwd" and not self.has_backward:
             return f"no {direction}: this schedule has no backward of its own through the public call"
-        return _cupy_reason()
+        return cupy_reason()
 
     def setup(self, problem: Problem, direction: str) -> Runner:
         if problem.dtype == "bfloat16":
@@ -172,7 +172,7 @@ class CupyStandard(Impl):
                    "cupy kernels; bfloat16 unsupported (no cupy dtype)")
 
     def unavailable(self, direction: str) -> str | None:
-        return _cupy_reason()
+        return cupy_reason()
 
     def setup(self, problem: Problem, direction: str) -> Runner:
         if problem.dtype == "bfloat16":
@@ -235,7 +235,7 @@ TORCH_BACKENDS = {"torch_flash": ("FLASH_ATTENTION", "FLASH"), "torch_cudnn": ("
 TORCH_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def _torch_import_reason() -> str | None:
+def torch_import_reason() -> str | None:
     try:
         import torch
     except ImportError:
@@ -247,8 +247,8 @@ def _torch_import_reason() -> str | None:
     return None
 
 
-def _torch_reason(backend: str) -> str | None:
-    reason = _torch_import_reason()
+def torch_reason(backend: str) -> str | None:
+    reason = torch_import_reason()
     if reason is not None:
         return reason
     import torch
@@ -260,6 +260,20 @@ def _torch_reason(backend: str) -> str | None:
     if not hasattr(SDPBackend, backend):
         return f"torch {torch.__version__} has no SDPBackend.{backend}"
     return None
+
+
+def sdpa_first_call(call: Callable[[], Any]) -> Any:
+    """The first call of torch's SDPA: where the backend forced (or, none forced, every one) refuses the inputs,
+    torch raises "No available kernel", with its reasons as warnings; they become one Unsupported."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return call()
+        except RuntimeError as exc:
+            if no_kernel(exc):
+                reasons = [str(w.message) for w in caught if f"{w.message}".strip()]
+                raise Unsupported("; ".join(reasons) or str(exc)) from None
+            raise
 
 
 def torch_runner(problem: Problem, direction: str, attend: Callable[..., Any], *, device: str = "cuda",
@@ -274,7 +288,7 @@ def torch_runner(problem: Problem, direction: str, attend: Callable[..., Any], *
     shape = (problem.batch, problem.heads, problem.n, problem.d)
     clock = TorchClock(torch, device)
     grad = direction != "fwd"
-    forward_ctx = _contexts(context, None if grad else torch.no_grad)
+    forward_ctx = contexts(context, None if grad else torch.no_grad)
     with clock.on():
         gen = torch.Generator(device=device).manual_seed(0)
         q, k, v, dout = (torch.randn(shape, device=device, dtype=dt, generator=gen) for _ in range(4))
@@ -302,7 +316,7 @@ class IokernelsTorch(Impl):
         self.device = device
 
     def unavailable(self, direction: str) -> str | None:
-        return _torch_import_reason() or _cupy_reason()
+        return torch_import_reason() or cupy_reason()
 
     def setup(self, problem: Problem, direction: str) -> Runner:
         from ..torch import attention
@@ -323,7 +337,7 @@ class TorchSdpa(Impl):
                             "entered once around the calls")
 
     def unavailable(self, direction: str) -> str | None:
-        return _torch_reason(self.backend)
+        return torch_reason(self.backend)
 
     def setup(self, problem: Problem, direction: str) -> Runner:
         import torch.nn.functional as F
@@ -337,21 +351,8 @@ class TorchSdpa(Impl):
         def attend(q: Any, k: Any, v: Any) -> Any:
             return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
 
-        def first(call: Callable[[], Any]) -> Any:
-            """The first call; a backend that refuses the inputs raises "No available kernel", and
-            its reasons come as warnings."""
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    return call()
-                except RuntimeError as exc:
-                    if no_kernel(exc):
-                        reasons = [str(w.message) for w in caught if f"{w.message}".strip()]
-                        raise Unsupported("; ".join(reasons) or str(exc)) from None
-                    raise
-
         return torch_runner(problem, direction, attend, device=self.device, context=lambda: sdpa_kernel(backend),
-                            first=first)
+                            first=sdpa_first_call)
 
 
 @cache
@@ -376,7 +377,7 @@ class TorchFlex(Impl):
         self.device = device
 
     def unavailable(self, direction: str) -> str | None:
-        reason = _torch_import_reason()
+        reason = torch_import_reason()
         if reason is not None:
             return reason
         try:

@@ -242,7 +242,8 @@ def _cell(row: dict | None) -> str:
     return CELL.get(row["status"], row["status"])
 
 
-def _table(head: list[str], body: list[list[str]], left: int) -> list[str]:
+def text_table(head: list[str], body: list[list[str]], left: int) -> list[str]:
+    """A header, a rule and the body as lines of text: the first ``left`` columns left-aligned, the rest right."""
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
     return ["  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
             .rstrip() for r in [head, ["-" * w for w in widths], *body]]
@@ -289,7 +290,7 @@ def _ratio_lines(doc: dict, labels: list[tuple[str, str]], dtypes: list[str]) ->
                      names.get(best["strongest"], best["strongest"]) if best else "-",
                      *(f"{rindex[(*key, peer)]['ratio']:.2f}x" if (*key, peer) in rindex else "-"
                        for peer, _ in peers)])
-    lines += _table(["d", "N", "dtype", "pass", "mode", "ours", "/strongest", "strongest",
+    lines += text_table(["d", "N", "dtype", "pass", "mode", "ours", "/strongest", "strongest",
                      *(f"/{lab}" for _, lab in peers)], body, 6)
     lines += ["", "over the main table (smallest / median / largest ratio, configurations measured):"]
     for s in doc["summary"]:
@@ -334,7 +335,7 @@ def render(doc: dict) -> str:
         body = [[str(d), str(n), dtype, str(b), str(hh), p,
                  *(_cell(index.get(("main", d, n, dtype, causal, p, mode, name))) for name, mode, _ in columns)]
                 for d, n, dtype, causal, p, b, hh in configs]
-        lines += _table(["d", "N", "dtype", "B", "H", "pass", *(head for _, _, head in columns)], body, 6)
+        lines += text_table(["d", "N", "dtype", "B", "H", "pass", *(head for _, _, head in columns)], body, 6)
     lines += _ratio_lines(doc, labels, dtypes)
     long_rows = [r for r in doc["rows"] if r["table"] == "long"]
     if long_rows:
@@ -347,7 +348,7 @@ def render(doc: dict) -> str:
                 continue
             body = [[str(n), *(_cell(index.get(("long", first["d"], n, first["dtype"], first["causal"], p, mode,
                                                 name))) for name, mode, _ in columns)] for n in ns]
-            lines += ["", f"{p}:", *_table(["N", *(head for _, _, head in columns)], body, 1)]
+            lines += ["", f"{p}:", *text_table(["N", *(head for _, _, head in columns)], body, 1)]
     lines += note_lines(doc["rows"], lambda r: f"{r['table']} d={r['d']} N={r['N']} {r['dtype']} {r['pass']} "
                                                f"{r.get('mode', 'call')}")
     return "\n".join(lines)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import click
+import shlex
 
+import click
+from click.core import ParameterSource
+
+from ..bench import configs
 from ..bench.configs import DEFAULT_DS, DEFAULT_DTYPES, DEFAULT_NS, OVERHEAD_DS, OVERHEAD_DTYPES, OVERHEAD_NS
 from ..plan.dropout import check_p
 from ..plan.units import check_dtype
@@ -32,6 +36,30 @@ def _csv(values: tuple) -> str:
     return ",".join(str(v) for v in values)
 
 
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The command as run, rebuilt from the options given (their defaults left out)."""
+    words = ["iokernels", ctx.info_name or "bench"]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or not _given(ctx, param.name):
+            continue
+        value = ctx.params[param.name]
+        if param.is_flag:
+            words.append(param.opts[0] if value or not param.secondary_opts else param.secondary_opts[0])
+        else:
+            words += [max(param.opts, key=len), str(value)]
+    return shlex.join(words)
+
+
+# the bench options that --decode does not take, and the --decode options
+NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "overhead", "overhead_calls", "long_table",
+              "long_only", "long_max_n", "long_dtype", "sram")
+DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
+
+
 @cli.command("bench")
 @click.option("--d", "ds", default=None,
               help=f"head dims, comma-separated [default: {_csv(DEFAULT_DS)}; with --overhead {_csv(OVERHEAD_DS)}]")
@@ -49,9 +77,10 @@ def _csv(values: tuple) -> str:
               help="a sliding window (FlashAttention's window_size; -1: that side unbounded) on ours and FlexAttention "
                    "(torch's SDPA has none); TFLOP/s counted on the visible elements")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
-@click.option("--mode", "mode", default="call", show_default=True,
+@click.option("--mode", "mode", default=None,
               help="call: CUDA events around back-to-back calls of each public function (host time included); "
-                   "graph: each call captured in a CUDA graph and replayed; both: the two side by side")
+                   "graph: each call captured in a CUDA graph and replayed; both: the two side by side "
+                   "[default: call; with --decode both]")
 @click.option("--overhead", is_flag=True,
               help="instead of TFLOP/s: median and p90 host microseconds per call (CPU timer around the enqueue "
                    "only), forward and forward+backward, ours beside the peers")
@@ -77,17 +106,40 @@ def _csv(values: tuple) -> str:
               help="skip a configuration when one call takes (or is estimated to take) longer")
 @click.option("--time-budget", type=float, default=None,
               help="seconds for the whole run; once spent, the remaining measurements are skipped (and labelled)")
+@click.option("--decode", is_flag=True,
+              help="decode attention (issue #23) instead: N_q new tokens against K/V caches of N_k, grouped-query; "
+                   "ours beside torch SDPA FLASH, CUDNN, EFFICIENT and its own choice; microseconds, KV TB/s, percent "
+                   "of the copy bandwidth, time ratio to the faster of FLASH and CUDNN [d default "
+                   f"{_csv(configs.DECODE_DS)}, dtype {_csv(configs.DECODE_DTYPES)}]")
+@click.option("--decode-heads", default=None, metavar="H:H_KV,...",
+              help="with --decode: query heads and K/V heads, comma-separated pairs "
+                   f"[default: {','.join(f'{h}:{k}' for h, k in configs.DECODE_HEADS)}]")
+@click.option("--decode-batch", default=None,
+              help=f"with --decode: batch sizes [default: {_csv(configs.DECODE_BATCHES)}]")
+@click.option("--decode-nk", default=None,
+              help=f"with --decode: cache lengths N_k [default: {_csv(configs.DECODE_NKS)}]")
+@click.option("--decode-nq", default=None,
+              help=f"with --decode: new tokens N_q, N_q > 1 causal bottom-right [default: {_csv(configs.DECODE_NQS)}]")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
+@click.pass_context
 @user_errors
-def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward, mode, overhead, overhead_calls,
+def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward, mode, overhead, overhead_calls,
               long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats, max_call_ms,
-              time_budget, as_json) -> None:
+              time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, as_json) -> None:
     """TFLOP/s of iokernels and its peers (torch SDPA backends, FlexAttention, cupy/cuBLAS) in one run, all
-    timed the same way, with ratios; or, with --overhead, host microseconds per call."""
-    from ..bench import clocks, configs, implementations, suite
+    timed the same way, with ratios; with --overhead, host microseconds per call; with --decode, decode attention
+    against long K/V caches (KV bandwidth, percent of copy, time ratios)."""
+    from ..bench import clocks, implementations, suite
     from ..bench import overhead as host
 
-    modes = clocks.parse_mode(mode)
+    if decode:
+        _decode(ctx, ds, dtypes, mode, impls, peers, warmup, repeats, max_call_ms, time_budget, decode_heads,
+                decode_batch, decode_nk, decode_nq, backward, as_json)
+        return
+    for name in DECODE_ONLY:
+        if _given(ctx, name):
+            raise ValueError(f"--{name.replace('_', '-')} applies to bench --decode only")
+    modes = clocks.parse_mode(mode or "call")
     timing = clocks.Timing(warmup=warmup, repeats=repeats, max_call_seconds=max_call_ms / 1e3,
                            budget_seconds=time_budget)
     timing.check()
@@ -123,10 +175,9 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward
         reasons: dict[str, list[str]] = {}
         for i in chosen:
             reasons.setdefault(i.unavailable("fwd") or "", []).append(i.name)
-        raise RuntimeError("nothing to measure, no implementation is available: "
-                           + "; ".join(f"{', '.join(v)}: {k}" for k, v in reasons.items()))
+        _nothing_available(reasons)
     header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
-              "window": None if window is None else list(window)}
+              "window": None if window is None else list(window), "command": _command_line(ctx)}
 
     def progress(msg: str) -> None:
         click.echo(f"iokernels: {msg}", err=True)
@@ -145,3 +196,55 @@ def bench_cmd(ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward
     doc = suite.run(problems, chosen, timing, long=long, backward=backward, header=header, modes=modes,
                     progress=progress)
     emit(doc, as_json, suite.render(doc))
+
+
+def _nothing_available(reasons: dict[str, list[str]]) -> None:
+    raise RuntimeError("nothing to measure, no implementation is available: "
+                       + "; ".join(f"{', '.join(v)}: {k}" for k, v in reasons.items()))
+
+
+def _decode(ctx: click.Context, ds, dtypes, mode, impls, peers, warmup, repeats, max_call_ms, time_budget,
+            decode_heads, decode_batch, decode_nk, decode_nq, backward, as_json) -> None:
+    """bench --decode: the case grid from the options, ours and the peers, iokernels.bench.decode's run."""
+    from ..bench import clocks, decode
+    from ..bench.implementations import parse_names
+
+    given = [name for name in NOT_DECODE if _given(ctx, name)] + (["backward"] if backward and _given(ctx, "backward")
+                                                                  else [])
+    if given:
+        flags = ", ".join(max(p.opts, key=len) for p in ctx.command.params if p.name in given)
+        raise ValueError(f"--decode measures the forward of decode cases (--decode-heads, --decode-batch, --decode-nk, "
+                         f"--decode-nq, --d, --dtype); {flags} do not apply to it")
+    modes = clocks.parse_mode(mode or "both")
+    timing = clocks.Timing(warmup=warmup, repeats=repeats, max_call_seconds=max_call_ms / 1e3,
+                           budget_seconds=time_budget)
+    timing.check()
+
+    def ints(option: str, text: str | None, default: tuple[int, ...]) -> list[int]:
+        return configs.parse_ints(option, _csv(default) if text is None else text)
+
+    heads = configs.parse_head_pairs("--decode-heads", ",".join(f"{h}:{k}" for h, k in configs.DECODE_HEADS)
+                                     if decode_heads is None else decode_heads)
+    problems = configs.decode_problems(
+        heads, ints("--decode-batch", decode_batch, configs.DECODE_BATCHES),
+        ints("--decode-nk", decode_nk, configs.DECODE_NKS), ints("--decode-nq", decode_nq, configs.DECODE_NQS),
+        ints("--d", ds, configs.DECODE_DS),
+        configs.parse_dtypes(_csv(configs.DECODE_DTYPES) if dtypes is None else dtypes))
+    names = (parse_names("--impls", impls, decode.DECODE_OURS, decode.DECODE_OURS_ALIASES, decode.DECODE_OURS)
+             + parse_names("--peers", peers, decode.DECODE_PEERS, decode.DECODE_PEER_ALIASES, decode.DECODE_PEERS))
+    if not names:
+        raise ValueError("--impls and --peers select no implementation")
+    chosen = decode.make_impls(names)
+    if all(i.unavailable() for i in chosen):
+        reasons: dict[str, list[str]] = {}
+        for i in chosen:
+            reasons.setdefault(i.unavailable() or "", []).append(i.name)
+        _nothing_available(reasons)
+    click.echo(f"iokernels: bench --decode of {len(chosen)} implementations on {len(problems)} cases, "
+               f"mode {', '.join(modes)} ...", err=True)
+
+    def progress(msg: str) -> None:
+        click.echo(f"iokernels: {msg}", err=True)
+
+    doc = decode.run(problems, chosen, timing, modes=modes, progress=progress, header={"command": _command_line(ctx)})
+    emit(doc, as_json, decode.render(doc))
