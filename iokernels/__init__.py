@@ -9,7 +9,14 @@ Import is cheap and works without cupy or a GPU: plans, the model and the simula
 from __future__ import annotations
 
 from .kernels.launch import count_io
-from .library import DeviceMemoryError, attention, attention_backward, clear_graphs, memory_needed
+from .library import (
+    DeviceMemoryError,
+    attention,
+    attention_backward,
+    attention_with_kvcache,
+    clear_graphs,
+    memory_needed,
+)
 from .plan import (
     ALGORITHMS,
     SCHEDULES,
@@ -39,6 +46,7 @@ __all__ = [
     "all_plans",
     "attention",
     "attention_backward",
+    "attention_with_kvcache",
     "clear_graphs",
     "count_io",
     "default_scale",

@@ -3,7 +3,7 @@
 On a GPU the counting build of each plan's kernels runs once (bytes, and the output checked against
 the float64 reference), then the plain build is timed: the whole plan and each stage alone, as CUDA-graph replays of
 back-to-back launches timed with CUDA events (warm-up, median), so host launch latency is not counted
-as kernel time (:func:`iokernels.kernels.launch.graph_seconds`). Without a GPU, or with ``--simulate``, the
+as kernel time (:func:`iokernels.kernels.timing.graph_seconds`). Without a GPU, or with ``--simulate``, the
 plans run through the CPU simulator, and the report says so in its header.
 
 The simulator runs one batch-head of each plan (:func:`one_batch_head`: the same plan with batch = heads = 1)
@@ -108,7 +108,7 @@ def gpu_inputs(plan: Plan, seed: int = 0) -> tuple[dict, dict, Plan]:
 
 def run_gpu(plan: Plan, seed: int = 0, repeats: int = 10, reference_check: bool = True) -> Measured:
     """Counting build once (bytes, output check), then the plain build timed."""
-    from ..kernels import launch
+    from ..kernels import launch, timing
 
     inputs, host, checked = gpu_inputs(plan, seed)
     run = launch.run_plan(plan, inputs, counting=True, poison_outputs=True)  # an element no kernel writes: NaN
@@ -120,7 +120,7 @@ def run_gpu(plan: Plan, seed: int = 0, repeats: int = 10, reference_check: bool 
     outputs = sum(int(run.buffers[n].nbytes) for n in OUTPUTS[plan.direction])
     extra, counts = run.workspace_bytes - outputs, run.counts
     del run  # free the workspace before timing
-    seconds, stage_seconds = launch.time_plan(plan, inputs, repeats=repeats)
+    seconds, stage_seconds = timing.time_plan(plan, inputs, repeats=repeats)
     return Measured(counts=counts, seconds=seconds, stage_seconds=stage_seconds, max_rel_err=err,
                     peak_memory_bytes=extra)
 

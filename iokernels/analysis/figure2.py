@@ -368,10 +368,10 @@ def build(problem: Problem, spec: GpuSpec, panels: Sequence[str], *, schedule: s
 
 def measure_gpu(plan: Plan, *, repeats: int = 10, seed: int = 0) -> dict:
     """Counted bytes (counting build, once) and median seconds (plain build, CUDA-graph replays,
-    ``launch.time_plan``) of one plan. Inputs as ``iokernels profile`` makes them
+    ``timing.time_plan``) of one plan. Inputs as ``iokernels profile`` makes them
     (``profile.device_inputs``: random on the device for large backward plans, whose host reference would
     need several float64 N x N arrays per batch-head); no output check."""
-    from ..kernels import launch
+    from ..kernels import launch, timing
     from ..kernels.runtime import require_cupy
     from .profile import device_inputs
 
@@ -380,7 +380,7 @@ def measure_gpu(plan: Plan, *, repeats: int = 10, seed: int = 0) -> dict:
     run = launch.run_plan(plan, inputs, counting=True)
     counts = run.counts
     del run
-    seconds, stage_seconds = launch.time_plan(plan, inputs, repeats=repeats)
+    seconds, stage_seconds = timing.time_plan(plan, inputs, repeats=repeats)
     del inputs
     cp.get_default_memory_pool().free_all_blocks()
     read = sum(r for tensors in counts.values() for r, _ in tensors.values())

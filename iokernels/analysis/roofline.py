@@ -15,7 +15,7 @@ are the pass's times its share; the row-wise softmax stages (rowmax, rowsum, nor
 finalize, prep, dq of the flash backward) compute no matrix product: 0 FLOPs (their elementwise work is not
 counted, as in the model).
 
-On a GPU, :func:`measure` times each stage alone (:func:`iokernels.kernels.launch.time_plan`) and, when asked,
+On a GPU, :func:`measure` times each stage alone (:func:`iokernels.kernels.timing.time_plan`) and, when asked,
 takes each stage's DRAM bytes from Nsight Compute (:func:`iokernels.analysis.profile.profile`).
 """
 
@@ -210,23 +210,23 @@ WARMUP = 3
 
 
 def measure_ceilings(dtype: str, *, n: int = 8192, copy_bytes: int = 2 * 1024**3, repeats: int = 20) -> Ceilings:
-    """The device's copy bandwidth (:func:`iokernels.kernels.launch.copy_bandwidth`: a device-to-device
+    """The device's copy bandwidth (:func:`iokernels.kernels.timing.copy_bandwidth`: a device-to-device
     ``cupy.copyto``, bytes read + written over time) and matrix-product peak (``cupy.matmul`` of two n x n
     matrices, cuBLAS: 2n³ over time; float16 for float16 and bfloat16, which cupy lacks; float32 for float32),
-    each the median of ``repeats`` calls between CUDA events (:func:`iokernels.kernels.launch.event_seconds`).
+    each the median of ``repeats`` calls between CUDA events (:func:`iokernels.kernels.timing.event_seconds`).
     RuntimeError without cupy or a GPU."""
-    from ..kernels import launch
+    from ..kernels import timing
     from ..kernels.runtime import require_cupy
 
     cp = require_cupy()
     free, _ = cp.cuda.runtime.memGetInfo()
     copy_bytes = max(1 << 20, min(copy_bytes, free // 8)) // 4 * 4
-    bandwidth = launch.copy_bandwidth(copy_bytes, warmup=WARMUP, repeats=repeats)
+    bandwidth = timing.copy_bandwidth(copy_bytes, warmup=WARMUP, repeats=repeats)
     mm_dtype = "float32" if dtype == "float32" else "float16"
     a = cp.random.random((n, n), dtype=cp.float32).astype(mm_dtype)
     b = cp.random.random((n, n), dtype=cp.float32).astype(mm_dtype)
     c = cp.empty((n, n), dtype=mm_dtype)
-    mm_s = launch.event_seconds(lambda: cp.matmul(a, b, out=c), warmup=WARMUP, repeats=repeats)
+    mm_s = timing.event_seconds(lambda: cp.matmul(a, b, out=c), warmup=WARMUP, repeats=repeats)
     flops = 2 * n**3 / mm_s
     return Ceilings(flops, bandwidth, "measured",
                     f"measured: copy {bandwidth / 1e9:.0f} GB/s (cupy.copyto, {copy_bytes / 2**30:.2f} GiB device to "
@@ -237,15 +237,15 @@ def measure_ceilings(dtype: str, *, n: int = 8192, copy_bytes: int = 2 * 1024**3
 
 def measure(plans: list[Plan], *, seed: int = 0, repeats: int = 10, dram: bool = False) -> dict:
     """Per plan label: ``seconds`` (the whole plan) and ``stage_seconds`` (each stage alone;
-    :func:`iokernels.kernels.launch.time_plan`), and with ``dram`` each stage's DRAM bytes from ncu
+    :func:`iokernels.kernels.timing.time_plan`), and with ``dram`` each stage's DRAM bytes from ncu
     (``dram_bytes``: stage -> bytes; :func:`iokernels.analysis.profile.profile`, cache control all)."""
-    from ..kernels import launch
+    from ..kernels import timing
     from . import profile
 
     out: dict[str, dict] = {}
     for plan in plans:
         inputs, _ = profile.device_inputs(plan, seed)
-        total, per_stage = launch.time_plan(plan, inputs, repeats=repeats)
+        total, per_stage = timing.time_plan(plan, inputs, repeats=repeats)
         out[plan.label] = {"seconds": total, "stage_seconds": per_stage, "dram_bytes": {}}
         del inputs
     if dram:

@@ -22,6 +22,7 @@ from ..plan.decode import make_decode_plan
 from ..plan.dropout import Dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS, TMA_FALLBACK, TMA_TILES, WGMMA_FALLBACK, make_fast_plan
 from ..plan.fast_bwd import FAST_BWD_FALLBACKS, FAST_BWD_WGMMA_FALLBACK, make_fast_backward_plan
+from ..plan.kvcache import make_kv_cache
 from ..plan.masks import ExplicitMask, pattern
 from ..plan.research import FORCED_TILE_PROBLEMS
 from ..plan.units import DTYPE_ITEMSIZE
@@ -71,6 +72,8 @@ def _describe(plan: Plan) -> str:
         extra.append(f"dropout={plan.dropout.p:g}")
     if plan.kv_heads != plan.heads:
         extra.append(f"kv_heads={plan.kv_heads}")
+    if plan.kv_cache is not None:
+        extra.append(f"cache={'paged' + str(plan.kv_cache.page_size) if plan.kv_cache.paged else 'ragged'}")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
 
 
@@ -159,15 +162,27 @@ def _fast_backward_configs(quick: bool) -> Iterator[Factory]:
                                                                                       else {}), **o)
 
 
+# the split-KV decode's keys beyond a shape's N_k: three key tiles or more, so the splits run at every shape
+DECODE_EXTRA_KEYS = 300
+
+
 def _decode_configs(quick: bool) -> Iterator[Factory]:
-    # the split-KV decode (flash_tma.cu with SPLIT, combine.cu): N_k + 300 keys, so three key tiles or more split
-    # three ways whatever the shape; grouped-query packing (two packed tiles at N_q 113) and d in a wider tile; one
-    # split (the packed persistent forward) at d 256
-    cases = [("float16", 128, 3), ("bfloat16", 96, 3)] + ([] if quick else [("float16", 256, 1)])
-    for dtype, d, splits in cases:
-        yield lambda n_q, n_k, t=dtype, d=d, s=splits: make_decode_plan(N_q=n_q, N_k=n_k + 300, d=d, dtype=t,
-                                                                        batch=BATCH, heads=HEADS, kv_heads=1,
-                                                                        splits=s)
+    # the split-KV decode (flash_tma.cu with SPLIT, combine.cu): N_k + DECODE_EXTRA_KEYS keys split three ways,
+    # grouped-query packing (two packed tiles at N_q 113) and d in a wider tile; a cache of per-sequence lengths
+    # (RAGGED: the sequence ends 100 keys before the capacity, its last V tile's tail zeroed), paged in 16-row pages
+    # (PAGED); one split (the packed persistent forward; a block per item with a cache) past quick
+    cases = [("float16", 128, 3, None), ("bfloat16", 96, 3, None), ("float16", 128, 3, 0), ("bfloat16", 256, 3, 16)]
+    if not quick:
+        cases += [("float16", 256, 1, None), ("bfloat16", 64, 1, 0)]
+    for dtype, d, splits, page in cases:
+        def factory(n_q: int, n_k: int, t: str = dtype, d: int = d, s: int = splits, page: int | None = page) -> Plan:
+            keys = n_k + DECODE_EXTRA_KEYS
+            cache = None if page is None else make_kv_cache(batch=BATCH, n_k=keys, lengths=(keys - 100,),
+                                                            page_size=page, pages=-(-keys // max(page, 1)) + 3
+                                                            if page else 0)
+            return make_decode_plan(N_q=n_q, N_k=keys, d=d, dtype=t, batch=BATCH, heads=HEADS, kv_heads=1, splits=s,
+                                    kv_cache=cache)
+        yield factory
 
 
 def _forced_tile_configs(quick: bool) -> Iterator[Factory]:

@@ -42,7 +42,7 @@ MEMORY_RESERVE = 1 << 30  # bytes left free for the implementations' own buffers
 BEST_FROM = ("torch_flash", "torch_cudnn")  # the issue's peers: ours over the faster of the two
 COPY_TARGET, COPY_FROM_NK, RATIO_TARGET = 85.0, 16384, 1.0  # issue #23: >= 85 % of copy for N_k >= 16k, >= 1.0x
 KV_BANDWIDTH = "KV bandwidth = 2*itemsize*d*B*H_kv*N_k / median seconds per call (K and V read once)"
-COPY_METHOD = ("iokernels.kernels.launch.copy_bandwidth: bytes read + written by a device-to-device copy of 1 GiB "
+COPY_METHOD = ("iokernels.kernels.timing.copy_bandwidth: bytes read + written by a device-to-device copy of 1 GiB "
                "(cupy.copyto), over the median of 20 CUDA-event timings after 3 warm-ups, measured once at the start "
                "of the run; a stream that only reads is not measured")
 RATIO = "best/ours: the faster of FLASH and CUDNN's median time over ours, same case and mode (> 1: ours is faster)"
@@ -97,7 +97,7 @@ class TorchDevice:
         return int(self.torch.cuda.mem_get_info()[0])
 
     def copy_bandwidth(self) -> float:
-        from ..kernels.launch import copy_bandwidth
+        from ..kernels.timing import copy_bandwidth
 
         return copy_bandwidth()
 

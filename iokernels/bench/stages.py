@@ -6,7 +6,7 @@
   dtype over the kernel's time (bfloat16 has no cupy dtype: its products are compared with float16's);
 - every stage of every plan: counting build time over plain build time.
 Times are medians of CUDA-event timings of CUDA-graph replays after warm-up (each stage alone, and
-the whole plan; see :func:`iokernels.kernels.launch.graph_seconds`), so host launch latency is not kernel time.
+the whole plan; see :func:`iokernels.kernels.timing.graph_seconds`), so host launch latency is not kernel time.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import model
 from ..analysis.compare import environment
-from ..kernels import launch
+from ..kernels import launch, timing
 from ..kernels.stages import GEMMS, ROWWISE
 from ..plan import Plan
 
@@ -32,16 +32,16 @@ def _matmul_seconds(plan: Plan, stage: str, buffers: dict[str, Any], warmup: int
 
     left, right = operand(a, trans_a), operand(b, trans_b)
     out = cp.empty(buffers[c].shape, dtype=left.dtype)
-    return launch.event_seconds(lambda: cp.matmul(left, right, out=out), warmup=warmup, repeats=repeats)
+    return timing.event_seconds(lambda: cp.matmul(left, right, out=out), warmup=warmup, repeats=repeats)
 
 
 def kernel_bench(plans: list[Plan], *, warmup: int = 3, repeats: int = 20) -> dict:
-    copy_bw = launch.copy_bandwidth()
+    copy_bw = timing.copy_bandwidth()
     rows = []
     for plan in plans:
         inputs, _ = launch.make_device_inputs(plan, seed=0)
-        plain_total, plain = launch.time_plan(plan, inputs, warmup=warmup, repeats=repeats)
-        count_total, counted = launch.time_plan(plan, inputs, counting=True, warmup=warmup, repeats=repeats)
+        plain_total, plain = timing.time_plan(plan, inputs, warmup=warmup, repeats=repeats)
+        count_total, counted = timing.time_plan(plan, inputs, counting=True, warmup=warmup, repeats=repeats)
         exact = model.exact(plan)
         buffers = launch.run_plan(plan, inputs).buffers
         for stage in plan.stages:

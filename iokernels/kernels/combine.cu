@@ -6,12 +6,17 @@
 // the maximum and the sum by shuffles and leave the weights exp(lse_s − lse) in shared memory; then each lane owns
 // 4 consecutive columns (float4 loads, 4 · 32 columns per pass) and adds the splits' partials, several loads in flight.
 //
-// Counting: each lse_s and each float4 of a partial read inside d (every row reads its S splits: the plan makes
-// none empty), O (HEAD_D T) and lse written once per row; the model's "combine" stage.
+// RAGGED (a decode's cache of per-sequence lengths): a row of sequence b reads its length (lane 0) and merges the
+// S_b splits that hold one of its ⌈n_b / BC⌉ key tiles (the splits are cut from the capacity n_k's tiles, c = ⌈T_c /
+// S⌉ each: S_b = ⌈⌈n_b / BC⌉ / c⌉, the splits past its end wrote nothing); none: O = 0, lse = −inf.
+//
+// Counting: each lse_s and each float4 of a partial read inside d (every row reads its S splits, S_b with RAGGED:
+// the plan makes none empty), the length (RAGGED), O (HEAD_D T) and lse written once per row; the model's "combine"
+// stage.
 #include "common.cuh"
 
-#if !defined(HEAD_D) || !defined(THREADS) || !defined(SMEM_WEIGHTS) || !defined(SMEM_BYTES)
-#error "combine.cu needs HEAD_D, THREADS and the weights buffer from the plan"
+#if !defined(HEAD_D) || !defined(BC) || !defined(THREADS) || !defined(SMEM_WEIGHTS) || !defined(SMEM_BYTES)
+#error "combine.cu needs HEAD_D, BC, THREADS and the weights buffer from the plan"
 #endif
 static_assert(HEAD_D % 4 == 0 && THREADS % 32 == 0, "float4 columns, whole warps");
 constexpr int WARPS = THREADS / 32;
@@ -38,20 +43,28 @@ __device__ __forceinline__ uint2 cb_pack4<__nv_bfloat16>(float4 v)
 }
 
 // Grid (⌈rows / WARPS⌉). Opart: (splits, rows, HEAD_D) float32, lse_part: (splits, rows) float32; O: (rows, HEAD_D)
-// of T, lse: (rows) float32; rows = batch · heads · N_q.
+// of T, lse: (rows) float32; rows = batch · heads · N_q; n_k the keys (RAGGED: the capacity).
 template <typename T>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, 1)
 flash_combine(const float* __restrict__ Opart, const float* __restrict__ lse_part, T* __restrict__ O,
-              float* __restrict__ lse, int rows, int splits, unsigned long long* __restrict__ iok_counters)
+              float* __restrict__ lse, int rows, int splits, int n_k, IOK_CACHE_PARAM
+              unsigned long long* __restrict__ iok_counters)
 {
     extern __shared__ __align__(16) unsigned char smem[];
-    IokCounters<IOK_T_Opart, IOK_T_lse_part, IOK_T_O, IOK_T_lse> io;
+    IokCounters<IOK_T_Opart, IOK_T_lse_part, IOK_T_O, IOK_T_lse IOK_CACHE_T> io;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * WARPS + warp;
     if (splits > MAX_SPLITS && threadIdx.x == 0) __trap();  // the plan never makes more
     float* weight = reinterpret_cast<float*>(smem + SMEM_WEIGHTS) + warp * MAX_SPLITS;
 
     if (row < rows) {
+#ifdef RAGGED
+        int keys = 0;
+        if (lane == 0) keys = iok_ld<IOK_T_seqlens>(io, seqlens + row / (rows / batch));
+        keys = __shfl_sync(0xffffffffu, keys, 0);
+        const int chunk = ((n_k + BC - 1) / BC + splits - 1) / splits;
+        splits = ((keys + BC - 1) / BC + chunk - 1) / chunk;  // the row's sequence's non-empty splits
+#endif
         float part[LSE_PER_LANE];
         float top = cb_neg_inf();
 #pragma unroll

@@ -47,7 +47,7 @@ constexpr int WGS = BR / 64;  // consumer warpgroups
 // registers per thread after setmaxnreg: the producer keeps what issuing copies needs
 // (its counting build keeps 40: it adds the bytes of every copy in 64-bit counters; 56 across the items of a
 // persistent block)
-#if defined(IOK_COUNT) && defined(PERSISTENT)
+#if defined(RAGGED) || (defined(IOK_COUNT) && defined(PERSISTENT))  // (RAGGED: the page table's, the tail's state)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
 #elif defined(IOK_COUNT)
 constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
@@ -64,6 +64,9 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= (65536 / THREAD
 static_assert((BC == 64 || BC == 128) && TILE_D <= 256, "wgmma tile widths");
 static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P fit the registers at 128 x 64 only");
 
+#if defined(RAGGED) && (defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT))
+#error "RAGGED: a block per work item (its sequence's length read first), no mask, no dropout"
+#endif
 #ifdef SPLIT
 #if defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT)
 #error "SPLIT: a block per (item, split), no mask, no dropout"
@@ -96,12 +99,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, int n_q, int n_k,
-              float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_DROPOUT_PARAM
+              float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_CACHE_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
@@ -121,7 +124,12 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     struct Item {
         int row0, rows, z, kv_head, kt0, tiles;  // first row, rows, head (batch·head), its K/V head, key tiles
         // [kt0, kt0 + tiles)
+        int keys;  // the keys its rows may see: n_k, or (RAGGED) its sequence's length
+#ifdef RAGGED
+        int zero_from;  // the first row of its last V tile to zero (rows past the sequence loaded), or BC: none
+#endif
     };
+    int seq_keys = n_k;  // the keys of the block's sequence: n_k, or (RAGGED) its length, read below
     auto item_of = [&]([[maybe_unused]] int it) {
         Item w;
 #if defined(PERSISTENT) && defined(CAUSAL)
@@ -139,6 +147,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
         w.rows = min(BR, n_q - w.row0);
         w.kv_head = w.z / kv_group;
+        w.keys = seq_keys;
 #ifdef IOK_BAND
         // the key tiles hold every key a row of the item sees: from its first row's first (WINDOW) to its last
         // row's last; those outside are masked for all its rows
@@ -151,21 +160,29 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         w.kt0 = key_lo / BC;
         w.tiles = key_hi > key_lo ? (key_hi + BC - 1) / BC - w.kt0 : 0;
 #elif defined(SPLIT)
-        const int t_c = (n_k + BC - 1) / BC, c = (t_c + gridDim.y - 1) / gridDim.y;
+        // the splits are cut from the capacity's tiles; the item's sequence has t_b of them (RAGGED: a split past
+        // its end has none)
+        const int t_c = (n_k + BC - 1) / BC, c = (t_c + gridDim.y - 1) / gridDim.y, t_b = (w.keys + BC - 1) / BC;
         w.kt0 = blockIdx.y * c;
-        w.tiles = max(0, min(c, t_c - w.kt0));
+        w.tiles = max(0, min(c, t_b - w.kt0));
 #else
         w.kt0 = 0;
-        w.tiles = (n_k + BC - 1) / BC;
+        w.tiles = (w.keys + BC - 1) / BC;
+#endif
+#ifdef RAGGED
+        // the copies of the sequence's last tile load rows past its end (a contiguous cache's up to the capacity, a
+        // paged one's to the end of the box) that may hold anything, NaN included: V's must be zero (P = 0 there,
+        // and 0 NaN = NaN in P V). K's are masked like any key past the end
+        const int last = w.keys - ((w.keys + BC - 1) / BC - 1) * BC;  // rows of it inside the sequence, 1 .. BC
+#ifdef PAGED
+        const bool past = w.keys % (PAGED < BC ? PAGED : BC) != 0;
+#else
+        const bool past = w.keys < n_k && last < BC;
+#endif
+        w.zero_from = w.tiles > 0 && (w.kt0 + w.tiles) * BC >= w.keys && past ? last : BC;
 #endif
         return w;
     };
-#ifdef PERSISTENT
-#define ITEM_OF(it) item_of(it)
-#else
-    const Item block_item = item_of(0);  // before the roles part, as the one item's values
-#define ITEM_OF(it) block_item
-#endif
     const float scale2 = scale * WG_LOG2E;  // softmax in base 2: exp(x s) = 2^(x s log2 e)
 
     // barriers: Q, full (1 arrival + the copy's bytes) and empty (one arrival per consumer warp once the item's last
@@ -173,6 +190,17 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // wait: every warp of a warpgroup has finished reading). The rings run on across items: tile j of an item is
     // slot ring + j, ring the tiles of the block's earlier items
     __shared__ __align__(8) unsigned long long bar_q, empty_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
+#ifdef RAGGED
+    // the sequence of the block's K/V head (read once, by one thread) and its rows; bar_tail: the copy of its last V
+    // tile, which the producer's warp 1 completes on full_v once it has zeroed the rows past the end
+    __shared__ int seq_len;
+    __shared__ __align__(8) unsigned long long bar_tail;
+    const int seq = blockIdx.z / (gridDim.z / batch);
+    if (threadIdx.x == 0) {
+        seq_len = iok_ld<IOK_T_seqlens>(io, seqlens + seq);
+        iok_mbar_init(&bar_tail, 1);
+    }
+#endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
         iok_mbar_init(&empty_q, CONSUMERS / 32);
@@ -186,6 +214,15 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         iok_mbar_fence_init();
     }
     __syncthreads();  // the last block-wide barrier before the roles part
+#ifdef RAGGED
+    seq_keys = seq_len;
+#endif
+#ifdef PERSISTENT
+#define ITEM_OF(it) item_of(it)
+#else
+    const Item block_item = item_of(0);  // before the roles part, as the one item's values
+#define ITEM_OF(it) block_item
+#endif
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup: one thread issues every copy
         iok_regs_dec<PRODUCER_REGS>();
@@ -212,15 +249,29 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
                     unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
                     iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
+#ifdef RAGGED
+                    if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
+#endif
                     iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
                     const int key0 = (kt0 + j) * BC;
+                    unsigned char* dst = smem + (is_k ? (st ? SMEM_K1 : SMEM_K0) : (st ? SMEM_V1 : SMEM_V0));
+#ifdef PAGED
+                    const int* table = page_table + static_cast<size_t>(seq) * max_pages;
+                    const int heads_kv = gridDim.z / batch;
                     if (is_k) {
-                        wg_tma_tile<IOK_T_K, BC, T>(io, smem + (st ? SMEM_K1 : SMEM_K0), &tmK, full, key0, n_k,
-                                                    kv_head);
+                        wg_tma_paged<IOK_T_K, BC, T>(io, dst, &tmK, full, key0, w.keys, table, kv_head % heads_kv,
+                                                     heads_kv);
                     } else {
-                        wg_tma_tile<IOK_T_V, BC, T>(io, smem + (st ? SMEM_V1 : SMEM_V0), &tmV, full, key0, n_k,
-                                                    kv_head);
+                        wg_tma_paged<IOK_T_V, BC, T>(io, dst, &tmV, full, key0, w.keys, table, kv_head % heads_kv,
+                                                     heads_kv);
                     }
+#else
+                    if (is_k) {
+                        wg_tma_tile<IOK_T_K, BC, T>(io, dst, &tmK, full, key0, n_k, kv_head);
+                    } else {
+                        wg_tma_tile<IOK_T_V, BC, T>(io, dst, &tmV, full, key0, n_k, kv_head);
+                    }
+#endif
                 };
                 load(0, true);
 #pragma unroll 1
@@ -231,6 +282,26 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 ring += tiles;
             }
         }
+#ifdef RAGGED
+        else if (warp == 1 && block_item.zero_from < BC) {
+            // the sequence's last V tile (stage (tiles - 1) % 2 of a block's one item): once copied, its rows past
+            // the end are set to 0 (128 bytes of each 64-column slab a row: the swizzle moves 16-byte chunks within a
+            // row), made visible to the tensor cores, and the stage is full
+            const int st = (block_item.tiles - 1) & 1, from = block_item.zero_from;
+            iok_mbar_wait(&bar_tail, 0);
+            unsigned char* v = smem + (st ? SMEM_V1 : SMEM_V0) + from * 128;
+            const int chunks = (BC - from) * 8;  // 16-byte chunks of a slab's rows
+#pragma unroll
+            for (int sl = 0; sl < TILE_D / 64; ++sl) {
+                for (int c = lane; c < chunks; c += 32) {
+                    *reinterpret_cast<uint4*>(v + sl * BC * 128 + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+            wg_fence_async_smem();
+            __syncwarp();
+            if (lane == 0) iok_mbar_arrive(&full_v[st]);
+        }
+#endif
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
         int ring = 0, nq = 0;  // K/V slots and Q tiles used so far
@@ -286,11 +357,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef PERSISTENT
                 if (lane == 0 && j == tiles - 1) iok_mbar_arrive(&empty_q);  // ... and the item's last that reads Q
 #endif
-                const int key0 = (kt0 + j) * BC;
-                if (key0 + BC > n_k) {  // keys past n_k (ragged last tile) get -inf
+                const int key0 = (kt0 + j) * BC, keys = w.keys;
+                if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf
 #pragma unroll
                     for (int i = 0; i < BC / 2; ++i) {
-                        if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= n_k) s[i] = neg_inf();
+                        if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) >= keys) s[i] = neg_inf();
                     }
                 }
 #ifdef WINDOW
@@ -409,14 +480,17 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
             }
 
+#ifdef SPLIT
+            if (tiles == 0) continue;  // (RAGGED: a split past its sequence's end writes nothing; the combine knows)
+#endif
             // O = O / l, rounded once; lse = (m + log2 l) ln 2
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
             }
-#ifdef IOK_BAND
-            // a row that sees no key: O = 0
+#if defined(IOK_BAND) || defined(RAGGED)
+            // a row that sees no key (RAGGED: a sequence of none): O = 0, lse = -inf
             const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};
 #else
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};

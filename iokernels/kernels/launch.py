@@ -10,8 +10,7 @@ import contextlib
 import hashlib
 import math
 import os
-import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.tensors import DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
+from ..plan.tensors import CACHE_TENSORS, DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
 from . import rawlaunch, tensormap
 from .runtime import cubin_cache_dir, require_cupy
@@ -45,7 +44,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_wgmma_fwd": ("Q", "K", "V", "O", "lse", "n_q", "n_k", "scale", "kv_group"),
     "flash_tma_fwd": ("map:Q", "map:K", "map:V", "O", "lse", "n_q", "n_k", "scale", "kv_group", "bh"),  # TMA maps
     "flash_tma_split": ("map:Q", "map:K", "map:V", "Opart", "lse_part", "n_q", "n_k", "scale", "kv_group", "bh"),
-    "flash_combine": ("Opart", "lse_part", "O", "lse", "rows", "splits"),
+    "flash_combine": ("Opart", "lse_part", "O", "lse", "rows", "splits", "n_k"),
     **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.plan.fast_bwd)
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
@@ -73,17 +72,25 @@ def storage_dtype(plan_dtype: str) -> np.dtype:
 
 
 def tensor_dtype(plan: Plan, name: str) -> np.dtype:
+    if name in CACHE_TENSORS:
+        return np.dtype(np.int32)
     return np.dtype(np.float32) if name in FLOAT32_TENSORS else storage_dtype(plan.dtype)
 
 
-# the tensors a launch allocates by name: those of (batch*heads, ...) shapes, and the split-KV decode's partials
-BUFFERS = frozenset(DIMS) | frozenset(SPLIT_TENSORS)
+# the tensors a launch allocates or takes by name: those of (batch*heads, ...) shapes, the split-KV decode's partials
+# and its cache's lengths and page table
+BUFFERS = frozenset(DIMS) | frozenset(SPLIT_TENSORS) | frozenset(CACHE_TENSORS)
 
 
 def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
     if name in SPLIT_TENSORS:  # one (batch*heads, N_q[, d]) float32 tensor per split
         return (plan.tile["S"] * plan.bh, plan.N_q, *((plan.d,) if name == "Opart" else ()))
+    cache = plan.kv_cache
+    if name in CACHE_TENSORS:  # a decode's cache: lengths (batch,), page table (batch, max_pages)
+        return (plan.batch,) if name == "seqlens" else (plan.batch, cache.max_pages(plan.N_k))
+    if cache is not None and cache.paged and name in ("K", "V"):  # the pool: (pages·kv_heads, page_size, d)
+        return (cache.pages * plan.kv_heads, cache.page_size, plan.d)
     rows = plan.bh_kv if name in KV_TENSORS else plan.bh  # grouped-query: fewer K/V heads
     return (rows, *(extent[x] for x in DIMS[name]))
 
@@ -91,7 +98,9 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
 def stage_tensors(stage: Stage) -> tuple[str, ...]:
     if stage.kernel == "gemm":
         return GEMMS[stage.name][2:]
-    return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in BUFFERS)
+    params = dict(stage.params)
+    cache = ("seqlens",) * bool(params.get("RAGGED")) + ("page_table",) * bool(params.get("PAGED"))
+    return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in BUFFERS) + cache
 
 
 def copied_tensors(kernel: str) -> tuple[str, ...]:
@@ -281,6 +290,10 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     if params.get("WINDOW"):  # the band's offsets, after the masks (common.cuh); unbounded (or past N): ±2^30
         lo, hi, big = *band_offsets(plan.N_q, plan.N_k, plan.causal, plan.window), 1 << 30
         args += [np.int32(-big if lo is None else max(lo, -big)), np.int32(big if hi is None else min(hi, big))]
+    if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)
+        args += ["seqlens", np.int32(plan.batch)]
+    if params.get("PAGED"):
+        args += ["page_table", np.int32(plan.kv_cache.max_pages(plan.N_k))]
     return tuple(args), bool(params.get("DROPOUT"))
 
 
@@ -291,6 +304,8 @@ def _map_arg(plan: Plan, name: str, tiles: dict[str, int]) -> tensormap.MapArg:
     if name == "Q" and plan.variant in DECODE_VARIANTS:
         bh, n = plan.bh_kv, packed_rows(plan)
     rows = tiles["Br"] if name in ("Q", "dO") else 64 if name == "dQacc" else tiles["Bc"]
+    if plan.kv_cache is not None and plan.kv_cache.paged and name in ("K", "V"):  # a box per page, at most B_c rows
+        rows = min(rows, plan.kv_cache.page_size)
     return tensormap.MapArg(name, "float32" if name in FLOAT32_TENSORS else plan.dtype, bh, n, d, rows)
 
 
@@ -498,95 +513,6 @@ def capture_plans(runs: list[tuple[Plan, dict[str, Any]]], scale: float) -> Any:
     return graph
 
 
-# Timing of long library calls (a large copy, a cuBLAS product): CUDA events around each call, which is long
-# enough that the host's launch latency does not count; the plans' kernels are timed by graph_seconds below.
-
-def event_seconds(fn: Callable[[], Any], *, warmup: int = 3, repeats: int = 20) -> float:
-    """Median seconds of one ``fn()`` over ``repeats`` calls after ``warmup``, CUDA events around each."""
-    cp = require_cupy()
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return statistics.median(times)
-
-
-def copy_bandwidth(nbytes: int = 1 << 30, *, warmup: int = 3, repeats: int = 20) -> float:
-    """Bytes read + written per second by a device-to-device copy of ``nbytes`` (``cupy.copyto``)."""
-    cp = require_cupy()
-    src, dst = cp.ones(nbytes // 4, dtype=cp.float32), cp.empty(nbytes // 4, dtype=cp.float32)
-    return 2 * src.nbytes / event_seconds(lambda: cp.copyto(dst, src), warmup=warmup, repeats=repeats)
-
-
-# Timing: CUDA-graph replays of back-to-back launches, CUDA events around each replay. A stage of a
-# few microseconds launched from Python would otherwise time the host's launch latency, not the GPU.
-GRAPH_TARGET_SECONDS = 2e-3  # each timed replay runs about this long (more launches for short kernels)
-GRAPH_MAX_LAUNCHES = 200
-
-
-def graph_seconds(launch: Callable[[], None], *, warmup: int = 3, repeats: int = 10) -> float:
-    """Median GPU seconds of one ``launch()`` (which must only enqueue kernels on cupy's current
-    stream, allocating nothing): ``launch`` is captured k times into a CUDA graph, k chosen so a
-    replay runs about :data:`GRAPH_TARGET_SECONDS`; each of ``repeats`` replays after ``warmup`` is
-    timed with CUDA events and divided by k."""
-    cp = require_cupy()
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    stream = cp.cuda.Stream(non_blocking=True)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    with stream:
-        launch()  # compiles and loads what it needs: nothing may do so during capture
-        start.record(stream)
-        launch()
-        stop.record(stream)
-        stop.synchronize()
-        once = cp.cuda.get_elapsed_time(start, stop) / 1e3
-        k = max(1, min(GRAPH_MAX_LAUNCHES, math.ceil(GRAPH_TARGET_SECONDS / max(once, 1e-9))))
-        stream.begin_capture()
-        try:
-            for _ in range(k):
-                launch()
-        finally:
-            graph = stream.end_capture()
-        for _ in range(warmup):
-            graph.launch(stream)
-        times = []
-        for _ in range(repeats):
-            start.record(stream)
-            graph.launch(stream)
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / k)
-    return statistics.median(times)
-
-
-def time_plan(plan: Plan, inputs: dict[str, Any], *, counting: bool = False, warmup: int = 3, repeats: int = 10,
-              scale: float | None = None) -> tuple[float, dict[str, float]]:
-    """Median GPU seconds of the whole plan and of each stage alone (:func:`graph_seconds`). The plan runs once first,
-    so every stage reads the intermediate tensors it would in a real run; a stage replayed alone recomputes (or, for
-    accumulating stages, keeps adding to) the same buffers, which changes values but not the work done."""
-    scale = reference.default_scale(plan.d) if scale is None else scale
-    buffers, _ = allocate(plan, inputs)
-    counters = new_counters() if counting else None
-    compile_plan(plan, counting)
-
-    def run(stages: tuple[Stage, ...]) -> Callable[[], None]:
-        def launch() -> None:
-            for stage in stages:
-                launch_stage(plan, stage, buffers, scale, counting, counters)
-        return launch
-
-    total = graph_seconds(run(plan.stages), warmup=warmup, repeats=repeats)
-    per_stage = {s.name: graph_seconds(run((s,)), warmup=warmup, repeats=repeats) for s in plan.stages}
-    return total, per_stage
-
-
 # inputs and checks shared by tests, compare and benchmarks
 
 def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None
@@ -599,6 +525,9 @@ def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale:
         if name in plan_tensors(plan):
             dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
             device[name] = to_device(host[name], dtype)
+    for name in CACHE_TENSORS:  # a decode's cache lengths and page table: int32
+        if name in plan_tensors(plan):
+            device[name] = require_cupy().asarray(host[name].astype(np.int32))
     if plan.mask is not None:  # uint8 or float32 already, as the kernels read it
         device["mask"] = require_cupy().asarray(host["mask"])
     return device, host

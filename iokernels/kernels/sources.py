@@ -80,12 +80,19 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  for br in ((128, 192) if d == 64 else (128,))]
         plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma")
                   for t in FAST_DTYPES for d in (32, 96, 160, 192, 256)]
-    if source in ("flash_tma.cu", "combine.cu"):  # the split-KV decode (SPLIT) and its combine, at every tile width
+    if source in ("flash_tma.cu", "combine.cu"):  # the split-KV decode (SPLIT) and its combine; a cache of
+        # per-sequence lengths (RAGGED), contiguous or paged with pages smaller than B_c and not, split or not
         from iokernels.plan.decode import make_decode_plan
         from iokernels.plan.fast import FAST_DTYPES
+        from iokernels.plan.kvcache import make_kv_cache
 
-        plans += [make_decode_plan(N_q=1, N_k=1000, d=d, dtype=t, heads=8, kv_heads=1, splits=2)
-                  for t in FAST_DTYPES for d in (64, 96, 128, 256)]
+        decode = {"N_q": 1, "N_k": 1024, "batch": 2, "heads": 8, "kv_heads": 1}
+        contiguous, small, large = (make_kv_cache(batch=2, n_k=1024, **kw)
+                                    for kw in ({}, {"page_size": 16, "pages": 200}, {"page_size": 256, "pages": 20}))
+        cases = [(64, 2, None), (128, 2, None), (256, 2, None), (128, 4, contiguous), (64, 1, contiguous),
+                 (256, 4, small), (128, 1, large)]
+        plans += [make_decode_plan(d=d, dtype=t, splits=s, kv_cache=c, **decode) for t in FAST_DTYPES
+                  for d, s, c in cases]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,

@@ -108,7 +108,7 @@ __device__ __forceinline__ void iok_bulk_wait()
 // TILE_D / 64 boxes of ROWS x 64 on barrier `bar`, counted where it is issued (DESIGN.md's rule 6) as the bytes it
 // reads of tensor TI: its rows inside the tensor's n (the rows past it are zero-filled, nothing read), HEAD_D
 // elements each.
-template <int TI, int ROWS, typename T, int... Ts>
+template <int TI, int ROWS, typename T, int SLAB_ROWS = ROWS, int... Ts>
 __device__ __forceinline__ void wg_tma_tile(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
                                             unsigned long long* bar, int row0, int n, int head)
 {
@@ -118,8 +118,33 @@ __device__ __forceinline__ void wg_tma_tile(IokCounters<Ts...>& io, unsigned cha
         io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, n - row0))) * HEAD_D * sizeof(T);
     }
 #pragma unroll
-    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * ROWS * 128, map, bar, 64 * s, row0, head);
+    for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * SLAB_ROWS * 128, map, bar, 64 * s, row0, head);
 }
+#ifdef PAGED
+// The copy of key tile [key0, key0 + BCR) of one sequence (its `keys` keys; `table`: its row of the page table) for
+// K/V head `kv` of `kv_heads`, from a paged pool's map (pages · kv_heads, PAGED, d): box by box of min(PAGED, BCR)
+// rows (wg_tma_tile's slabs, each box at its rows of them), each from the page its page-table entry names, read and
+// counted here once per box for every slab; a box past the sequence's end reads nothing (its row lies past the page:
+// the copy engine zero-fills it).
+template <int TI, int BCR, typename T, int... Ts>
+__device__ __forceinline__ void wg_tma_paged(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
+                                             unsigned long long* bar, int key0, int keys, const int* table, int kv,
+                                             int kv_heads)
+{
+    constexpr int U = PAGED < BCR ? PAGED : BCR;
+    static_assert(BCR % U == 0 && U % 8 == 0, "whole boxes of whole 8-row swizzle atoms");
+#pragma unroll
+    for (int i = 0; i < BCR / U; ++i) {
+        const int key = key0 + i * U;
+        int page = 0, row = PAGED;  // past the sequence: a box past the page
+        if (key < keys) {
+            page = iok_ld<IOK_T_page_table>(io, table + key / PAGED);
+            row = key % PAGED;
+        }
+        wg_tma_tile<TI, U, T, BCR>(io, dst + i * U * 128, map, bar, row, PAGED, page * kv_heads + kv);
+    }
+}
+#endif
 #endif
 
 // ---- warp specialization ---------------------------------------------------------------------------------

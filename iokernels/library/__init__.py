@@ -1,11 +1,13 @@
 """library: the attention functions users call (numpy/cupy in :mod:`.api`, torch in :mod:`.torch`, on the
 custom operators of :mod:`.torch_ops`), their plan choice (kept per call signature by :mod:`.dispatch`) and
-execution, :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
+execution, the KV-cache decode step (:mod:`.kvcache`), :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
 Imports plan/, simulate/ and kernels/.
 """
 
 from .api import attention, attention_backward, memory_needed
 from .execute import clear_graphs
+from .kvcache import attention_with_kvcache
 from .memory import DeviceMemoryError
 
-__all__ = ["DeviceMemoryError", "attention", "attention_backward", "clear_graphs", "memory_needed"]
+__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_with_kvcache", "clear_graphs",
+           "memory_needed"]

@@ -50,7 +50,8 @@ from ..plan import (
     pair_sums,
     visible_area,
 )
-from ..plan.decode import DECODE_VARIANTS
+from ..plan.core import INT32_TENSORS
+from ..plan.decode import DECODE_VARIANTS, decode_sums
 from ..plan.tensors import DIMS, TENSORS
 from ..plan.units import ACC_ITEMSIZE
 from .specs import GpuSpec
@@ -82,6 +83,9 @@ s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited p
 e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
 A_v = _pos("A_v")  # sliding-window plans: visible elements of S, a plan's value (iokernels.plan.visible_area)
 S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (iokernels.plan.decode)
+# a decode plan's cache of per-sequence lengths (iokernels.plan.decode_sums), as means over the batch: key rows a K/V
+# head's copies load per sequence (N_k without a cache), non-empty splits (S_split), page-table entries per copy
+L_k, S_q, G_pt = _pos("L_k"), _pos("S_q"), _pos("G_pt")
 
 
 class _Loops:
@@ -101,6 +105,8 @@ def _size(tensor: str) -> sp.Expr:
         return e_m
     if tensor in BYTE_TENSORS:
         return sp.Integer(1)
+    if tensor in INT32_TENSORS:
+        return sp.Integer(4)
     return sp.Integer(ACC_ITEMSIZE) if tensor in FLOAT32_TENSORS else e
 
 
@@ -190,18 +196,27 @@ def _flash_bwd(c: _Loops, kv: sp.Expr = BH) -> dict[str, _Stage]:
     }
 
 
-def _flash_decode(c: _Loops, split: bool) -> dict[str, _Stage]:
+def _flash_decode(c: _Loops, split: bool, cache: str = "") -> dict[str, _Stage]:
     # split-KV decode (iokernels.plan.decode): the query rows of a K/V head's g query heads packed into
-    # ceil(g N_q / B_r) tiles; every tile reads its split's K and V rows (the splits cover N_k once) and each split
-    # reads the tile's Q rows; splits > 1 write float32 partials that the combine merges
+    # ceil(g N_q / B_r) tiles; every tile reads its split's K and V rows (the splits cover the keys once) and each
+    # non-empty split reads the tile's Q rows; splits > 1 write float32 partials that the combine merges. ``cache``
+    # "ragged" / "paged" (iokernels.plan.kvcache): per-sequence lengths (means L_k, S_q), read by every block (and
+    # by the combine, once per row); paged: a page-table entry per box of each K and V copy (G_pt)
     tiles = sp.ceiling(BH * N_q / (BH_kv * B_r))
     splits = S_split if split else sp.Integer(1)
-    main = (_Stage().read("Q", splits * N_q * d).read("K", tiles * N_k * d, BH_kv).read("V", tiles * N_k * d, BH_kv))
+    rows, used = (L_k, S_q) if cache else (N_k, splits)
+    main = (_Stage().read("Q", used * N_q * d).read("K", tiles * rows * d, BH_kv).read("V", tiles * rows * d, BH_kv))
+    if cache:
+        main.read("seqlens", tiles * splits, BH_kv)  # each block's sequence length, empty splits' too
+    if cache == "paged":
+        main.read("page_table", 2 * tiles * G_pt, BH_kv)
     if not split:
         return {"main": main.write("O", N_q * d).write("lse", N_q)}
-    main.write("Opart", S_split * N_q * d).write("lse_part", S_split * N_q)
-    combine = (_Stage().read("Opart", S_split * N_q * d).read("lse_part", S_split * N_q)
+    main.write("Opart", used * N_q * d).write("lse_part", used * N_q)
+    combine = (_Stage().read("Opart", used * N_q * d).read("lse_part", used * N_q)
                .write("O", N_q * d).write("lse", N_q))
+    if cache:
+        combine.read("seqlens", N_q)  # a row's sequence length: its splits
     return {"main": main, "combine": combine}
 
 
@@ -233,6 +248,9 @@ _BUILDERS = {
     ("flash", "fast", "fwd", "split"): lambda c: _flash_decode(c, True),
     ("flash", "fast", "fwd", "packed"): lambda c: _flash_decode(c, False),
 }
+# a decode plan's cache (io_exprs's ``cache``): its builders with per-sequence lengths, contiguous or paged
+_CACHE_BUILDERS = {(split, cache): (lambda c, split=split, cache=cache: _flash_decode(c, split == "split", cache))
+                   for split in DECODE_VARIANTS for cache in ("ragged", "paged")}
 assert {k for k in _BUILDERS if len(k) == 3} == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
 
 
@@ -279,14 +297,20 @@ def _elements(tensor: str) -> sp.Expr:
 
 def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
              causal: bool | str = False, block_sparse: bool = False, mask: bool = False,
-             window: bool = False) -> IoTable:
+             window: bool = False, cache: str = "") -> IoTable:
     """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
     causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values. ``block_sparse``:
     the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
     N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S. ``window``: a sliding
-    window, the same sums as causal over the pairs with a visible element)."""
+    window, the same sums as causal over the pairs with a visible element. ``cache``: a decode plan's cache of
+    per-sequence lengths, "ragged" (contiguous) or "paged", in the means L_k, S_q, G_pt)."""
     loops = _Loops(bool(normalize_causal(causal)) or block_sparse or window)
-    stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
+    if cache:
+        if variant not in DECODE_VARIANTS:
+            raise ValueError(f"a cache of per-sequence lengths is a decode plan's ({DECODE_VARIANTS}), got {variant!r}")
+        stages = _CACHE_BUILDERS[(variant, cache)](loops)
+    else:
+        stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
     if block_sparse:
         for name in BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
             stages[name].read("block_mask", N_bm)
@@ -421,6 +445,10 @@ def plan_values(plan: Plan) -> dict:
             values[sym] = tile[key]
     if plan.positional:
         values[A_v] = visible_area(plan.N_q, plan.N_k, plan.causal, plan.window, plan.documents)
+    if plan.kv_cache is not None and plan.kv_cache.lengths is not None:
+        sums = decode_sums(plan)
+        values.update({L_k: sp.Rational(sums["rows"], plan.batch), S_q: sp.Rational(sums["splits"], plan.batch),
+                       G_pt: sp.Rational(sums["entries"], plan.batch)})
     if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
@@ -428,6 +456,13 @@ def plan_values(plan: Plan) -> dict:
         if _sparse(plan):  # kept pairs over visited ones, weighted by area: s of the Θ form
             values[s_density] = sp.Rational(sums["A_S"], pair_sums(replace(plan, block_mask=None))["A_S"])
     return values
+
+
+def cache_kind(plan: Plan) -> str:
+    """io_exprs's ``cache`` of a plan: "" (no cache of per-sequence lengths), "ragged" or "paged"."""
+    if plan.kv_cache is None:
+        return ""
+    return "paged" if plan.kv_cache.paged else "ragged"
 
 
 def _key(plan: Plan) -> tuple[str, ...]:
@@ -448,9 +483,11 @@ def _int(expr: sp.Expr, values: dict) -> int:
 def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
     """Exact bytes (read, written) per stage and tensor for this plan; a tensor a stage does not move
     at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
+    if plan.kv_cache is not None and plan.kv_cache.lengths is None:
+        raise ValueError(f"{plan.label}: the cache's lengths are not known (a launch plan): no exact bytes")
     values = plan_values(plan)
     table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None,
-                     window=plan.positional)
+                     window=plan.positional, cache=cache_kind(plan))
     out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
            for stage, tensors in table.items()}
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}

@@ -18,6 +18,7 @@ import numpy as np
 
 from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_documents, normalize_window, visible
 from .dropout import Dropout
+from .kvcache import KvCache
 from .masks import BlockMask, ExplicitMask
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
 
@@ -38,9 +39,11 @@ MAX_ROWS_PER_BLOCK = 64
 SMEM_ALIGN = 16
 
 
-# Tensors stored in float32 whatever the input dtype; one byte per element; all others use the input dtype.
+# Tensors stored in float32 whatever the input dtype; one byte per element; int32 (a decode's cache lengths and page
+# table); all others use the input dtype.
 FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part"})
 BYTE_TENSORS = frozenset({"block_mask"})
+INT32_TENSORS = frozenset({"seqlens", "page_table"})
 
 
 
@@ -130,6 +133,9 @@ class Plan:
     mask: ExplicitMask | None = None
     # dropout on P (iokernels.plan.dropout.Dropout: p, seed, offset); None: none. Moves no HBM bytes.
     dropout: Dropout | None = None
+    # a decode plan's cache (iokernels.plan.kvcache.KvCache: per-sequence lengths, paged); None: every sequence N_k
+    # keys in a contiguous (batch, kv_heads, N_k, d) K and V
+    kv_cache: KvCache | None = None
 
     def __post_init__(self) -> None:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):
@@ -175,6 +181,8 @@ class Plan:
     def tensor_itemsize(self, tensor: str) -> int:
         if tensor in BYTE_TENSORS:
             return 1
+        if tensor in INT32_TENSORS:
+            return 4
         if tensor == "mask":
             return self.mask.itemsize if self.mask is not None else 1
         return ACC_ITEMSIZE if tensor in FLOAT32_TENSORS else self.itemsize
@@ -231,6 +239,9 @@ class Plan:
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
             **({"dropout": self.dropout.as_dict()} if self.dropout is not None else {}),
+            **({"kv_cache": {"lengths": None if self.kv_cache.lengths is None else list(self.kv_cache.lengths),
+                             "page_size": self.kv_cache.page_size, "pages": self.kv_cache.pages}}
+               if self.kv_cache is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],

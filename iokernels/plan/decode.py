@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
 from .fast import FAST_DTYPES, TMA_FWD_CTAS, TMA_HEAD_DIMS, fast_buffers, tile_head_dim, tile_params
+from .kvcache import KvCache
 from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 DECODE_VARIANTS = ("split", "packed")  # Plan.variant of the decode plans: several splits and a combine, or one
@@ -64,7 +65,8 @@ COMBINE_THREADS = 256  # the combine kernel: a warp per output row
 
 
 def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1,
-                     kv_heads: int | None = None, splits: int | None = None, sms: int = DECODE_SMS) -> Plan:
+                     kv_heads: int | None = None, splits: int | None = None, sms: int = DECODE_SMS,
+                     kv_cache: KvCache | None = None) -> Plan:
     """The split-KV decode plan (issue #23): the g = heads / kv_heads query heads of a K/V head and their N_q rows
     packed into tiles of B_r = 128 rows (the Q and O of a K/V head are one contiguous (g·N_q, d) slab in the
     (batch, heads, N_q, d) layout), the key tiles (B_c 128, 64 past d 128) cut into S splits (``splits``, default
@@ -72,7 +74,11 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     SPLIT reads its Q rows and its split's K and V and writes a float32 partial O and lse (Opart, lse_part), which
     the ``combine`` stage (``combine.cu``) merges by their log-sum-exp into O and lse. One split: variant "packed",
     the tma forward itself on the packed rows (a persistent grid) writes O and lse. Not causal (decode with N_q ≤
-    N_k, bottom-right, sees every key only when N_q = 1: :func:`iokernels.plan.variants` keeps causal elsewhere)."""
+    N_k, bottom-right, sees every key only when N_q = 1: :func:`iokernels.plan.variants` keeps causal elsewhere).
+
+    ``kv_cache`` (:mod:`iokernels.plan.kvcache`): sequences of their own lengths, N_k the capacity (the splits are
+    cut from its tiles; a split past a sequence's end does nothing), contiguous or paged; the kernels read the lengths
+    (RAGGED) and the page table (PAGED) at run time, one block per work item."""
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kv_heads = heads if kv_heads is None else kv_heads
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -96,12 +102,18 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
     threads = 2 * block_r + 128  # and the producer warpgroup
     params = tile_params(d)
+    cache: tuple[tuple[str, int], ...] = ()
+    if kv_cache is not None:
+        cache = (("RAGGED", 1),) + ((("PAGED", kv_cache.page_size),) if kv_cache.paged else ())
     if used > 1:
         stages: tuple[Stage, ...] = (
-            Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers), (*params, ("SPLIT", 1))),
+            Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers),
+                  (*params, ("SPLIT", 1), *cache)),
             Stage("combine", "flash_combine", (cdiv(batch * heads * N_q, COMBINE_THREADS // 32), 1, 1),
-                  COMBINE_THREADS, layout([("weights", COMBINE_THREADS // 32 * MAX_SPLITS * 4)]), ()),
+                  COMBINE_THREADS, layout([("weights", COMBINE_THREADS // 32 * MAX_SPLITS * 4)]), cache[:1]),
         )
+    elif kv_cache is not None:  # the tma forward on the packed rows, a block per item (its lengths read first)
+        stages = (Stage("main", "flash_tma_fwd", (t_m, 1, bh_kv), threads, layout(buffers), (*params, *cache)),)
     else:  # the tma forward on the packed rows, persistent as its dense plans
         stages = (Stage("main", "flash_tma_fwd", (min(t_m * bh_kv, TMA_FWD_CTAS), 1, 1), threads, layout(buffers),
                         (*params, ("PERSISTENT", 1))),)
@@ -109,7 +121,36 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
                 variant="split" if used > 1 else "packed",
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", t_m), ("Tc", t_c), ("S", used)),
-                stages=stages)
+                stages=stages, kv_cache=kv_cache)
+
+
+def sequence_splits(plan: Plan, length: int) -> int:
+    """The non-empty splits of a sequence of ``length`` keys: the plan's splits of c tiles (cut from the capacity's
+    T_c) that hold one of its ⌈length / B_c⌉ tiles (0 for an empty sequence)."""
+    t = plan.tile
+    chunk = cdiv(t["Tc"], t["S"])
+    return cdiv(cdiv(length, t["Bc"]), chunk)
+
+
+def decode_sums(plan: Plan) -> dict[str, int]:
+    """A decode plan's per-sequence sums, over the batch, for the model and the simulator: ``rows`` the key rows each
+    K/V head's copies load (a tile past a sequence's end is not loaded; a contiguous cache's last tile loads its rows
+    up to the capacity, a paged one its pages' rows: whole boxes of min(page size, B_c) rows), ``splits`` the non-empty
+    splits, ``entries`` the page-table entries a K/V head's K (or V) copies read (one per box), ``batch`` the
+    sequences. Without a cache: every sequence N_k keys in every split."""
+    t, cache = plan.tile, plan.kv_cache
+    if cache is None:
+        return {"rows": plan.batch * plan.N_k, "splits": plan.batch * t["S"], "entries": 0, "batch": plan.batch}
+    if cache.lengths is None:
+        raise ValueError(f"{plan.label}: the cache's lengths are not known (a launch plan): no exact bytes")
+    box = min(cache.page_size, t["Bc"]) if cache.paged else t["Bc"]
+    rows = entries = 0
+    for n in cache.lengths:
+        boxes = cdiv(n, box)
+        rows += boxes * box if cache.paged else min(cdiv(n, t["Bc"]) * t["Bc"], plan.N_k)
+        entries += boxes if cache.paged else 0
+    return {"rows": rows, "splits": sum(sequence_splits(plan, n) for n in cache.lengths), "entries": entries,
+            "batch": plan.batch}
 
 
 def packed_rows(plan: Plan) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
     "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask", "Opart", "lse_part",
+    "seqlens", "page_table",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -29,7 +30,10 @@ MASK_TENSORS: tuple[str, ...] = ("block_mask", "mask")
 # The split-KV decode's partial outputs (iokernels.plan.decode): float32 O and lse of every split, (S·BH, N_q, d) and
 # (S·BH, N_q), written by the splits and read by the combine.
 SPLIT_TENSORS: tuple[str, ...] = ("Opart", "lse_part")
-assert set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) == set(TENSORS)
+# A decode's cache (iokernels.plan.kvcache): the sequences' lengths (batch,) and the page table (batch, max_pages),
+# int32.
+CACHE_TENSORS: tuple[str, ...] = ("seqlens", "page_table")
+assert set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).
 Counts = dict[str, dict[str, tuple[int, int]]]

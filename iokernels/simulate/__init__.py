@@ -3,7 +3,14 @@ float64 reference (:mod:`.reference`). Imports only plan/.
 """
 
 from . import reference
-from .inputs import make_inputs, max_relative_error, random_mask, reference_mask, reference_outputs
+from .inputs import (
+    cache_reference,
+    make_inputs,
+    max_relative_error,
+    random_mask,
+    reference_mask,
+    reference_outputs,
+)
 from .simulator import ALL, KV_TENSORS, Hbm, SimResult, kv_rows, reference_dropout, simulate
 
 __all__ = [
@@ -11,6 +18,7 @@ __all__ = [
     "KV_TENSORS",
     "Hbm",
     "SimResult",
+    "cache_reference",
     "kv_rows",
     "make_inputs",
     "max_relative_error",

@@ -32,6 +32,8 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
     k = stored(magnitude * rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))  # grouped-query: fewer heads
     v = stored(rng.standard_normal((plan.bh_kv, plan.N_k, plan.d)))
     inputs = {"Q": q, "K": k, "V": v}
+    if plan.kv_cache is not None:  # a decode's cache: its lengths, rows past them NaN; paged: a pool and its table
+        inputs.update(cache_inputs(plan, k, v, rng))
     if plan.mask is not None:  # an explicit mask (iokernels.plan.masks.ExplicitMask): data, like Q, K, V
         inputs["mask"] = random_mask(plan, rng)
     if plan.direction == "bwd":
@@ -46,6 +48,75 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
                                if plan.causal or mask is not None
                                else np.exp(scale * (q @ np.swapaxes(k[kv], -1, -2)) - lse[..., None])))
     return inputs
+
+
+def cache_inputs(plan: Plan, k: np.ndarray, v: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A decode plan's cache (Plan.kv_cache, its lengths known) holding the keys and values ``k``, ``v`` (batch·K/V
+    heads, N_k, d) up to each sequence's length: "seqlens" (batch,) int32; K and V with NaN past the lengths
+    (the kernels must never let those rows reach O); paged: the pool (pages·K/V heads, page size, d), NaN where no
+    sequence's key lies, its pages handed out in random order, and "page_table" (batch, max_pages) int32, −1 past a
+    sequence's pages."""
+    cache = plan.kv_cache
+    lengths = np.asarray(cache.lengths, dtype=np.int32)
+    out: dict[str, np.ndarray] = {"seqlens": lengths}
+    if not cache.paged:
+        past = np.arange(plan.N_k)[None, :] >= np.repeat(lengths, plan.kv_heads)[:, None]
+        out["K"], out["V"] = (np.where(past[..., None], np.nan, x) for x in (k, v))
+        return out
+    size, h_kv = cache.page_size, plan.kv_heads
+    need = [-(-int(n) // size) for n in lengths]
+    if sum(need) > cache.pages:
+        raise ValueError(f"the pool's {cache.pages} pages hold fewer than the {sum(need)} the lengths need")
+    order = rng.permutation(cache.pages)
+    table = np.full((plan.batch, cache.max_pages(plan.N_k)), -1, dtype=np.int32)
+    pool_k = np.full((cache.pages * h_kv, size, plan.d), np.nan)
+    pool_v = np.full(pool_k.shape, np.nan)
+    taken = 0
+    for b, n in enumerate(lengths):
+        for i in range(need[b]):
+            page = int(order[taken])
+            taken += 1
+            table[b, i] = page
+            rows = slice(i * size, min((i + 1) * size, int(n)))
+            count = rows.stop - rows.start
+            for j in range(h_kv):
+                pool_k[page * h_kv + j, :count] = k[b * h_kv + j, rows]
+                pool_v[page * h_kv + j, :count] = v[b * h_kv + j, rows]
+    out.update(K=pool_k, V=pool_v, page_table=table)
+    return out
+
+
+def cache_keys(plan: Plan, inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The keys and values each sequence of a decode plan's cache holds: per sequence b, (K/V heads, length, d),
+    gathered from the contiguous cache or through the page table."""
+    cache, h_kv = plan.kv_cache, plan.kv_heads
+    ks, vs = [], []
+    for b, n in enumerate(int(x) for x in inputs["seqlens"]):
+        if not cache.paged:
+            ks.append(inputs["K"][b * h_kv:(b + 1) * h_kv, :n])
+            vs.append(inputs["V"][b * h_kv:(b + 1) * h_kv, :n])
+            continue
+        pages = inputs["page_table"][b, :-(-n // cache.page_size)].astype(np.int64)
+        rows = (pages[:, None] * h_kv + np.arange(h_kv)[None, :])  # (pages, K/V heads) pool rows
+        for src, dst in ((inputs["K"], ks), (inputs["V"], vs)):
+            x = src[rows].transpose(1, 0, 2, 3).reshape(h_kv, -1, plan.d)  # (K/V heads, pages·size, d)
+            dst.append(x[:, :n])
+    return ks, vs
+
+
+def cache_reference(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """O and lse of a decode plan with a cache, in float64: each sequence's query heads over its keys; a sequence of
+    no key gives O = 0, lse −inf."""
+    ks, vs = cache_keys(plan, inputs)
+    group = plan.heads // plan.kv_heads
+    q = inputs["Q"].reshape(plan.batch, plan.heads, plan.N_q, plan.d)
+    o = np.zeros(q.shape)
+    lse = np.full(q.shape[:-1], -np.inf)
+    for b, (k, v) in enumerate(zip(ks, vs, strict=True)):
+        if k.shape[1]:
+            o[b], lse[b] = reference.forward(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), scale)
+    return o.reshape(plan.bh, plan.N_q, plan.d), lse.reshape(plan.bh, plan.N_q)
 
 
 def random_mask(plan: Plan, rng: np.random.Generator, *, empty_rows: bool = True) -> np.ndarray:
@@ -82,6 +153,8 @@ def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | No
 def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
                       ) -> dict[str, np.ndarray]:
     """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
+    if plan.kv_cache is not None:
+        return {"O": cache_reference(plan, inputs, scale)[0]}
     if plan.direction == "fwd":
         kv = kv_rows(plan)
         return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,

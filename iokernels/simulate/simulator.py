@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..plan import Plan, key_block_ranges
-from ..plan.decode import split_ranges
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
+from ..plan.units import cdiv
 from . import reference
 
 ALL = slice(None)
@@ -431,46 +431,101 @@ def _flash_decode(hbm: Hbm, scale: float) -> None:
     as one packed sequence of g·N_q rows (query head z·g + h, row i: packed row h·N_q + i of K/V head z), in tiles
     of B_r rows; each split of the key tiles runs the online softmax of every tile over its keys and, with more
     than one split, writes the tile's normalized partial O and lse (float32), which the combine merges by their
-    log-sum-exp; one split writes O and lse itself."""
+    log-sum-exp; one split writes O and lse itself. With a cache of per-sequence lengths (Plan.kv_cache) every block
+    reads its sequence's length first, a split past the sequence's end does nothing, a contiguous cache's last tile
+    loads its rows up to the capacity, a paged one its boxes of min(page, B_c) rows from the pages the page table
+    names (an entry per box, for K and again for V), and the combine reads each row's length; a sequence with no key
+    gives O = 0 and lse −inf."""
     p = hbm.plan
-    t = p.tile
-    rows = p.heads // p.kv_heads * p.N_q
+    t, cache = p.tile, p.kv_cache
+    rows, g_kv = p.heads // p.kv_heads * p.N_q, p.kv_heads
     split = p.variant == "split"
     for name, width in (("Q", (p.d,)), ("O", (p.d,)), ("lse", ())):  # the packed views (same memory)
         hbm.arrays[name] = hbm.arrays[name].reshape(p.bh_kv, rows, *width)
-    splits = split_ranges(t["Tc"], t["S"])
+    lengths = (p.N_k,) * p.batch if cache is None else cache.lengths
     if split:
-        hbm.alloc("Opart", (len(splits), p.bh_kv, rows, p.d))
-        hbm.alloc("lse_part", (len(splits), p.bh_kv, rows))
-    cols = _blocks(p.N_k, t["Bc"])
+        hbm.alloc("Opart", (t["S"], p.bh_kv, rows, p.d))
+        hbm.alloc("lse_part", (t["S"], p.bh_kv, rows))
+    if cache is not None:  # a block reads its sequence's length: one copy per K/V head (and per page-table row)
+        hbm.arrays["seqlens"] = np.repeat(hbm.arrays["seqlens"], g_kv)
+        if cache.paged:
+            hbm.arrays["page_table"] = np.repeat(hbm.arrays["page_table"], g_kv, axis=0)
+    chunk = cdiv(t["Tc"], t["S"])
     hbm.begin("main")
-    for si, (a, b) in enumerate(splits):
+    for b, n in enumerate(lengths):
+        heads = slice(b * g_kv, (b + 1) * g_kv)
+        tiles = cdiv(n, t["Bc"])
         for rs in _blocks(rows, t["Br"]):
-            q = hbm.load("Q", (ALL, rs, ALL))
-            acc = np.zeros(q.shape)
-            m = np.full(q.shape[:-1], -np.inf)
-            l = np.zeros(m.shape)
-            for cs in cols[a:b]:
-                s = scale * (q @ _t(hbm.load("K", (ALL, cs, ALL))))
-                m_new = np.maximum(m, s.max(axis=-1))
-                prob = np.exp(s - m_new[..., None])
-                alpha = _rescale(m, m_new)
-                l = alpha * l + prob.sum(axis=-1)
-                acc = alpha[..., None] * acc + prob @ hbm.load("V", (ALL, cs, ALL))
-                m = m_new
-            out, lse = ("Opart", "lse_part") if split else ("O", "lse")
-            index = (si,) if split else ()
-            hbm.store(out, (*index, ALL, rs, ALL), acc / l[..., None])
-            hbm.store(lse, (*index, ALL, rs), m + np.log(l))
+            for si in range(t["S"]):
+                if cache is not None:
+                    hbm.load("seqlens", (heads,))
+                a, z = si * chunk, min(si * chunk + chunk, tiles)
+                if a >= z:
+                    if not split and cache is not None:  # (one split: the sequence has no key)
+                        hbm.store("O", (heads, rs, ALL), 0.0)
+                        hbm.store("lse", (heads, rs), -np.inf)
+                    continue  # an empty split: the combine leaves it out
+                q = hbm.load("Q", (heads, rs, ALL))
+                acc = np.zeros(q.shape)
+                m = np.full(q.shape[:-1], -np.inf)
+                l = np.zeros(m.shape)
+                for j in range(a, z):
+                    key0 = j * t["Bc"]
+                    k, v = (_cache_tile(hbm, name, b, heads, key0) for name in ("K", "V"))
+                    valid = min(t["Bc"], n - key0)  # the rows past the sequence's end are loaded, never used
+                    s = scale * (q @ _t(k[:, :valid]))
+                    m_new = np.maximum(m, s.max(axis=-1))
+                    prob = np.exp(s - m_new[..., None])
+                    alpha = _rescale(m, m_new)
+                    l = alpha * l + prob.sum(axis=-1)
+                    acc = alpha[..., None] * acc + prob @ v[:, :valid]
+                    m = m_new
+                out, lse = ("Opart", "lse_part") if split else ("O", "lse")
+                index = (si,) if split else ()
+                hbm.store(out, (*index, heads, rs, ALL), acc / l[..., None])
+                hbm.store(lse, (*index, heads, rs), m + np.log(l))
     if split:
         hbm.begin("combine")
-        lse_part, o_part = hbm.load("lse_part", (ALL,) * 3), hbm.load("Opart", (ALL,) * 4)
-        top = lse_part.max(axis=0)
-        lse = top + np.log(np.exp(lse_part - top).sum(axis=0))
-        hbm.store("O", (ALL,) * 3, (np.exp(lse_part - lse)[..., None] * o_part).sum(axis=0))
-        hbm.store("lse", (ALL,) * 2, lse)
+        per_seq = p.heads * p.N_q  # output rows of a sequence
+        for b, n in enumerate(lengths):
+            heads = slice(b * g_kv, (b + 1) * g_kv)
+            if cache is not None:  # each row's length, by the warp that combines it
+                hbm.load("seqlens", (np.full(per_seq, b * g_kv),))
+            used = cdiv(cdiv(n, t["Bc"]), chunk)
+            if used == 0:
+                hbm.store("O", (heads, ALL, ALL), 0.0)
+                hbm.store("lse", (heads, ALL), -np.inf)
+                continue
+            lse_part = hbm.load("lse_part", (slice(0, used), heads, ALL))
+            o_part = hbm.load("Opart", (slice(0, used), heads, ALL, ALL))
+            top = lse_part.max(axis=0)
+            lse = top + np.log(np.exp(lse_part - top).sum(axis=0))
+            hbm.store("O", (heads, ALL, ALL), (np.exp(lse_part - lse)[..., None] * o_part).sum(axis=0))
+            hbm.store("lse", (heads, ALL), lse)
     for name, width in (("Q", (p.d,)), ("O", (p.d,)), ("lse", ())):
         hbm.arrays[name] = hbm.arrays[name].reshape(p.bh, p.N_q, *width)
+
+
+def _cache_tile(hbm: Hbm, name: str, b: int, heads: slice, key0: int) -> np.ndarray:
+    """Key tile [key0, key0 + B_c) of sequence b's K/V heads ``heads`` as its copies load it: from a contiguous cache
+    (rows up to the capacity), or box by box (min(page, B_c) rows) from the pages its page-table entries name
+    (boxes past the sequence's end not loaded: zeros). (heads, B_c, d)."""
+    p = hbm.plan
+    bc, cache = p.tile["Bc"], p.kv_cache
+    if cache is None or not cache.paged:
+        tile = hbm.load(name, (heads, slice(key0, min(key0 + bc, p.N_k)), ALL))
+        return np.concatenate([tile, np.zeros((tile.shape[0], bc - tile.shape[1], p.d))], axis=1)
+    size, n = cache.page_size, cache.lengths[b]
+    box = min(size, bc)
+    out = np.zeros((heads.stop - heads.start, bc, p.d))
+    for i in range(0, bc, box):
+        if key0 + i >= n:
+            break
+        page = hbm.load("page_table", (heads, (key0 + i) // size)).astype(np.int64)  # one entry per K/V head
+        row = (key0 + i) % size
+        pool = page * p.kv_heads + np.arange(heads.stop - heads.start)  # pool row of (page, K/V head)
+        out[:, i:i + box] = hbm.load(name, (pool, slice(row, row + box), ALL))
+    return out
 
 
 _RUNNERS: dict[tuple[str, ...], Callable[[Hbm, float], None]] = {

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import iokernels.torch as iot
-from iokernels.kernels import launch
+from iokernels.kernels import launch, timing
 from iokernels.library.planning import choose_plan
 
 D, DTYPE = 128, torch.float16
@@ -82,7 +82,7 @@ def main() -> None:
                   "V": vs[0].reshape(b * hkv, nk, D)}
         import cupy as cp
         inputs = {n: cp.asarray(x) if n != "Q" else x for n, x in inputs.items()}
-        _, stages = launch.time_plan(plan, inputs)
+        _, stages = timing.time_plan(plan, inputs)
         text = " ".join(f"{n} {t:.1f}us {kv_bytes / t / 1e6:.2f}TB/s({100 * kv_bytes / t / 1e6 / copy_bw:.0f}%)"
                         f"{'' if isinstance(e, float) and e < 1e-2 else ' ERR ' + str(e)}"
                         for n, (t, e) in row.items())

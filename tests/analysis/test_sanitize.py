@@ -19,6 +19,7 @@ from iokernels.kernels import launch
 from iokernels.kernels.sources import list_sources
 from iokernels.kernels.stages import SOURCES, plan_kernels
 from iokernels.plan import CAUSAL_ALIGNMENTS, CAUSAL_STAGES, SCHEDULES, Unsupported, make_plan
+from iokernels.plan.decode import DECODE_VARIANTS
 from iokernels.plan.fast import FAST_HEAD_DIMS
 from iokernels.plan.units import DTYPE_ITEMSIZE
 
@@ -52,7 +53,8 @@ def test_every_kernel_the_launcher_knows_is_exercised(variants):
 @pytest.mark.parametrize("variants", [FULL, QUICK], ids=["full", "quick"])
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_every_schedule_direction_dtype_and_build(key, variants):
-    mine = [v for v in variants if (v.plan.algorithm, v.plan.schedule, v.plan.direction) == key]
+    mine = [v for v in variants if (v.plan.algorithm, v.plan.schedule, v.plan.direction) == key
+            and v.plan.variant not in DECODE_VARIANTS]  # (the decode plans: test_decode_variants)
     offered = _dtypes_offered(key)
     assert offered and {v.plan.dtype for v in mine} == offered
     head_dims = set(FAST_HEAD_DIMS) if key[1] == "fast" else set(sanitize_cases.RESEARCH_HEAD_DIMS)
@@ -65,8 +67,22 @@ def test_every_schedule_direction_dtype_and_build(key, variants):
             assert got == {(shape, counting) for shape in shapes for counting in (True, False)}, (dtype, d)
 
 
+@pytest.mark.parametrize("variants", [FULL, QUICK], ids=["full", "quick"])
+def test_decode_variants(variants):
+    """The split-KV decode at every shape, with N_k + DECODE_EXTRA_KEYS keys: split and (full) not, a cache of
+    per-sequence lengths contiguous and paged, both builds, both dtypes."""
+    mine = [v for v in variants if v.plan.variant in DECODE_VARIANTS]
+    shapes = sanitize_cases.QUICK_SHAPES if variants is QUICK else sanitize_cases.SHAPES
+    extra = sanitize_cases.DECODE_EXTRA_KEYS
+    assert {(v.plan.N_q, v.plan.N_k - extra) for v in mine} == set(shapes)
+    assert {v.counting for v in mine} == {True, False} and {v.plan.dtype for v in mine} == {"float16", "bfloat16"}
+    caches = {(v.plan.variant, None if v.plan.kv_cache is None else v.plan.kv_cache.page_size) for v in mine}
+    assert {("split", None), ("split", 0), ("split", 16)} <= caches
+    assert variants is QUICK or {("packed", None), ("packed", 0)} <= caches
+
+
 def test_sizes_are_small_ragged_and_batched():
-    ns = {n for v in FULL for n in (v.plan.N_q, v.plan.N_k)}
+    ns = {n for v in FULL if v.plan.variant not in DECODE_VARIANTS for n in (v.plan.N_q, v.plan.N_k)}
     assert ns == {1, 17, 113}
     assert all(v.plan.N_q != v.plan.N_k and v.plan.bh == 2 for v in FULL)
     assert {v.plan.d for v in FULL} == {16, 64, 96, 128, 256}
@@ -90,7 +106,7 @@ def test_causal_kernels_in_both_alignments(variants, alignments):
 
 @pytest.mark.parametrize("variants", [FULL, QUICK], ids=["full", "quick"])
 def test_tensor_core_kernels_deterministic_and_grouped_query(variants):
-    fast = [v.plan for v in variants if v.plan.schedule == "fast"]
+    fast = [v.plan for v in variants if v.plan.schedule == "fast" and v.plan.variant not in DECODE_VARIANTS]
     fwd = {s.kernel for p in fast if p.direction == "fwd" for s in p.stages}
     bwd = {s.kernel for p in fast if p.direction == "bwd" for s in p.stages}
     assert {"flash_wgmma_fwd", "flash_tc_fwd"} <= fwd

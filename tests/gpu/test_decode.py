@@ -120,3 +120,74 @@ def test_torch_decode_equals_sdpa():
     same = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True).double()
     err, err_same = (got.double() - want).abs().max().item(), (same - want).abs().max().item()
     assert err <= 2 * err_same + 1e-3, (err, err_same)
+
+
+# a cache of per-sequence lengths (iokernels.plan.kvcache): (lengths, capacity, page size, pool pages, N_q, d, dtype,
+# heads, kv_heads, splits); rows past a sequence's length hold NaN (make_inputs), which must never reach O
+CACHE_CASES = [
+    ((0, 1, 128, 129, 1100), 1100, 0, 0, 1, 128, "float16", 8, 2, 3),  # empty, one key, a tile's end and past it
+    ((300, 0, 77), 300, 0, 0, 2, 128, "bfloat16", 4, 4, 1),  # one split: a block per item
+    ((16, 17, 500, 0), 512, 16, 80, 3, 96, "float16", 48, 2, 4),  # pages of 16: boxes past the end not loaded
+    ((700, 255, 1), 1024, 256, 9, 1, 256, "bfloat16", 2, 1, None),  # pages of 256 (two tiles), d 256
+    ((5000, 3, 4097, 2048), 8192, 64, 300, 1, 128, "float16", 64, 8, None),  # GQA 8:1 decode, the default split
+]
+CACHE_IDS = ["-".join(map(str, c[1:])) + f"-{len(c[0])}seq" for c in CACHE_CASES]
+
+
+def _naive(q, k, v, dtype, scale):
+    """Same-precision attention of one sequence (S, P and O rounded to the dtype), float64 arithmetic."""
+    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dtype)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return round_to(round_to(p / p.sum(axis=-1, keepdims=True), dtype) @ v, dtype)
+
+
+@pytest.mark.parametrize("case", CACHE_CASES, ids=CACHE_IDS)
+def test_cache_counters_outputs_and_lse(case):
+    from iokernels.plan.kvcache import make_kv_cache
+    from iokernels.simulate.inputs import cache_keys, cache_reference
+
+    lengths, n_k, page, pages, n_q, d, dtype, heads, kv_heads, splits = case
+    cache = make_kv_cache(batch=len(lengths), n_k=n_k, lengths=lengths, page_size=page, pages=pages)
+    plan = make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=len(lengths), heads=heads,
+                            kv_heads=kv_heads, splits=splits, kv_cache=cache)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case))
+    run = launch.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
+    o_want, lse_want = cache_reference(plan, host)
+    scale, group = reference.default_scale(d), heads // kv_heads
+    ks, vs = cache_keys(plan, host)
+    q = host["Q"].reshape(len(lengths), heads, n_q, d)
+    naive = np.zeros(q.shape)
+    for b, (k, v) in enumerate(zip(ks, vs, strict=True)):
+        if k.shape[1]:
+            naive[b] = _naive(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), dtype, scale)
+    naive = naive.reshape(plan.bh, n_q, d)
+    for buffers in (run.buffers, plain.buffers):
+        o = launch.to_float64(buffers["O"], dtype)
+        assert_within_naive({"O": o}, {"O": o_want}, {"O": naive})
+        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
+        empty = np.isneginf(lse_want)
+        assert np.array_equal(np.isneginf(lse), empty) and np.all(o[empty] == 0)
+        assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2
+
+
+def test_the_library_decodes_from_a_paged_cache():
+    """iokernels.attention_with_kvcache on a paged pool with per-sequence lengths on the device equals the float64
+    reference; the same values in a contiguous cache give the same output."""
+    import iokernels
+    from iokernels.plan.kvcache import make_kv_cache
+    from iokernels.simulate.inputs import cache_reference
+
+    lengths, page, heads, kv_heads, d = (900, 1, 0, 3000), 64, 32, 8, 128
+    cache = make_kv_cache(batch=4, n_k=4096, lengths=lengths, page_size=page, pages=80)
+    plan = make_decode_plan(N_q=1, N_k=4096, d=d, dtype="float16", batch=4, heads=heads, kv_heads=kv_heads,
+                            kv_cache=cache)
+    inputs, host = launch.make_device_inputs(plan, seed=11)
+    q = inputs["Q"].reshape(4, heads, 1, d)
+    k_pool, v_pool = (inputs[n].reshape(80, kv_heads, page, d) for n in ("K", "V"))
+    o = iokernels.attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=inputs["seqlens"],
+                                         page_table=inputs["page_table"])
+    o_want, _ = cache_reference(plan, host)
+    got = launch.to_float64(o, "float16").reshape(plan.bh, 1, d)
+    assert np.max(np.abs(got - o_want)) < 3e-3

@@ -112,7 +112,8 @@ def test_decode_launch_arguments():
     assert (q_map.buffer, q_map.bh, q_map.n, q_map.d, q_map.rows) == ("Q", 12, 8, 96, 128)
     assert args[3:] == ("Opart", "lse_part", 8, 5000, 0.5, 1, 12) and not dropout
     assert args[1].bh == 12 and args[1].n == 5000 and args[1].rows == 128  # K: a box of B_c rows per K/V head
-    assert launch.stage_arg_layout(plan, combine, 0.5) == (("Opart", "lse_part", "O", "lse", 3 * 16 * 2, 5), False)
+    assert launch.stage_arg_layout(plan, combine, 0.5) == (("Opart", "lse_part", "O", "lse", 3 * 16 * 2, 5, 5000),
+                                                           False)
     assert launch.tensor_shape(plan, "Opart") == (5 * 48, 2, 96) and launch.tensor_shape(plan, "lse_part") == (240, 2)
     assert {"Opart", "lse_part"} <= FLOAT32_TENSORS
     assert launch.plan_tensors(plan) == ["Q", "K", "V", "Opart", "lse_part", "O", "lse"]

@@ -1,0 +1,152 @@
+"""The library's decode step on a KV cache (issue #23): :func:`attention_with_kvcache`, the new query tokens of each
+sequence against its cached keys and values, contiguous or paged, each sequence of its own length, read by the
+kernels from device memory (no copy to the host, so a decode step can be captured in a CUDA graph).
+
+The plan is the split-KV decode (:mod:`iokernels.plan.decode`, :mod:`iokernels.plan.kvcache`): the g query heads
+of a K/V head packed into one tile, so K and V are read once per K/V head; the keys cut into splits that fill the
+SMs; a combine by log-sum-exp. Each call signature (shapes, dtypes, strides, options, device) is checked and
+planned once; later calls allocate the outputs and launch (the fast path, :mod:`.fastpath`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels import launch
+from ..kernels.runtime import require_cupy
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, Unsupported, normalize_causal
+from ..plan.decode import MAX_SPLITS, make_decode_plan
+from ..plan.kvcache import PAGE_SIZES, make_kv_cache
+from ..simulate import reference
+from .api import check_scale
+from .dispatch import Dispatch, DispatchCache, array_key, device_id
+from .fastpath import cupy_empty, forward_result, module_of, prepare_fast, run_fast
+from .memory import needed_bytes, require_memory
+from .planning import DECODE_SMS, sm_count_of
+
+KV_CALLS = DispatchCache()  # a kvcache call's signature -> its Dispatch (with its fast path after the first call)
+KV_INPUTS = ("Q", "K", "V", "seqlens", "page_table")  # the fast path's input tuple (unused slots: address 0)
+KV_OUTPUTS = ("O", "lse")
+_DTYPES = ("float16",)
+
+
+def _check(q: Any, k: Any, v: Any, seqlens: Any, table: Any, bfloat16: bool) -> dict[str, Any]:
+    """The problem of a call, checked: every array a contiguous cupy array on one device, q (B, H, N_q, d), the cache
+    contiguous (B, H_kv, N_cap, d) or paged (pages, H_kv, page_size, d) with the page table (B, max_pages) int32,
+    cache_seqlens (B,) int32."""
+    named = {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": seqlens, "page_table": table}
+    for name, x in named.items():
+        if x is None:
+            continue
+        if module_of(x) != "cupy":
+            raise TypeError(f"{name} must be a cupy array on the GPU (attention_with_kvcache reads the cache where it "
+                            f"lies; iokernels.torch takes torch tensors), got a {type(x).__module__} array")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous, got strides {x.strides} for shape {x.shape}")
+    devices = {x.data.device_id for x in named.values() if x is not None}
+    if len(devices) != 1:
+        raise ValueError(f"the arrays lie on several devices: {sorted(devices)}")
+    dtype = "bfloat16" if bfloat16 else str(q.dtype)
+    want = "uint16" if bfloat16 else q.dtype
+    if dtype not in (*_DTYPES, "bfloat16") or k.dtype != want or v.dtype != want:
+        raise TypeError(f"q, k_cache and v_cache must be one dtype, float16 (bfloat16 through iokernels.torch), got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape:
+        raise ValueError(f"q must be (B, H, N_q, d) and k_cache, v_cache one 4-d shape, got {q.shape}, {k.shape}, "
+                         f"{v.shape}")
+    batch, heads, n_q, d = q.shape
+    kv_heads = k.shape[1]
+    if k.shape[3] != d or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"the cache's heads must divide q's and its head dim equal q's: q {q.shape}, cache {k.shape}")
+    if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE or n_q < 1 or batch < 1:
+        raise ValueError(f"q {q.shape}: d must be a multiple of {D_MULTIPLE} from {D_MIN} to {D_MAX}, N_q and B >= 1")
+    for name, x, ndim in (("cache_seqlens", seqlens, 1), ("page_table", table, 2)):
+        if x is not None and (x.dtype != "int32" or x.ndim != ndim or x.shape[0] != batch):
+            raise ValueError(f"{name} must be int32 with {ndim} dim(s) and {batch} rows (one per sequence), got "
+                             f"{x.dtype} {x.shape}")
+    if table is None:
+        if k.shape[0] != batch:
+            raise ValueError(f"a contiguous cache is (B, H_kv, N_cap, d) with q's B = {batch}, got {k.shape}")
+        return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": k.shape[2], "d": d,
+                "dtype": dtype, "page_size": 0, "pages": 0}
+    if seqlens is None:
+        raise ValueError("a paged cache (page_table given) needs cache_seqlens: the keys of each sequence")
+    page_size, pages = k.shape[2], k.shape[0]
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"the page size (k_cache.shape[2]) must be one of {PAGE_SIZES}, got {page_size}")
+    return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": table.shape[1] * page_size,
+            "d": d, "dtype": dtype, "page_size": page_size, "pages": pages}
+
+
+def _plan_call(problem: dict[str, Any], ragged: bool, causal: str, scale: float | None, num_splits: int) -> Dispatch:
+    if causal and not (causal == "bottom_right" and problem["n_q"] == 1):
+        raise Unsupported("attention_with_kvcache is causal with one query token only (bottom-right: it sees every key "
+                          f"of its sequence); N_q = {problem['n_q']} with causal={causal!r} is not implemented")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be an int from 0 (the plan's choice) to {MAX_SPLITS}, got {num_splits!r}")
+    batch, n_k = problem["batch"], problem["n_k"]
+    cache = make_kv_cache(batch=batch, n_k=n_k, page_size=problem["page_size"], pages=problem["pages"]) \
+        if ragged else None
+    device = device_id()
+    plan = make_decode_plan(N_q=problem["n_q"], N_k=n_k, d=problem["d"], dtype=problem["dtype"], batch=batch,
+                            heads=problem["heads"], kv_heads=problem["kv_heads"], splits=num_splits or None,
+                            sms=(sm_count_of(device) if device is not None else None) or DECODE_SMS, kv_cache=cache)
+    lead = (batch, problem["heads"])
+    return Dispatch("cupy", problem["dtype"], lead, problem["n_q"], n_k, problem["d"],
+                    problem["heads"] // problem["kv_heads"], False, (plan,), needed_bytes([plan], False, 1),
+                    reference.default_scale(problem["d"]) if scale is None else scale, True)
+
+
+def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any = None, page_table: Any = None,
+                           causal: bool | str = False, scale: float | None = None, num_splits: int = 0,
+                           return_lse: bool = False, bfloat16: bool = False) -> Any:
+    """One decode step: ``softmax(scale · q kᵀ) v`` of each sequence's new query tokens over the keys in its cache.
+
+    q (B, H, N_q, d) cupy float16 (bfloat16: :mod:`iokernels.torch`), C-contiguous. The cache, one of:
+
+    - contiguous: k_cache, v_cache (B, H_kv, N_cap, d); ``cache_seqlens`` (B,) int32 on the device, each sequence's
+      keys (0 .. N_cap), or None: every sequence N_cap keys;
+    - paged (vLLM's block tables, FlashInfer's HND pages): k_cache, v_cache (pages, H_kv, page_size, d), page_size one
+      of 8, 16, ..., 256; ``page_table`` (B, max_pages) int32: key n of sequence b is row n % page_size of page
+      page_table[b, n // page_size]; ``cache_seqlens`` required (at most max_pages · page_size each).
+
+    H_kv divides H (grouped-query attention: query head h reads K/V head h // (H / H_kv)); d a multiple of 8 from 16
+    to 256. The lengths and the page table stay on the device (a call reads nothing back: it can be captured in a
+    CUDA graph); the rows of the cache past a sequence's length may hold anything, NaN included. A sequence of no
+    key gives O = 0 and lse −inf. Not checked on the device: a length past the capacity, or a page number outside
+    the pool (both read out of bounds).
+
+    causal: with N_q = 1 (bottom-right: the new token sees every key) or False; N_q > 1 with causal raises
+    Unsupported. scale: 1/sqrt(d) by default. num_splits: the splits of the keys (0: the plan's choice, by modelled
+    time on this device's SMs; at most 128). Returns O (B, H, N_q, d), and lse (B, H, N_q) float32 with
+    ``return_lse``. Runs on sm_90 (the tma kernels) only, on cupy's current stream.
+    """
+    key_arrays = (q, k_cache, v_cache, cache_seqlens, page_table)
+    options = (normalize_causal(causal), scale, num_splits, return_lse, bfloat16)
+    try:
+        key = (*(None if x is None else array_key(x) for x in key_arrays), *((type(o), o) for o in options),
+               device_id())
+        hash(key)
+    except (AttributeError, TypeError):
+        key = None
+
+    def build() -> Dispatch:
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+        problem = _check(q, k_cache, v_cache, cache_seqlens, page_table, bfloat16)
+        call = _plan_call(problem, cache_seqlens is not None, options[0], check_scale(scale), num_splits)
+        require_memory(call.chain, call.needed_bytes, call.lead)
+        prepare_fast(call, KV_INPUTS, {"O": tuple(q.shape), "lse": tuple(q.shape[:-1])}, KV_OUTPUTS)
+        return call
+
+    call = KV_CALLS.lookup(key, build)
+    if launch.counting_active():  # inside count_io: the counting build, its counts logged
+        inputs = {"Q": q.reshape(call.chain[0].bh, call.n_q, call.d), "K": k_cache, "V": v_cache}
+        inputs.update({n: x for n, x in (("seqlens", cache_seqlens), ("page_table", page_table)) if x is not None})
+        shaped = {n: x.reshape(launch.tensor_shape(call.chain[0], n)) for n, x in inputs.items()}
+        out = launch.run_plan(call.chain[0], shaped, scale=call.scale).buffers
+    else:
+        given = tuple(0 if x is None else x.data.ptr for x in key_arrays)
+        arrays = run_fast(call, given, cupy_empty(require_cupy()), launch.current_stream(), None)
+        out = {n: arrays[i] for n, i in call.outputs.items()}
+    return forward_result(call, out, return_lse, False, None)
