@@ -14,7 +14,8 @@ driver.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .driver import CUDA_ERROR_INVALID_CONTEXT, driver, make_current
@@ -72,32 +73,41 @@ def attention_args(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int
 def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
                  swizzle: int) -> bytes:
     """The 128-byte map (checked by :func:`check_tiled`; out-of-bounds elements read as zero)."""
-    check_tiled(pointer, dtype, dims, strides, box, swizzle)
-    lib = driver()
-    if lib is None or not hasattr(lib, "cuTensorMapEncodeTiled"):
-        raise RuntimeError("tensor maps need the CUDA driver library (libcuda.so.1) of CUDA 12 or newer")
+    return _encoder(dtype, tuple(dims), tuple(strides), tuple(box), swizzle)(pointer)
+
+
+@functools.cache
+def _encoder(dtype: str, dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...], swizzle: int
+             ) -> Callable[[int], bytes]:
+    """The encoder of one map shape: its rules checked and its arguments made once, the address at each call."""
+    check_tiled(0, dtype, dims, strides, box, swizzle)
     u32, u64 = ctypes.c_uint32, ctypes.c_uint64
     rank = len(dims)
-    raw = ctypes.create_string_buffer(MAP_BYTES + MAP_ALIGN)  # the driver writes a 64-byte aligned map
-    start = (-ctypes.addressof(raw)) % MAP_ALIGN
-    def encode() -> int:
-        return lib.cuTensorMapEncodeTiled(ctypes.addressof(raw) + start, DATA_TYPES[dtype], rank, pointer,
-                                          (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides),
-                                          (u32 * rank)(*box), (u32 * rank)(*([1] * rank)), 0, SWIZZLE_BYTES[swizzle],
-                                          0, 0)
+    args = (DATA_TYPES[dtype], rank, (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides), (u32 * rank)(*box),
+            (u32 * rank)(*([1] * rank)), 0, SWIZZLE_BYTES[swizzle], 0, 0)
 
-    code = encode()
-    if code == CUDA_ERROR_INVALID_CONTEXT:
-        # a thread with no current context (autograd's worker before any runtime call of its own): bind the current
-        # device's primary context and encode again
-        from cupy.cuda import runtime
+    def encode(pointer: int) -> bytes:
+        if pointer % 16:
+            raise TensorMapError(f"tensor map base address {pointer:#x} is not 16-byte aligned")
+        lib = driver()
+        if lib is None or not hasattr(lib, "cuTensorMapEncodeTiled"):
+            raise RuntimeError("tensor maps need the CUDA driver library (libcuda.so.1) of CUDA 12 or newer")
+        raw = ctypes.create_string_buffer(MAP_BYTES + MAP_ALIGN)  # the driver writes a 64-byte aligned map
+        start = (-ctypes.addressof(raw)) % MAP_ALIGN
+        code = lib.cuTensorMapEncodeTiled(ctypes.addressof(raw) + start, args[0], args[1], pointer, *args[2:])
+        if code == CUDA_ERROR_INVALID_CONTEXT:
+            # a thread with no current context (autograd's worker before any runtime call of its own): bind the
+            # current device's primary context and encode again
+            from cupy.cuda import runtime
 
-        make_current(runtime.getDevice())
-        code = encode()
-    if code:
-        raise TensorMapError(f"cuTensorMapEncodeTiled refused the map (CUDA error {code}): dims {tuple(dims)}, "
-                             f"strides {tuple(strides)}, box {tuple(box)}, swizzle {swizzle}")
-    return raw.raw[start:start + MAP_BYTES]
+            make_current(runtime.getDevice())
+            code = lib.cuTensorMapEncodeTiled(ctypes.addressof(raw) + start, args[0], args[1], pointer, *args[2:])
+        if code:
+            raise TensorMapError(f"cuTensorMapEncodeTiled refused the map (CUDA error {code}): dims {dims}, "
+                                 f"strides {strides}, box {box}, swizzle {swizzle}")
+        return raw.raw[start:start + MAP_BYTES]
+
+    return encode
 
 
 def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int) -> bytes:
