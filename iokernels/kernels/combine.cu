@@ -6,6 +6,10 @@
 // the maximum and the sum by shuffles and leave the weights exp(lse_s − lse) in shared memory; then each lane owns
 // 4 consecutive columns (float4 loads, 4 · 32 columns per pass) and adds the splits' partials, several loads in flight.
 //
+// PDL (a stage parameter): the launcher starts this kernel while the splits' kernel is finishing (programmatic
+// dependent launch, sm_90: its blocks are set up early and wait in griddepcontrol.wait until the splits' grid has
+// completed and its memory is visible); flash_tma.cu's SPLIT blocks let it start (griddepcontrol.launch_dependents).
+//
 // RAGGED (a decode's cache of per-sequence lengths): a row of sequence b reads its length (lane 0) and merges the
 // S_b splits that hold one of its ⌈n_b / BC⌉ key tiles (the splits are cut from the capacity n_k's tiles, c = ⌈T_c /
 // S⌉ each: S_b = ⌈⌈n_b / BC⌉ / c⌉, the splits past its end wrote nothing); none: O = 0, lse = −inf.
@@ -52,6 +56,10 @@ flash_combine(const float* __restrict__ Opart, const float* __restrict__ lse_par
 {
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_Opart, IOK_T_lse_part, IOK_T_O, IOK_T_lse IOK_CACHE_T> io;
+#if defined(PDL) && __CUDA_ARCH__ >= 900
+    // launched while the splits finish (programmatic dependent launch): their partials are complete past this
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * WARPS + warp;
     if (splits > MAX_SPLITS && threadIdx.x == 0) __trap();  // the plan never makes more

@@ -217,6 +217,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef RAGGED
     seq_keys = seq_len;
 #endif
+#ifdef SPLIT
+    // the combine may be launched now (programmatic dependent launch, combine.cu's PDL): its blocks wait for this
+    // grid's completion, so only its launch overlaps the splits
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 #ifdef PERSISTENT
 #define ITEM_OF(it) item_of(it)
 #else

@@ -362,10 +362,11 @@ def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float
                  counters: Any = None) -> None:
     fn = kernel_function(plan, stage, counting)
     layout, dropout = stage_arg_layout(plan, stage, scale)
-    if any(isinstance(a, tensormap.MapArg) for a in layout):  # tensor maps: through the driver (raw_args)
+    dependent = bool(dict(stage.params).get("PDL"))
+    if dependent or any(isinstance(a, tensormap.MapArg) for a in layout):  # maps, PDL: through the driver
         args, pointers = raw_args(layout, buffers)
         stage_raw = rawlaunch.RawStage(fn, require_cupy().cuda.Device().id, stage.grid, (stage.threads,),
-                                       stage.smem_bytes, args, dropout)
+                                       stage.smem_bytes, args, dropout, dependent)
         stage_raw.launch(pointers, current_stream(), plan.dropout, counters.data.ptr if counting else 0)
         return
     args = _stage_args(plan, stage, buffers, scale)
@@ -426,7 +427,7 @@ def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[
         args = [index[a] if a.__class__ is str else replace(a, buffer=index[a.buffer])
                 if isinstance(a, tensormap.MapArg) else a for a in layout]
         stages.append(rawlaunch.RawStage(kernel_function(plan, stage, False), device, stage.grid, (stage.threads,),
-                                         stage.smem_bytes, args, dropout))
+                                         stage.smem_bytes, args, dropout, bool(dict(stage.params).get("PDL"))))
     return rawlaunch.RawPlan(names, tuple(inputs.index(n) for n in read), tuple(allocations), tuple(workspace), offset,
                    tuple(constants.values()), tuple(c.data.ptr for c in constants.values()), tuple(stages))
 

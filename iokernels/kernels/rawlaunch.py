@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .driver import CUDA_ERROR_INVALID_CONTEXT, check, driver, make_current
+from .driver import CUDA_ERROR_INVALID_CONTEXT, check, dependent_launch_config, driver, make_current
 from .tensormap import MapArg
 
 # NaN bit patterns, per storage itemsize (float16 and bfloat16 share the 2-byte size: both have one)
@@ -49,11 +49,13 @@ class RawStage:
     parameters of the call's Dropout (``Dropout.kernel_args``) follow them; the counters' address, null
     (the plain build), comes last. ``function``: the compiled function (a cupy RawKernel) on ``device``."""
 
-    __slots__ = ("buffers", "counters", "device", "drops", "function", "launcher", "lock", "maps", "params",
-                 "params_slots", "prefix", "values")
+    __slots__ = ("buffers", "config", "counters", "device", "drops", "function", "launcher", "lock", "maps",
+                 "params", "params_slots", "prefix", "values")
 
     def __init__(self, function: Any, device: int, grid: Sequence[int], block: Sequence[int], smem: int,
-                 args: Sequence[Any], dropout: bool) -> None:
+                 args: Sequence[Any], dropout: bool, dependent: bool = False) -> None:
+        """``dependent``: a programmatic dependent launch (PDL; the kernel waits for the previous one on the stream in
+        ``griddepcontrol.wait``), where the driver has ``cuLaunchKernelEx``."""
         self.function, self.device = function, device
         slots: list[Any] = []
         self.buffers: list[tuple[Any, int]] = []  # (slot, pointer index)
@@ -84,6 +86,10 @@ class RawStage:
         lib = driver()
         self.launcher = None if lib is None or handle is None else lib.cuLaunchKernel
         self.prefix = (handle, *(int(x) for x in (*grid, 1, 1)[:3]), *(int(x) for x in (*block, 1, 1)[:3]), int(smem))
+        self.config = None  # PDL: the configuration of cuLaunchKernelEx
+        if dependent and self.launcher is not None and hasattr(lib, "cuLaunchKernelEx"):
+            self.config = dependent_launch_config(grid, block, smem)
+            self.launcher = lib.cuLaunchKernelEx
         self.lock = threading.Lock()  # one parameter block: concurrent launches of this stage take turns
 
     def launch(self, pointers: Sequence[int], stream: int, dropout: Any = None, counters: int = 0) -> None:
@@ -109,12 +115,18 @@ class RawStage:
             if self.drops:
                 for slot, value in zip(self.drops, dropout.kernel_args(), strict=True):
                     slot.value = value.item()
-            code = self.launcher(*self.prefix, stream, self.params, None)
+            code = self._launch(stream)
             if code == CUDA_ERROR_INVALID_CONTEXT:  # a thread without a current context
                 make_current(self.device)
-                code = self.launcher(*self.prefix, stream, self.params, None)
+                code = self._launch(stream)
         if code:
             check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
+
+    def _launch(self, stream: int) -> int:
+        if self.config is None:
+            return self.launcher(*self.prefix, stream, self.params, None)
+        self.config.hStream = stream
+        return self.launcher(ctypes.byref(self.config), self.prefix[0], self.params, None)
 
     def _cupy_launch(self, pointers: Sequence[int], stream: int, dropout: Any, counters: int) -> None:
         import cupy as cp

@@ -72,7 +72,8 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     (batch, heads, N_q, d) layout), the key tiles (B_c 128, 64 past d 128) cut into S splits (``splits``, default
     :func:`num_splits` for ``sms``); each block (packed tile, split, batch·K/V head) of ``flash_tma.cu`` built with
     SPLIT reads its Q rows and its split's K and V and writes a float32 partial O and lse (Opart, lse_part), which
-    the ``combine`` stage (``combine.cu``) merges by their log-sum-exp into O and lse. One split: variant "packed",
+    the ``combine`` stage (``combine.cu``, launched as a programmatic dependent launch: PDL) merges by their
+    log-sum-exp into O and lse. One split: variant "packed",
     the tma forward itself on the packed rows (a persistent grid) writes O and lse. Not causal (decode with N_q ≤
     N_k, bottom-right, sees every key only when N_q = 1: :func:`iokernels.plan.variants` keeps causal elsewhere).
 
@@ -110,7 +111,8 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
             Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers),
                   (*params, ("SPLIT", 1), *cache)),
             Stage("combine", "flash_combine", (cdiv(batch * heads * N_q, COMBINE_THREADS // 32), 1, 1),
-                  COMBINE_THREADS, layout([("weights", COMBINE_THREADS // 32 * MAX_SPLITS * 4)]), cache[:1]),
+                  COMBINE_THREADS, layout([("weights", COMBINE_THREADS // 32 * MAX_SPLITS * 4)]),
+                  (("PDL", 1), *cache[:1])),
         )
     elif kv_cache is not None:  # the tma forward on the packed rows, a block per item (its lengths read first)
         stages = (Stage("main", "flash_tma_fwd", (t_m, 1, bh_kv), threads, layout(buffers), (*params, *cache)),)

@@ -58,3 +58,26 @@ def test_poisoning_fills_every_output_and_workspace_tensor(monkeypatch):
     raw = rawlaunch.RawPlan(("Q", "O", "D"), (0,), (((4, 2), f32),), ((0, 3, f32),), 256, (), (), (_Stage(),))
     raw.run((1,), lambda position, shape, dtype: (None, 500 if position == 0 else 700), 0, None, poison=True)
     assert fills == [(500, 8), (700, 3)]
+
+
+def test_the_dependent_launch_configuration_has_cudas_layout():
+    """cuLaunchKernelEx's CUlaunchConfig (cuda.h): six grid and block extents and the shared memory (28 bytes), the
+    stream at 32, the attributes at 40, their count at 48 (56 bytes); a CUlaunchAttribute is its id, 4 bytes of
+    padding and a 64-byte value (72 bytes); programmatic stream serialization is attribute 6, value 1."""
+    from iokernels.kernels import driver
+
+    assert ctypes.sizeof(driver.LaunchAttribute) == 72 and driver.LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(driver.LaunchConfig) == 56
+    assert (driver.LaunchConfig.hStream.offset, driver.LaunchConfig.attrs.offset,
+            driver.LaunchConfig.numAttrs.offset) == (32, 40, 48)
+    config = driver.dependent_launch_config((3, 2), (256,), 4096)
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
+            config.blockDimZ, config.sharedMemBytes, config.numAttrs) == (3, 2, 1, 256, 1, 1, 4096, 1)
+    assert config.attrs[0].id == 6 and config.attrs[0].value[0] == 1
+
+
+def test_a_stage_without_the_driver_launches_through_cupy(monkeypatch):
+    """Without libcuda (here) a dependent stage keeps cupy's launch: no configuration, no driver launcher."""
+    monkeypatch.setattr(rawlaunch, "driver", lambda: None)
+    stage = rawlaunch.RawStage(object(), 0, (1, 1, 1), (256,), 0, [np.int32(1)], False, dependent=True)
+    assert stage.config is None and stage.launcher is None
