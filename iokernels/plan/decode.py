@@ -23,6 +23,10 @@ MAX_SPLITS = 128  # the combine's cap (its weights in shared memory), FlashAtten
 # the combine is a second launch: about one K/V tile pair's time on an SM (measured on an H100: the combine stage 2.1
 # to 3.3 µs; an SM streams a 64 KB tile pair in about 2.8 µs at its share of ~3 TB/s)
 COMBINE_LAUNCH_TILES = 1.0
+# a block's own start and end (its barriers, Q, the epilogue), in tile pairs: on an H100 (d 128, fp16, graph replays)
+# 32 splits of one tile over B 64 x 8 K/V heads (16,384 blocks, 125 waves) took 483 µs where the same bytes in 512
+# blocks of 32 tiles took 357, about 0.2 of a tile pair more per block (results/h100/issue23/)
+BLOCK_TILES = 0.25
 
 
 def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 0.0,
@@ -31,8 +35,8 @@ def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 
     query tiles × batch·K/V heads), ``sms`` the GPU's SMs (one block each at a time), ``key_tiles`` T_c the key tiles
     of a sequence, ``partial_tiles`` what one split's partials cost an SM (written and read back, over the SMs), in
     K/V tile pairs. With S' = ⌈T_c / ⌈T_c / S⌉⌉ non-empty splits of ⌈T_c / S⌉ tiles, the time in tile pairs per SM
-    is ⌈blocks·S' / sms⌉ · ⌈T_c / S⌉, plus, when S' > 1, :data:`COMBINE_LAUNCH_TILES` + S'·``partial_tiles``; the
-    smallest S of the least time."""
+    is ⌈blocks·S' / sms⌉ · (⌈T_c / S⌉ + :data:`BLOCK_TILES`), plus, when S' > 1, :data:`COMBINE_LAUNCH_TILES` +
+    S'·``partial_tiles``; the smallest S of the least time."""
     for name, value in (("blocks", blocks), ("sms", sms), ("key_tiles", key_tiles), ("max_splits", max_splits)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -40,7 +44,7 @@ def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 
     def cost(s: int) -> float:
         chunk = cdiv(key_tiles, s)
         used = cdiv(key_tiles, chunk)
-        waves = cdiv(blocks * used, sms) * chunk
+        waves = cdiv(blocks * used, sms) * (chunk + BLOCK_TILES)
         return waves + (COMBINE_LAUNCH_TILES + used * partial_tiles if used > 1 else 0.0)
 
     return min(range(1, min(max_splits, key_tiles) + 1), key=lambda s: (cost(s), s))

@@ -16,12 +16,12 @@ from iokernels.simulate import make_inputs, max_relative_error, reference_output
 
 def test_the_split_count_of_least_modelled_time():
     # one token, B 1, 8 K/V heads (8 blocks), 132 SMs, N_k 16384 in tiles of 128 -> 128 key tiles: 16 splits run
-    # 128 blocks in one wave of 8 tiles each, + 1 for the combine's launch = 9; 15 splits take 9 tiles a block (10);
-    # 32 splits two waves of 4 (9 again: the smaller S wins the tie)
+    # 128 blocks in one wave of 8 tiles each (+ 0.25 for the block), + 1 for the combine's launch = 9.25; 15 splits
+    # take 9 tiles a block (10.25); 32 splits two waves of 4 (9.5)
     assert num_splits(8, 132, 128) == 16
-    # N_k 4096 (32 tiles): 16 splits of 2 tiles (3); FlashAttention-3's rule took 14, 11 after evening (3 tiles: 4)
+    # N_k 4096 (32 tiles): 16 splits of 2 tiles (3.25); FlashAttention-3's rule took 14, 11 after evening (4.25)
     assert num_splits(8, 132, 32) == 16
-    # partials that cost a tile pair per split: 10 splits of 13 tiles (13 + 1 + 10 = 24; 16 splits: 8 + 1 + 16 = 25)
+    # partials that cost a tile pair per split: 10 splits of 13 tiles (13.25 + 1 + 10; 16 splits: 8.25 + 1 + 16)
     assert num_splits(8, 132, 128, partial_tiles=1.0) == 10
 
 
@@ -30,7 +30,9 @@ def test_no_split_when_the_grid_is_full_or_the_keys_are_few():
     # 32 splits: 125 waves of one tile, the combine and 32 splits' partials (0.49 tile pairs each: 2·64·64·129·4
     # bytes over 132 SMs' 64 KB tile pairs)
     assert num_splits(512, 132, 32, partial_tiles=0.49) == 1
-    assert num_splits(512, 132, 32) == 32  # (free partials: the one-tile waves fill the last one)
+    # free partials: 32 splits' 125 waves of one tile would still lose to the blocks' own starts and ends (BLOCK_TILES
+    # a block: 125 x 1.25 + 1 against 4 x 32.25)
+    assert num_splits(512, 132, 32) == 1
     assert num_splits(8, 132, 1) == 1
     assert num_splits(8, 132, 2) == 1  # 2 tiles alone, or 1 tile each and the combine's launch: a tie
     assert num_splits(8, 132, 1000, max_splits=4) == 4
