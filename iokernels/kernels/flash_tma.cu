@@ -25,6 +25,10 @@
 // writes its normalized float32 O and lse, the split's partials, to Opart and lse_part (S, bh, n_q[, d]), which
 // combine.cu merges.
 //
+// PACKED_CAUSAL (the decode's causal mask on packed rows, bottom-right): packed row r is query position r % q_len of
+// its head (q_len, an argument: the queries per head), which sees the keys up to keys - q_len + r % q_len; only the
+// tiles past keys - q_len hold masked elements, and a row may see no key of a split (its partial: O = 0, lse -inf).
+//
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
 // decode's, iokernels/model/hbm.py).
@@ -67,6 +71,14 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(RAGGED) && (defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT))
 #error "RAGGED: a block per work item (its sequence's length read first), no mask, no dropout"
 #endif
+#ifdef PACKED_CAUSAL
+#ifdef IOK_BAND
+#error "PACKED_CAUSAL: the decode's own causal mask, not CAUSAL's or a window's"
+#endif
+#define IOK_PACKED_PARAM const int q_len,
+#else
+#define IOK_PACKED_PARAM
+#endif
 #ifdef SPLIT
 #if defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT)
 #error "SPLIT: a block per (item, split), no mask, no dropout"
@@ -99,7 +111,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, int n_q, int n_k,
-              float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_CACHE_PARAM IOK_DROPOUT_PARAM
+              float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_CACHE_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
@@ -381,6 +393,17 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                         if (c > rel + win_hi || c < rel + win_lo) s[i] = neg_inf();
                     }
                 }
+#elif defined(PACKED_CAUSAL)
+                // keys past a packed row's last visible key, keys - q_len + its position, get -inf (only tiles past
+                // keys - q_len, the least of them)
+                if (key0 + BC - 1 > keys - q_len) {
+                    const int r = row0 + wg * 64 + warp * 16 + g;
+                    const int last[2] = {keys - q_len + r % q_len, keys - q_len + (r + 8) % q_len};
+#pragma unroll
+                    for (int i = 0; i < BC / 2; ++i) {
+                        if (key0 + (i >> 2) * 8 + 2 * t + (i & 1) > last[(i >> 1) & 1]) s[i] = neg_inf();
+                    }
+                }
 #elif defined(CAUSAL)
                 // keys past a row's last visible key get -inf (only tiles that reach past the block's first row's)
                 const int off = IOK_BAND_HI;
@@ -401,7 +424,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     }
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-#ifdef IOK_BAND
+#if defined(IOK_BAND) || defined(PACKED_CAUSAL)
                     // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
                     const float mx_ref = mx == neg_inf() ? 0.0f : mx;
 #else
@@ -494,8 +517,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
             }
-#if defined(IOK_BAND) || defined(RAGGED)
-            // a row that sees no key (RAGGED: a sequence of none): O = 0, lse = -inf
+#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL)
+            // a row that sees no key (RAGGED: a sequence of none; PACKED_CAUSAL: of a split): O = 0, lse = -inf
             const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};
 #else
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};

@@ -294,6 +294,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args += ["seqlens", np.int32(plan.batch)]
     if params.get("PAGED"):
         args += ["page_table", np.int32(plan.kv_cache.max_pages(plan.N_k))]
+    if params.get("PACKED_CAUSAL"):  # the decode's causal mask on packed rows: the queries per head (flash_tma.cu)
+        args.append(np.int32(plan.N_q))
     return tuple(args), bool(params.get("DROPOUT"))
 
 

@@ -86,13 +86,14 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         from iokernels.plan.fast import FAST_DTYPES
         from iokernels.plan.kvcache import make_kv_cache
 
-        decode = {"N_q": 1, "N_k": 1024, "batch": 2, "heads": 8, "kv_heads": 1}
+        decode = {"N_k": 1024, "batch": 2, "heads": 8, "kv_heads": 1}
         contiguous, small, large = (make_kv_cache(batch=2, n_k=1024, **kw)
                                     for kw in ({}, {"page_size": 16, "pages": 200}, {"page_size": 256, "pages": 20}))
-        cases = [(64, 2, None), (128, 2, None), (256, 2, None), (128, 4, contiguous), (64, 1, contiguous),
-                 (256, 4, small), (128, 1, large)]
-        plans += [make_decode_plan(d=d, dtype=t, splits=s, kv_cache=c, **decode) for t in FAST_DTYPES
-                  for d, s, c in cases]
+        # (d, splits, cache, queries: several with the causal mask, PACKED_CAUSAL)
+        cases = [(64, 2, None, 1), (128, 2, None, 1), (256, 2, None, 1), (128, 4, contiguous, 1),
+                 (64, 1, contiguous, 1), (256, 4, small, 1), (128, 1, large, 1), (128, 4, small, 4), (64, 1, None, 4)]
+        plans += [make_decode_plan(N_q=q, d=d, dtype=t, splits=s, kv_cache=c, causal=q > 1, **decode)
+                  for t in FAST_DTYPES for d, s, c, q in cases]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,

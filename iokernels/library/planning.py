@@ -56,9 +56,9 @@ def decode_plan(n_q: int, n_k: int, d: int, dtype: str, lead: tuple[int, ...], s
     """The split-KV decode plan (:mod:`iokernels.plan.decode`) of a plain forward call that has few query rows per
     K/V head (its g query heads times N_q fill at most one packed tile of :data:`DECODE_BLOCK_R` rows), on the sm_90
     tma kernels, fitting ``sram`` (and the device); None otherwise. Such a call reads K and V once per K/V head (not
-    once per query head) and splits the keys to fill the SMs (the device's count). Causal only as bottom-right with
-    one query row, which then sees every key."""
-    if causal and not (causal == "bottom_right" and n_q == 1):
+    once per query head) and splits the keys to fill the SMs (the device's count). Causal as bottom-right only (the
+    decode's mask on packed rows; top-left is the ordinary plan's)."""
+    if causal not in ("", "bottom_right"):
         return None
     batch, heads = (math.prod(lead), 1) if group == 1 else (math.prod(lead[:-1]), lead[-1])
     if dtype not in FAST_DTYPES or group * n_q > DECODE_BLOCK_R or default_kernel() != "tma":
@@ -67,7 +67,7 @@ def decode_plan(n_q: int, n_k: int, d: int, dtype: str, lead: tuple[int, ...], s
     sms = (sm_count_of(device) if device is not None else None) or DECODE_SMS
     try:
         plan = make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                kv_heads=heads // group, sms=sms)
+                                kv_heads=heads // group, sms=sms, causal=causal == "bottom_right")
     except Unsupported:
         return None
     limit = smem_limit()

@@ -424,7 +424,8 @@ def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
     if window:
         return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_v * d
     flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
-    return flops / 2 if normalize_causal(causal) else flops
+    # (a decode's causal mask hides a triangle of its few queries: its products are those of N_q x N_k)
+    return flops / 2 if normalize_causal(causal) and variant not in DECODE_VARIANTS else flops
 
 
 def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
@@ -449,7 +450,7 @@ def plan_values(plan: Plan) -> dict:
         sums = decode_sums(plan)
         values.update({L_k: sp.Rational(sums["rows"], plan.batch), S_q: sp.Rational(sums["splits"], plan.batch),
                        G_pt: sp.Rational(sums["entries"], plan.batch)})
-    if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile:
+    if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile and plan.variant not in DECODE_VARIANTS:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
         values[N_bm] = sums["N_bm"]

@@ -70,7 +70,7 @@ COMBINE_THREADS = 256  # the combine kernel: a warp per output row
 
 def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1,
                      kv_heads: int | None = None, splits: int | None = None, sms: int = DECODE_SMS,
-                     kv_cache: KvCache | None = None) -> Plan:
+                     kv_cache: KvCache | None = None, causal: bool = False) -> Plan:
     """The split-KV decode plan (issue #23): the g = heads / kv_heads query heads of a K/V head and their N_q rows
     packed into tiles of B_r = 128 rows (the Q and O of a K/V head are one contiguous (g·N_q, d) slab in the
     (batch, heads, N_q, d) layout), the key tiles (B_c 128, 64 past d 128) cut into S splits (``splits``, default
@@ -78,8 +78,11 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     SPLIT reads its Q rows and its split's K and V and writes a float32 partial O and lse (Opart, lse_part), which
     the ``combine`` stage (``combine.cu``, launched as a programmatic dependent launch: PDL) merges by their
     log-sum-exp into O and lse. One split: variant "packed",
-    the tma forward itself on the packed rows (a persistent grid) writes O and lse. Not causal (decode with N_q ≤
-    N_k, bottom-right, sees every key only when N_q = 1: :func:`iokernels.plan.variants` keeps causal elsewhere).
+    the tma forward itself on the packed rows (a persistent grid) writes O and lse.
+
+    ``causal``: the bottom-right causal mask (Plan.causal "bottom_right"; the kernels' PACKED_CAUSAL): query i of N_q
+    sees the keys up to N_k − N_q + i (with a cache: its sequence's length for N_k); every key tile is read as without
+    it (the last query sees them all). With N_q = 1 it masks nothing and is left out.
 
     ``kv_cache`` (:mod:`iokernels.plan.kvcache`): sequences of their own lengths, N_k the capacity (the splits are
     cut from its tiles; a split past a sequence's end does nothing), contiguous or paged; the kernels read the lengths
@@ -110,24 +113,27 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     cache: tuple[tuple[str, int], ...] = ()
     if kv_cache is not None:
         cache = (("RAGGED", 1),) + ((("PAGED", kv_cache.page_size),) if kv_cache.paged else ())
+    causal = bool(causal) and N_q > 1
+    mask = (("PACKED_CAUSAL", 1),) if causal else ()
     if used > 1:
         stages: tuple[Stage, ...] = (
             Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers),
-                  (*params, ("SPLIT", 1), *cache)),
+                  (*params, ("SPLIT", 1), *cache, *mask)),
             Stage("combine", "flash_combine", (cdiv(batch * heads * N_q, COMBINE_THREADS // 32), 1, 1),
                   COMBINE_THREADS, layout([("weights", COMBINE_THREADS // 32 * MAX_SPLITS * 4)]),
                   (("PDL", 1), *cache[:1])),
         )
     elif kv_cache is not None:  # the tma forward on the packed rows, a block per item (its lengths read first)
-        stages = (Stage("main", "flash_tma_fwd", (t_m, 1, bh_kv), threads, layout(buffers), (*params, *cache)),)
+        stages = (Stage("main", "flash_tma_fwd", (t_m, 1, bh_kv), threads, layout(buffers),
+                        (*params, *cache, *mask)),)
     else:  # the tma forward on the packed rows, persistent as its dense plans
         stages = (Stage("main", "flash_tma_fwd", (min(t_m * bh_kv, TMA_FWD_CTAS), 1, 1), threads, layout(buffers),
-                        (*params, ("PERSISTENT", 1))),)
+                        (*params, ("PERSISTENT", 1), *mask)),)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
                 variant="split" if used > 1 else "packed",
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", t_m), ("Tc", t_c), ("S", used)),
-                stages=stages, kv_cache=kv_cache)
+                stages=stages, kv_cache=kv_cache, causal="bottom_right" if causal else "")
 
 
 def sequence_splits(plan: Plan, length: int) -> int:

@@ -106,8 +106,8 @@ def cache_keys(plan: Plan, inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarr
 
 def cache_reference(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """O and lse of a decode plan with a cache, in float64: each sequence's query heads over its keys; a sequence of
-    no key gives O = 0, lse −inf."""
+    """O and lse of a decode plan with a cache, in float64: each sequence's query heads over its keys (causal: the
+    plan's bottom-right mask against the sequence's length); a query that sees no key gives O = 0, lse −inf."""
     ks, vs = cache_keys(plan, inputs)
     group = plan.heads // plan.kv_heads
     q = inputs["Q"].reshape(plan.batch, plan.heads, plan.N_q, plan.d)
@@ -115,7 +115,8 @@ def cache_reference(plan: Plan, inputs: dict[str, np.ndarray], scale: float | No
     lse = np.full(q.shape[:-1], -np.inf)
     for b, (k, v) in enumerate(zip(ks, vs, strict=True)):
         if k.shape[1]:
-            o[b], lse[b] = reference.forward(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), scale)
+            o[b], lse[b] = reference.forward(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), scale,
+                                             causal=plan.causal)
     return o.reshape(plan.bh, plan.N_q, plan.d), lse.reshape(plan.bh, plan.N_q)
 
 

@@ -469,21 +469,26 @@ def _flash_decode(hbm: Hbm, scale: float) -> None:
                 acc = np.zeros(q.shape)
                 m = np.full(q.shape[:-1], -np.inf)
                 l = np.zeros(m.shape)
+                # causal (bottom-right): packed row r is query r % N_q, which sees the keys up to n − N_q + r % N_q
+                last = n - p.N_q + np.arange(rs.start, rs.stop) % p.N_q if p.causal else None
                 for j in range(a, z):
                     key0 = j * t["Bc"]
                     k, v = (_cache_tile(hbm, name, b, heads, key0) for name in ("K", "V"))
                     valid = min(t["Bc"], n - key0)  # the rows past the sequence's end are loaded, never used
                     s = scale * (q @ _t(k[:, :valid]))
+                    if last is not None:
+                        s = np.where(key0 + np.arange(valid)[None, :] <= last[:, None], s, -np.inf)
                     m_new = np.maximum(m, s.max(axis=-1))
-                    prob = np.exp(s - m_new[..., None])
+                    prob = np.exp(s - _finite(m_new)[..., None])
                     alpha = _rescale(m, m_new)
                     l = alpha * l + prob.sum(axis=-1)
                     acc = alpha[..., None] * acc + prob @ v[:, :valid]
                     m = m_new
                 out, lse = ("Opart", "lse_part") if split else ("O", "lse")
                 index = (si,) if split else ()
-                hbm.store(out, (*index, heads, rs, ALL), acc / l[..., None])
-                hbm.store(lse, (*index, heads, rs), m + np.log(l))
+                hbm.store(out, (*index, heads, rs, ALL), _divide(acc, l))  # (a row that saw no key here: 0, −inf)
+                lse_rows = np.where(l > 0, _finite(m) + np.log(np.where(l > 0, l, 1)), -np.inf)
+                hbm.store(lse, (*index, heads, rs), lse_rows)
     if split:
         hbm.begin("combine")
         per_seq = p.heads * p.N_q  # output rows of a sequence
@@ -498,9 +503,12 @@ def _flash_decode(hbm: Hbm, scale: float) -> None:
                 continue
             lse_part = hbm.load("lse_part", (slice(0, used), heads, ALL))
             o_part = hbm.load("Opart", (slice(0, used), heads, ALL, ALL))
-            top = lse_part.max(axis=0)
-            lse = top + np.log(np.exp(lse_part - top).sum(axis=0))
-            hbm.store("O", (heads, ALL, ALL), (np.exp(lse_part - lse)[..., None] * o_part).sum(axis=0))
+            top = _finite(lse_part.max(axis=0))  # (a row that saw no key in any split: O = 0, lse −inf)
+            total = np.exp(lse_part - top).sum(axis=0)
+            lse = np.where(total > 0, top + np.log(np.where(total > 0, total, 1)), -np.inf)
+            weight = np.exp(lse_part - _finite(lse))
+            hbm.store("O", (heads, ALL, ALL), np.where(total[..., None] > 0, (weight[..., None] * o_part).sum(axis=0),
+                                                       0.0))
             hbm.store("lse", (heads, ALL), lse)
     for name, width in (("Q", (p.d,)), ("O", (p.d,)), ("lse", ())):
         hbm.arrays[name] = hbm.arrays[name].reshape(p.bh, p.N_q, *width)

@@ -70,6 +70,37 @@ def test_counters_outputs_and_lse(case):
         assert np.max(np.abs(lse - lse_want)) < 1e-2
 
 
+# the bottom-right causal mask on packed rows (PACKED_CAUSAL): (N_q, N_k, d, dtype, batch, heads, kv_heads, splits)
+CAUSAL_CASES = [
+    (4, 2000, 128, "float16", 2, 32, 8, None),  # 4 queries x 4 heads a K/V head, the default split
+    (16, 300, 64, "bfloat16", 1, 8, 1, 3),  # 128 packed rows; the masked keys span two tiles
+    (7, 5, 128, "float16", 1, 4, 2, None),  # more queries than keys: the first two see none (O = 0, lse -inf)
+    (5, 4097, 96, "bfloat16", 3, 24, 2, 1),  # one split: the persistent forward on packed rows, masked
+]
+
+
+@pytest.mark.parametrize("case", CAUSAL_CASES, ids=["-".join(map(str, c)) for c in CAUSAL_CASES])
+def test_causal_counters_outputs_and_lse(case):
+    n_q, n_k, d, dtype, batch, heads, kv_heads, splits = case
+    plan = make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads, kv_heads=kv_heads,
+                            splits=splits, causal=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "causal"))
+    run = launch.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    plain = launch.run_plan(plan, inputs, counting=False)
+    kv = kv_rows(plan)
+    q, k, v = host["Q"], host["K"][kv], host["V"][kv]
+    o_want, lse_want = reference.forward(q, k, v, causal="bottom_right")
+    naive = round_to(plan_naive_p(plan, q, k, reference.default_scale(d)) @ v, dtype)
+    for buffers in (run.buffers, plain.buffers):
+        o = launch.to_float64(buffers["O"], dtype)
+        assert_within_naive({"O": o}, {"O": o_want}, {"O": naive})
+        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
+        empty = np.isneginf(lse_want)
+        assert np.array_equal(np.isneginf(lse), empty) and np.all(o[empty] == 0)
+        assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2
+
+
 def test_each_split_sees_its_keys_once():
     """Q = 0 makes every key's weight equal: O is the mean of V over all N_k keys only if every key tile is visited
     by exactly one split and the combine weights the splits by their key counts."""
@@ -123,22 +154,30 @@ def test_torch_decode_equals_sdpa():
 
 
 # a cache of per-sequence lengths (iokernels.plan.kvcache): (lengths, capacity, page size, pool pages, N_q, d, dtype,
-# heads, kv_heads, splits); rows past a sequence's length hold NaN (make_inputs), which must never reach O
+# heads, kv_heads, splits, causal); rows past a sequence's length hold NaN (make_inputs), which must never reach O
 CACHE_CASES = [
-    ((0, 1, 128, 129, 1100), 1100, 0, 0, 1, 128, "float16", 8, 2, 3),  # empty, one key, a tile's end and past it
-    ((300, 0, 77), 300, 0, 0, 2, 128, "bfloat16", 4, 4, 1),  # one split: a block per item
-    ((16, 17, 500, 0), 512, 16, 80, 3, 96, "float16", 48, 2, 4),  # pages of 16: boxes past the end not loaded
-    ((700, 255, 1), 1024, 256, 9, 1, 256, "bfloat16", 2, 1, None),  # pages of 256 (two tiles), d 256
-    ((5000, 3, 4097, 2048), 8192, 64, 300, 1, 128, "float16", 64, 8, None),  # GQA 8:1 decode, the default split
+    ((0, 1, 128, 129, 1100), 1100, 0, 0, 1, 128, "float16", 8, 2, 3, False),  # empty, one key, a tile's end, past it
+    ((300, 0, 77), 300, 0, 0, 2, 128, "bfloat16", 4, 4, 1, False),  # one split: a block per item
+    ((16, 17, 500, 0), 512, 16, 80, 3, 96, "float16", 48, 2, 4, False),  # pages of 16: boxes past the end not loaded
+    ((700, 255, 1), 1024, 256, 9, 1, 256, "bfloat16", 2, 1, None, False),  # pages of 256 (two tiles), d 256
+    ((5000, 3, 4097, 2048), 8192, 64, 300, 1, 128, "float16", 64, 8, None, False),  # GQA 8:1, the default split
+    ((0, 3, 200, 700), 700, 0, 0, 5, 64, "float16", 6, 2, 3, True),  # causal: sequences shorter than the queries
+    ((16, 300), 512, 16, 40, 16, 128, "bfloat16", 8, 1, 1, True),  # causal, paged, one split
 ]
 CACHE_IDS = ["-".join(map(str, c[1:])) + f"-{len(c[0])}seq" for c in CACHE_CASES]
 
 
-def _naive(q, k, v, dtype, scale):
-    """Same-precision attention of one sequence (S, P and O rounded to the dtype), float64 arithmetic."""
+def _naive(q, k, v, dtype, scale, causal):
+    """Same-precision attention of one sequence (S, P and O rounded to the dtype), float64 arithmetic; ``causal``:
+    bottom-right (a query that sees no key: 0)."""
     s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dtype)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    return round_to(round_to(p / p.sum(axis=-1, keepdims=True), dtype) @ v, dtype)
+    if causal:
+        n_q, n_k = s.shape[-2:]
+        s = np.where(np.arange(n_k)[None, :] <= n_k - n_q + np.arange(n_q)[:, None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = p.sum(axis=-1, keepdims=True)
+    return round_to(round_to(np.where(total > 0, p / np.where(total > 0, total, 1), 0.0), dtype) @ v, dtype)
 
 
 @pytest.mark.parametrize("case", CACHE_CASES, ids=CACHE_IDS)
@@ -146,10 +185,10 @@ def test_cache_counters_outputs_and_lse(case):
     from iokernels.plan.kvcache import make_kv_cache
     from iokernels.simulate.inputs import cache_keys, cache_reference
 
-    lengths, n_k, page, pages, n_q, d, dtype, heads, kv_heads, splits = case
+    lengths, n_k, page, pages, n_q, d, dtype, heads, kv_heads, splits, causal = case
     cache = make_kv_cache(batch=len(lengths), n_k=n_k, lengths=lengths, page_size=page, pages=pages)
     plan = make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=len(lengths), heads=heads,
-                            kv_heads=kv_heads, splits=splits, kv_cache=cache)
+                            kv_heads=kv_heads, splits=splits, kv_cache=cache, causal=causal)
     inputs, host = launch.make_device_inputs(plan, seed=_seed(case))
     run = launch.run_plan(plan, inputs, counting=True)
     assert run.counts == model.exact(plan)
@@ -161,7 +200,7 @@ def test_cache_counters_outputs_and_lse(case):
     naive = np.zeros(q.shape)
     for b, (k, v) in enumerate(zip(ks, vs, strict=True)):
         if k.shape[1]:
-            naive[b] = _naive(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), dtype, scale)
+            naive[b] = _naive(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), dtype, scale, causal)
     naive = naive.reshape(plan.bh, n_q, d)
     for buffers in (run.buffers, plain.buffers):
         o = launch.to_float64(buffers["O"], dtype)
