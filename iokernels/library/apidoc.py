@@ -21,6 +21,7 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels", "library/api.py", ""),
     ("iokernels.attention", "library/api.py", "attention"),
     ("iokernels.attention_backward", "library/api.py", "attention_backward"),
+    ("iokernels.attention_with_kvcache", "library/kvcache.py", "attention_with_kvcache"),
     ("iokernels.memory_needed", "library/api.py", "memory_needed"),
     ("iokernels.DeviceMemoryError", "library/memory.py", "DeviceMemoryError"),
     ("iokernels.clear_graphs", "library/execute.py", "clear_graphs"),
@@ -30,6 +31,7 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels.manual_seed", "plan/dropout.py", "manual_seed"),
     ("iokernels.torch", "library/torch.py", ""),
     ("iokernels.torch.attention", "library/torch.py", "attention"),
+    ("iokernels.torch.attention_with_kvcache", "library/torch.py", "attention_with_kvcache"),
     ("iokernels warmup", "library/warmup.py", ""),
     ("iokernels info", "analysis/info.py", ""),
 )

@@ -28,6 +28,7 @@ KV_CALLS = DispatchCache()  # a kvcache call's signature -> its Dispatch (with i
 KV_INPUTS = ("Q", "K", "V", "seqlens", "page_table")  # the fast path's input tuple (unused slots: address 0)
 KV_OUTPUTS = ("O", "lse")
 _DTYPES = ("float16",)
+Shape = tuple[int, ...]
 
 
 def _check(q: Any, k: Any, v: Any, seqlens: Any, table: Any, bfloat16: bool) -> dict[str, Any]:
@@ -51,39 +52,52 @@ def _check(q: Any, k: Any, v: Any, seqlens: Any, table: Any, bfloat16: bool) -> 
     if dtype not in (*_DTYPES, "bfloat16") or k.dtype != want or v.dtype != want:
         raise TypeError(f"q, k_cache and v_cache must be one dtype, float16 (bfloat16 through iokernels.torch), got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
-    if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape:
-        raise ValueError(f"q must be (B, H, N_q, d) and k_cache, v_cache one 4-d shape, got {q.shape}, {k.shape}, "
-                         f"{v.shape}")
-    batch, heads, n_q, d = q.shape
-    kv_heads = k.shape[1]
-    if k.shape[3] != d or kv_heads < 1 or heads % kv_heads:
-        raise ValueError(f"the cache's heads must divide q's and its head dim equal q's: q {q.shape}, cache {k.shape}")
+    lengths, pages = (None if x is None else (str(x.dtype), tuple(x.shape)) for x in (seqlens, table))
+    return cache_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape), lengths, pages, dtype)
+
+
+def cache_problem(q: Shape, k: Shape, v: Shape, seqlens: tuple[str, Shape] | None, table: tuple[str, Shape] | None,
+                  dtype: str) -> dict[str, Any]:
+    """The problem of a call from its shapes alone, checked (ValueError): q, k_cache, v_cache's shapes; cache_seqlens
+    and page_table as (dtype name, shape), None when not given; ``dtype`` the problem's ("float16", "bfloat16"). The
+    cupy front end's and the torch one's (:mod:`.torch_ops`, its fake implementation included)."""
+    if len(q) != 4 or len(k) != 4 or k != v:
+        raise ValueError(f"q must be (B, H, N_q, d) and k_cache, v_cache one 4-d shape, got {q}, {k}, {v}")
+    batch, heads, n_q, d = q
+    kv_heads = k[1]
+    if k[3] != d or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"the cache's heads must divide q's and its head dim equal q's: q {q}, cache {k}")
     if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE or n_q < 1 or batch < 1:
-        raise ValueError(f"q {q.shape}: d must be a multiple of {D_MULTIPLE} from {D_MIN} to {D_MAX}, N_q and B >= 1")
+        raise ValueError(f"q {q}: d must be a multiple of {D_MULTIPLE} from {D_MIN} to {D_MAX}, N_q and B >= 1")
     for name, x, ndim in (("cache_seqlens", seqlens, 1), ("page_table", table, 2)):
-        if x is not None and (x.dtype != "int32" or x.ndim != ndim or x.shape[0] != batch):
+        if x is not None and (x[0] != "int32" or len(x[1]) != ndim or x[1][0] != batch):
             raise ValueError(f"{name} must be int32 with {ndim} dim(s) and {batch} rows (one per sequence), got "
-                             f"{x.dtype} {x.shape}")
+                             f"{x[0]} {x[1]}")
     if table is None:
-        if k.shape[0] != batch:
-            raise ValueError(f"a contiguous cache is (B, H_kv, N_cap, d) with q's B = {batch}, got {k.shape}")
-        return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": k.shape[2], "d": d,
+        if k[0] != batch:
+            raise ValueError(f"a contiguous cache is (B, H_kv, N_cap, d) with q's B = {batch}, got {k}")
+        return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": k[2], "d": d,
                 "dtype": dtype, "page_size": 0, "pages": 0}
     if seqlens is None:
         raise ValueError("a paged cache (page_table given) needs cache_seqlens: the keys of each sequence")
-    page_size, pages = k.shape[2], k.shape[0]
+    page_size, pages = k[2], k[0]
     if page_size not in PAGE_SIZES:
         raise ValueError(f"the page size (k_cache.shape[2]) must be one of {PAGE_SIZES}, got {page_size}")
-    return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": table.shape[1] * page_size,
+    return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": table[1][1] * page_size,
             "d": d, "dtype": dtype, "page_size": page_size, "pages": pages}
 
 
-def _plan_call(problem: dict[str, Any], ragged: bool, causal: str, scale: float | None, num_splits: int) -> Dispatch:
-    if causal and not (causal == "bottom_right" and problem["n_q"] == 1):
+def check_options(n_q: int, causal: str, num_splits: Any) -> None:
+    """Unsupported for causal with N_q > 1 (``causal`` normalized), ValueError for a bad ``num_splits``."""
+    if causal and not (causal == "bottom_right" and n_q == 1):
         raise Unsupported("attention_with_kvcache is causal with one query token only (bottom-right: it sees every key "
-                          f"of its sequence); N_q = {problem['n_q']} with causal={causal!r} is not implemented")
+                          f"of its sequence); N_q = {n_q} with causal={causal!r} is not implemented")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be an int from 0 (the plan's choice) to {MAX_SPLITS}, got {num_splits!r}")
+
+
+def _plan_call(problem: dict[str, Any], ragged: bool, causal: str, scale: float | None, num_splits: int) -> Dispatch:
+    check_options(problem["n_q"], causal, num_splits)
     batch, n_k = problem["batch"], problem["n_k"]
     cache = make_kv_cache(batch=batch, n_k=n_k, page_size=problem["page_size"], pages=problem["pages"]) \
         if ragged else None
@@ -95,6 +109,31 @@ def _plan_call(problem: dict[str, Any], ragged: bool, causal: str, scale: float 
     return Dispatch("cupy", problem["dtype"], lead, problem["n_q"], n_k, problem["d"],
                     problem["heads"] // problem["kv_heads"], False, (plan,), needed_bytes([plan], False, 1),
                     reference.default_scale(problem["d"]) if scale is None else scale, True)
+
+
+def kvcache_call(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, *, causal: bool | str,
+                 scale: float | None, num_splits: int, return_lse: bool, bfloat16: bool) -> Dispatch:
+    """The :class:`Dispatch` of a call of :func:`attention_with_kvcache` (its arguments as given): checked, planned
+    and its fast path prepared at its signature's first call, from :data:`KV_CALLS` after."""
+    key_arrays = (q, k_cache, v_cache, cache_seqlens, page_table)
+    options = (normalize_causal(causal), scale, num_splits, return_lse, bfloat16)
+    try:
+        key = (*(None if x is None else array_key(x) for x in key_arrays), *((type(o), o) for o in options),
+               device_id())
+        hash(key)
+    except (AttributeError, TypeError):
+        key = None
+
+    def build() -> Dispatch:
+        if not isinstance(return_lse, bool):
+            raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+        problem = _check(q, k_cache, v_cache, cache_seqlens, page_table, bfloat16)
+        call = _plan_call(problem, cache_seqlens is not None, options[0], check_scale(scale), num_splits)
+        require_memory(call.chain, call.needed_bytes, call.lead)
+        prepare_fast(call, KV_INPUTS, {"O": tuple(q.shape), "lse": tuple(q.shape[:-1])}, KV_OUTPUTS)
+        return call
+
+    return KV_CALLS.lookup(key, build)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any = None, page_table: Any = None,
@@ -122,24 +161,8 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens:
     ``return_lse``. Runs on sm_90 (the tma kernels) only, on cupy's current stream.
     """
     key_arrays = (q, k_cache, v_cache, cache_seqlens, page_table)
-    options = (normalize_causal(causal), scale, num_splits, return_lse, bfloat16)
-    try:
-        key = (*(None if x is None else array_key(x) for x in key_arrays), *((type(o), o) for o in options),
-               device_id())
-        hash(key)
-    except (AttributeError, TypeError):
-        key = None
-
-    def build() -> Dispatch:
-        if not isinstance(return_lse, bool):
-            raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
-        problem = _check(q, k_cache, v_cache, cache_seqlens, page_table, bfloat16)
-        call = _plan_call(problem, cache_seqlens is not None, options[0], check_scale(scale), num_splits)
-        require_memory(call.chain, call.needed_bytes, call.lead)
-        prepare_fast(call, KV_INPUTS, {"O": tuple(q.shape), "lse": tuple(q.shape[:-1])}, KV_OUTPUTS)
-        return call
-
-    call = KV_CALLS.lookup(key, build)
+    call = kvcache_call(*key_arrays, causal=causal, scale=scale, num_splits=num_splits, return_lse=return_lse,
+                        bfloat16=bfloat16)
     if launch.counting_active():  # inside count_io: the counting build, its counts logged
         inputs = {"Q": q.reshape(call.chain[0].bh, call.n_q, call.d), "K": k_cache, "V": v_cache}
         inputs.update({n: x for n, x in (("seqlens", cache_seqlens), ("page_table", page_table)) if x is not None})

@@ -1,11 +1,12 @@
-"""PyTorch front end: ``iokernels.torch.attention(q, k, v)``, differentiable, on CUDA tensors.
+"""PyTorch front end: ``iokernels.torch.attention(q, k, v)``, differentiable, on CUDA tensors, and the decode step
+``iokernels.torch.attention_with_kvcache(q, k_cache, v_cache, ...)``, forward only.
 
 An optional module: ``import iokernels`` never imports torch, and this module needs it. The call is the
 custom operator ``torch.ops.iokernels.attention_fwd`` (:mod:`iokernels.library.torch_ops`), with a fake
 implementation and an autograd formula (``torch.ops.iokernels.attention_bwd``), so ``torch.compile``
-traces it without a graph break. Its kernels run on torch's current CUDA stream of the tensors' device,
-on the tensors' memory (no copies for contiguous tensors), with outputs and workspace from torch's
-caching allocator.
+traces it without a graph break (the decode step: ``torch.ops.iokernels.attention_with_kvcache``). Its kernels run
+on torch's current CUDA stream of the tensors' device, on the tensors' memory (no copies for contiguous tensors),
+with outputs and workspace from torch's caching allocator.
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
 from .api import check_scale
-from .torch_ops import backward, check_tensors, forward, forward_dropout, signed_seed, window_ints
+from .kvcache import check_options
+from .torch_ops import (
+    backward,
+    check_kv_tensors,
+    check_tensors,
+    forward,
+    forward_dropout,
+    kvcache_forward,
+    signed_seed,
+    window_ints,
+)
 
 ALGORITHMS = ("flash", "two_pass", "standard")
 
@@ -145,10 +156,58 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
                    keep_lse=False, window=window)[0]
 
 
-def _plain_eager(q: Any, k: Any, v: Any) -> bool:
-    """Whether the call may skip the dispatcher: plain CUDA tensors, not traced, no dispatch mode active."""
-    return (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+def _plain_eager(q: Any, *more: Any) -> bool:
+    """Whether the call may skip the dispatcher: plain CUDA tensors (``more``: None for an optional one not given),
+    not traced, no dispatch mode active."""
+    return (type(q) is torch.Tensor and all(t is None or type(t) is torch.Tensor for t in more)
             and q.device.type == "cuda" and not torch.compiler.is_compiling() and not _dispatch_modes())
+
+
+def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+                           cache_seqlens: torch.Tensor | None = None, page_table: torch.Tensor | None = None,
+                           causal: bool | str = False, scale: float | None = None, num_splits: int = 0,
+                           return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """One decode step on CUDA tensors: :func:`iokernels.attention_with_kvcache` (its arguments, shapes and meaning)
+    with torch tensors, float16 or bfloat16, forward only.
+
+    Shapes: q (B, H, N_q, d); the cache contiguous, k_cache and v_cache (B, H_kv, N_cap, d) with ``cache_seqlens``
+    (B,) int32 (each sequence's keys) or None (N_cap keys each), or paged, k_cache and v_cache (pages, H_kv,
+    page_size, d), page_size one of 8, 16, ..., 256, with ``page_table`` (B, max_pages) int32 (key n of sequence b:
+    row n % page_size of page page_table[b, n // page_size]) and ``cache_seqlens`` required. H_kv divides H; d a
+    multiple of 8 from 16 to 256. q, k_cache and v_cache one dtype (torch.float16 or torch.bfloat16), every tensor
+    contiguous (read in place: a cache is never copied) on one CUDA device. The lengths and the page table stay on
+    the device: a call reads nothing back, so a decode step can be captured in a CUDA graph (``torch.cuda.graph``) and
+    replayed after the cache, the lengths or the page table change in place. Rows of the cache past a sequence's
+    length may hold anything (NaN included); a sequence of no key gives O = 0 and lse −inf. Not checked on the device:
+    a length past the capacity, or a page number outside the pool.
+
+    causal: False, or True / "bottom_right" with N_q = 1 (the new token sees every key of its sequence); with N_q > 1
+    it raises :class:`iokernels.plan.Unsupported`. scale: 1/sqrt(d) by default. num_splits: the splits of the keys
+    (0: the plan's choice; at most 128). return_lse: also return lse (B, H, N_q), float32.
+
+    The call is the operator ``torch.ops.iokernels.attention_with_kvcache`` (:mod:`iokernels.library.torch_ops`),
+    with a fake implementation: ``torch.compile(fullgraph=True)`` traces it as one node. It runs on torch's current
+    stream, outputs from torch's caching allocator (a graph capture's pool while capturing); a signature's later calls
+    allocate and launch, nothing else. Forward only: with grad mode on and q, k_cache or v_cache requiring grad, the
+    output has a grad_fn whose backward raises RuntimeError (and ``torch.compile`` of such a call fails when it traces
+    the backward): decode under ``torch.no_grad()`` or ``torch.inference_mode()``. Runs on sm_90 GPUs (H100, H200).
+
+    Returns O (B, H, N_q, d) in q's dtype, and lse with ``return_lse``. Raises TypeError/ValueError for what a user
+    can get wrong (non-tensors, CPU tensors, other dtypes, int64 lengths, non-contiguous tensors, shapes that do not
+    fit, a bad num_splits, scale or return_lse), before anything is launched.
+    """
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    causal, scale = normalize_causal(causal), check_scale(scale)
+    tensors = (q, k_cache, v_cache, cache_seqlens, page_table)
+    if _plain_eager(*tensors) and not (torch.is_grad_enabled()
+                                       and any(getattr(t, "requires_grad", False) for t in tensors[:3])):
+        out, lse = kvcache_forward(*tensors, causal, scale, num_splits, keep_lse=return_lse)
+    else:  # traced, fake or meta tensors, a dispatch mode, under autograd (the operator's backward raises), or refused
+        check_kv_tensors(*tensors)
+        check_options(q.shape[2], causal, num_splits)
+        out, lse = torch.ops.iokernels.attention_with_kvcache(*tensors, causal, scale, num_splits)
+    return (out, lse) if return_lse else out
 
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
