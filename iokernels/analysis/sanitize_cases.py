@@ -73,7 +73,10 @@ def _describe(plan: Plan) -> str:
     if plan.kv_heads != plan.heads:
         extra.append(f"kv_heads={plan.kv_heads}")
     if plan.kv_cache is not None:
-        extra.append(f"cache={'paged' + str(plan.kv_cache.page_size) if plan.kv_cache.paged else 'ragged'}")
+        extra.append(f"cache={'paged' + str(plan.kv_cache.page_size) if plan.kv_cache.paged else 'ragged'}"
+                     + (f"+append{plan.kv_cache.append}" if plan.kv_cache.append else ""))
+    if plan.causal and plan.variant:
+        extra.append("packed_causal")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
 
 
@@ -170,18 +173,21 @@ def _decode_configs(quick: bool) -> Iterator[Factory]:
     # the split-KV decode (flash_tma.cu with SPLIT, combine.cu): N_k + DECODE_EXTRA_KEYS keys split three ways,
     # grouped-query packing (two packed tiles at N_q 113) and d in a wider tile; a cache of per-sequence lengths
     # (RAGGED: the sequence ends 100 keys before the capacity, its last V tile's tail zeroed), paged in 16-row pages
-    # (PAGED); one split (the packed persistent forward; a block per item with a cache) past quick
-    cases = [("float16", 128, 3, None), ("bfloat16", 96, 3, None), ("float16", 128, 3, 0), ("bfloat16", 256, 3, 16)]
+    # (PAGED), with 8 keys appended first (kvcache.cu) and the causal mask on packed rows; one split (the packed
+    # persistent forward; a block per item with a cache) past quick
+    cases = [("float16", 128, 3, None, 0), ("bfloat16", 96, 3, None, 0), ("float16", 128, 3, 0, 0),
+             ("bfloat16", 256, 3, 16, 0), ("float16", 64, 3, 16, 8)]
     if not quick:
-        cases += [("float16", 256, 1, None), ("bfloat16", 64, 1, 0)]
-    for dtype, d, splits, page in cases:
-        def factory(n_q: int, n_k: int, t: str = dtype, d: int = d, s: int = splits, page: int | None = page) -> Plan:
+        cases += [("float16", 256, 1, None, 0), ("bfloat16", 64, 1, 0, 8)]
+    for dtype, d, splits, page, append in cases:
+        def factory(n_q: int, n_k: int, t: str = dtype, d: int = d, s: int = splits, page: int | None = page,
+                    append: int = append) -> Plan:
             keys = n_k + DECODE_EXTRA_KEYS
             cache = None if page is None else make_kv_cache(batch=BATCH, n_k=keys, lengths=(keys - 100,),
                                                             page_size=page, pages=-(-keys // max(page, 1)) + 3
-                                                            if page else 0)
+                                                            if page else 0, append=append)
             return make_decode_plan(N_q=n_q, N_k=keys, d=d, dtype=t, batch=BATCH, heads=HEADS, kv_heads=1, splits=s,
-                                    kv_cache=cache)
+                                    kv_cache=cache, causal=append > 0)
         yield factory
 
 
@@ -213,7 +219,7 @@ def variants(quick: bool = False) -> list[Variant]:
                     probe = factory(*shapes[0])
                 except Unsupported:
                     continue  # no kernel for this mask, or for grouped-query K/V, on this configuration
-                if probe.causal and not any("CAUSAL" in dict(s.params) for s in probe.stages):
+                if probe.causal and not any({"CAUSAL", "PACKED_CAUSAL"} & set(dict(s.params)) for s in probe.stages):
                     continue  # no stage takes the mask (standard backward): the unmasked kernels, already listed
                 key = module_key(probe)
                 if key in seen:

@@ -51,16 +51,17 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #endif
 
 // A decode's cache (iokernels/plan/kvcache.py): a kernel compiled with RAGGED takes the sequences' lengths (int32, one
-// per sequence) and the number of sequences after the window (IOK_CACHE_PARAM) and names them in its counters
-// (IOK_CACHE_T); with PAGED (the page size: a paged pool read through the page table) also the page table (batch,
-// max_pages) of int32 page numbers and its columns.
+// per sequence), the number of sequences and the keys appended to each (a sequence of length n attends to n +
+// seq_add keys) after the window (IOK_CACHE_PARAM) and names them in its counters (IOK_CACHE_T); with PAGED (the
+// page size: a paged pool read through the page table) also the page table (batch, max_pages) of int32 page numbers
+// and its columns.
 #ifdef RAGGED
 #ifdef PAGED
-#define IOK_CACHE_PARAM const int *__restrict__ seqlens, const int batch, const int *__restrict__ page_table, \
-    const int max_pages,
+#define IOK_CACHE_PARAM const int *__restrict__ seqlens, const int batch, const int seq_add, \
+    const int *__restrict__ page_table, const int max_pages,
 #define IOK_CACHE_T , IOK_T_seqlens, IOK_T_page_table
 #else
-#define IOK_CACHE_PARAM const int *__restrict__ seqlens, const int batch,
+#define IOK_CACHE_PARAM const int *__restrict__ seqlens, const int batch, const int seq_add,
 #define IOK_CACHE_T , IOK_T_seqlens
 #endif
 #else

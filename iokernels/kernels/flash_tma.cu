@@ -209,7 +209,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __shared__ __align__(8) unsigned long long bar_tail;
     const int seq = blockIdx.z / (gridDim.z / batch);
     if (threadIdx.x == 0) {
-        seq_len = iok_ld<IOK_T_seqlens>(io, seqlens + seq);
+        seq_len = iok_ld<IOK_T_seqlens>(io, seqlens + seq) + seq_add;  // (with the keys appended first)
         iok_mbar_init(&bar_tail, 1);
     }
 #endif

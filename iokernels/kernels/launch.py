@@ -20,7 +20,7 @@ import numpy as np
 from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.tensors import CACHE_TENSORS, DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
+from ..plan.tensors import APPEND_TENSORS, CACHE_TENSORS, DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
 from ..simulate import KV_TENSORS, make_inputs, reference
 from . import rawlaunch, tensormap
 from .runtime import cubin_cache_dir, require_cupy
@@ -45,6 +45,7 @@ ARGS: dict[str, tuple[str, ...]] = {
     "flash_tma_fwd": ("map:Q", "map:K", "map:V", "O", "lse", "n_q", "n_k", "scale", "kv_group", "bh"),  # TMA maps
     "flash_tma_split": ("map:Q", "map:K", "map:V", "Opart", "lse_part", "n_q", "n_k", "scale", "kv_group", "bh"),
     "flash_combine": ("Opart", "lse_part", "O", "lse", "rows", "splits", "n_k"),
+    "kv_append": ("Knew", "Vnew", "K", "V", "n_new", "n_k"),
     **FAST_BWD_ARGS,  # the tensor-core backward's kernels (iokernels.plan.fast_bwd)
     "two_pass_stats_store": ("Q", "K", "S", "m", "l", "n_q", "n_k", "scale"),
     "two_pass_stats_recompute": ("Q", "K", "null", "m", "l", "n_q", "n_k", "scale"),  # S is never written
@@ -79,7 +80,7 @@ def tensor_dtype(plan: Plan, name: str) -> np.dtype:
 
 # the tensors a launch allocates or takes by name: those of (batch*heads, ...) shapes, the split-KV decode's partials
 # and its cache's lengths and page table
-BUFFERS = frozenset(DIMS) | frozenset(SPLIT_TENSORS) | frozenset(CACHE_TENSORS)
+BUFFERS = frozenset(DIMS) | frozenset(SPLIT_TENSORS) | frozenset(CACHE_TENSORS) | frozenset(APPEND_TENSORS)
 
 
 def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
@@ -89,6 +90,8 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     cache = plan.kv_cache
     if name in CACHE_TENSORS:  # a decode's cache: lengths (batch,), page table (batch, max_pages)
         return (plan.batch,) if name == "seqlens" else (plan.batch, cache.max_pages(plan.N_k))
+    if name in APPEND_TENSORS:  # the keys and values appended first
+        return (plan.bh_kv, cache.append, plan.d)
     if cache is not None and cache.paged and name in ("K", "V"):  # the pool: (pages·kv_heads, page_size, d)
         return (cache.pages * plan.kv_heads, cache.page_size, plan.d)
     rows = plan.bh_kv if name in KV_TENSORS else plan.bh  # grouped-query: fewer K/V heads
@@ -268,7 +271,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     check_runnable(plan)
     values = {"n_q": np.int32(plan.N_q), "n_k": np.int32(plan.N_k), "d": np.int32(plan.d),
               "scale": np.float32(scale), "null": np.uint64(0),
-              "kv_group": np.int32(plan.heads // plan.kv_heads), "bh": np.int32(plan.bh)}
+              "kv_group": np.int32(plan.heads // plan.kv_heads), "bh": np.int32(plan.bh),
+              "n_new": np.int32(plan.kv_cache.append if plan.kv_cache is not None else 0)}
     if plan.variant in DECODE_VARIANTS:  # the main kernel sees a K/V head's query heads as one head of g·N_q rows
         values.update(n_q=np.int32(packed_rows(plan)), kv_group=np.int32(1), bh=np.int32(plan.bh_kv),
                       rows=np.int32(plan.bh * plan.N_q), splits=np.int32(plan.tile["S"]))
@@ -291,7 +295,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         lo, hi, big = *band_offsets(plan.N_q, plan.N_k, plan.causal, plan.window), 1 << 30
         args += [np.int32(-big if lo is None else max(lo, -big)), np.int32(big if hi is None else min(hi, big))]
     if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)
-        args += ["seqlens", np.int32(plan.batch)]
+        args += ["seqlens", np.int32(plan.batch), np.int32(plan.kv_cache.append)]
     if params.get("PAGED"):
         args += ["page_table", np.int32(plan.kv_cache.max_pages(plan.N_k))]
     if params.get("PACKED_CAUSAL"):  # the decode's causal mask on packed rows: the queries per head (flash_tma.cu)
@@ -531,6 +535,9 @@ def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale:
     for name in CACHE_TENSORS:  # a decode's cache lengths and page table: int32
         if name in plan_tensors(plan):
             device[name] = require_cupy().asarray(host[name].astype(np.int32))
+    for name in APPEND_TENSORS:  # the keys and values a decode step appends
+        if name in plan_tensors(plan):
+            device[name] = to_device(host[name], plan.dtype)
     if plan.mask is not None:  # uint8 or float32 already, as the kernels read it
         device["mask"] = require_cupy().asarray(host["mask"])
     return device, host

@@ -80,8 +80,9 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  for br in ((128, 192) if d == 64 else (128,))]
         plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma")
                   for t in FAST_DTYPES for d in (32, 96, 160, 192, 256)]
-    if source in ("flash_tma.cu", "combine.cu"):  # the split-KV decode (SPLIT) and its combine; a cache of
-        # per-sequence lengths (RAGGED), contiguous or paged with pages smaller than B_c and not, split or not
+    if source in ("flash_tma.cu", "combine.cu", "kvcache.cu"):  # the split-KV decode (SPLIT) and its combine; a cache
+        # of per-sequence lengths (RAGGED), contiguous or paged with pages smaller than B_c and not, split or not; the
+        # append of new keys (kvcache.cu), contiguous and paged, at every tile width
         from iokernels.plan.decode import make_decode_plan
         from iokernels.plan.fast import FAST_DTYPES
         from iokernels.plan.kvcache import make_kv_cache
@@ -94,6 +95,10 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  (64, 1, contiguous, 1), (256, 4, small, 1), (128, 1, large, 1), (128, 4, small, 4), (64, 1, None, 4)]
         plans += [make_decode_plan(N_q=q, d=d, dtype=t, splits=s, kv_cache=c, causal=q > 1, **decode)
                   for t in FAST_DTYPES for d, s, c, q in cases]
+        if source == "kvcache.cu":  # (its attention stages are the variants above)
+            appended = [make_kv_cache(batch=2, n_k=1024, append=4, **kw) for kw in ({}, {"page_size": 64, "pages": 40})]
+            plans += [make_decode_plan(N_q=4, d=d, dtype=t, kv_cache=c, causal=True, **decode) for t in FAST_DTYPES
+                      for d in (96, 256) for c in appended]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,
@@ -141,7 +146,7 @@ COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
                       "flash_wgmma.cu", "flash_tma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu",
-                      "flash_tma_bwd.cu", "combine.cu")},
+                      "flash_tma_bwd.cu", "combine.cu", "kvcache.cu")},
 }
 
 # Sources that only one architecture runs (arch-specific PTX such as wgmma): compiled for these

@@ -41,6 +41,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "flash_tma_fwd": ("flash_tma.cu", "flash_tma_fwd"),
     "flash_tma_split": ("flash_tma.cu", "flash_tma_fwd"),  # built with SPLIT: the split-KV decode's partials
     "flash_combine": ("combine.cu", "flash_combine"),
+    "kv_append": ("kvcache.cu", "kv_append"),
     "flash_wgmma_bwd": ("flash_wgmma_bwd.cu", "flash_wgmma_bwd"),
     "flash_tma_bwd": ("flash_tma_bwd.cu", "flash_tma_bwd"),
     "flash_tma_bwd_wide": ("flash_tma_bwd.cu", "flash_tma_bwd"),  # built with a tile width past 128

@@ -86,6 +86,7 @@ S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (io
 # a decode plan's cache of per-sequence lengths (iokernels.plan.decode_sums), as means over the batch: key rows a K/V
 # head's copies load per sequence (N_k without a cache), non-empty splits (S_split), page-table entries per copy
 L_k, S_q, G_pt = _pos("L_k"), _pos("S_q"), _pos("G_pt")
+A_new = _pos("A_new")  # keys and values a decode step appends to each sequence's cache first
 
 
 class _Loops:
@@ -201,23 +202,31 @@ def _flash_decode(c: _Loops, split: bool, cache: str = "") -> dict[str, _Stage]:
     # ceil(g N_q / B_r) tiles; every tile reads its split's K and V rows (the splits cover the keys once) and each
     # non-empty split reads the tile's Q rows; splits > 1 write float32 partials that the combine merges. ``cache``
     # "ragged" / "paged" (iokernels.plan.kvcache): per-sequence lengths (means L_k, S_q), read by every block (and
-    # by the combine, once per row); paged: a page-table entry per box of each K and V copy (G_pt)
+    # by the combine, once per row); paged: a page-table entry per box of each K and V copy (G_pt); "+append": a stage
+    # first copies A_new new rows of Knew, Vnew into K, V, reading each row's length (and page) once
     tiles = sp.ceiling(BH * N_q / (BH_kv * B_r))
     splits = S_split if split else sp.Integer(1)
     rows, used = (L_k, S_q) if cache else (N_k, splits)
     main = (_Stage().read("Q", used * N_q * d).read("K", tiles * rows * d, BH_kv).read("V", tiles * rows * d, BH_kv))
     if cache:
         main.read("seqlens", tiles * splits, BH_kv)  # each block's sequence length, empty splits' too
-    if cache == "paged":
+    if cache.startswith("paged"):
         main.read("page_table", 2 * tiles * G_pt, BH_kv)
+    first = {}
+    if cache.endswith("+append"):
+        append = (_Stage().read("Knew", A_new * d, BH_kv).read("Vnew", A_new * d, BH_kv).write("K", A_new * d, BH_kv)
+                  .write("V", A_new * d, BH_kv).read("seqlens", A_new, BH_kv))
+        if cache.startswith("paged"):
+            append.read("page_table", A_new, BH_kv)
+        first = {"append": append}
     if not split:
-        return {"main": main.write("O", N_q * d).write("lse", N_q)}
+        return {**first, "main": main.write("O", N_q * d).write("lse", N_q)}
     main.write("Opart", used * N_q * d).write("lse_part", used * N_q)
     combine = (_Stage().read("Opart", used * N_q * d).read("lse_part", used * N_q)
                .write("O", N_q * d).write("lse", N_q))
     if cache:
         combine.read("seqlens", N_q)  # a row's sequence length: its splits
-    return {"main": main, "combine": combine}
+    return {**first, "main": main, "combine": combine}
 
 
 def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
@@ -250,7 +259,8 @@ _BUILDERS = {
 }
 # a decode plan's cache (io_exprs's ``cache``): its builders with per-sequence lengths, contiguous or paged
 _CACHE_BUILDERS = {(split, cache): (lambda c, split=split, cache=cache: _flash_decode(c, split == "split", cache))
-                   for split in DECODE_VARIANTS for cache in ("ragged", "paged")}
+                   for split in DECODE_VARIANTS
+                   for cache in ("ragged", "paged", "ragged+append", "paged+append")}
 assert {k for k in _BUILDERS if len(k) == 3} == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
 
 
@@ -303,7 +313,8 @@ def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *
     the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
     N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S. ``window``: a sliding
     window, the same sums as causal over the pairs with a visible element. ``cache``: a decode plan's cache of
-    per-sequence lengths, "ragged" (contiguous) or "paged", in the means L_k, S_q, G_pt)."""
+    per-sequence lengths, "ragged" (contiguous) or "paged", in the means L_k, S_q, G_pt, and "+append" with the
+    appended rows A_new)."""
     loops = _Loops(bool(normalize_causal(causal)) or block_sparse or window)
     if cache:
         if variant not in DECODE_VARIANTS:
@@ -449,7 +460,7 @@ def plan_values(plan: Plan) -> dict:
     if plan.kv_cache is not None and plan.kv_cache.lengths is not None:
         sums = decode_sums(plan)
         values.update({L_k: sp.Rational(sums["rows"], plan.batch), S_q: sp.Rational(sums["splits"], plan.batch),
-                       G_pt: sp.Rational(sums["entries"], plan.batch)})
+                       G_pt: sp.Rational(sums["entries"], plan.batch), A_new: plan.kv_cache.append})
     if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile and plan.variant not in DECODE_VARIANTS:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
@@ -460,10 +471,11 @@ def plan_values(plan: Plan) -> dict:
 
 
 def cache_kind(plan: Plan) -> str:
-    """io_exprs's ``cache`` of a plan: "" (no cache of per-sequence lengths), "ragged" or "paged"."""
+    """io_exprs's ``cache`` of a plan: "" (no cache of per-sequence lengths), "ragged" or "paged", with "+append"
+    when the step appends keys first."""
     if plan.kv_cache is None:
         return ""
-    return "paged" if plan.kv_cache.paged else "ragged"
+    return ("paged" if plan.kv_cache.paged else "ragged") + ("+append" if plan.kv_cache.append else "")
 
 
 def _key(plan: Plan) -> tuple[str, ...]:

@@ -66,6 +66,7 @@ def split_ranges(key_tiles: int, splits: int) -> list[tuple[int, int]]:
 DECODE_BLOCK_R = 128
 DECODE_SMS = 132  # the SMs the split count is chosen for by default (an H100 SXM's, an H200's)
 COMBINE_THREADS = 256  # the combine kernel: a warp per output row
+APPEND_THREADS = 256  # the append kernel: a warp per new row
 
 
 def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, heads: int = 1,
@@ -86,7 +87,9 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
 
     ``kv_cache`` (:mod:`iokernels.plan.kvcache`): sequences of their own lengths, N_k the capacity (the splits are
     cut from its tiles; a split past a sequence's end does nothing), contiguous or paged; the kernels read the lengths
-    (RAGGED) and the page table (PAGED) at run time, one block per work item."""
+    (RAGGED) and the page table (PAGED) at run time, one block per work item. With ``append`` new keys a stage
+    ``append`` (``kvcache.cu``, a warp per new row) first writes them after each sequence's keys, which the attention
+    then sees too."""
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
     kv_heads = heads if kv_heads is None else kv_heads
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -115,6 +118,12 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
         cache = (("RAGGED", 1),) + ((("PAGED", kv_cache.page_size),) if kv_cache.paged else ())
     causal = bool(causal) and N_q > 1
     mask = (("PACKED_CAUSAL", 1),) if causal else ()
+    first: tuple[Stage, ...] = ()
+    if kv_cache is not None and kv_cache.append:
+        rows_per_block = APPEND_THREADS // 32
+        flush = [("flush", rows_per_block * 16 * 6)]  # the counting build's flush of its six counters at once
+        first = (Stage("append", "kv_append", (cdiv(kv_cache.append, rows_per_block), 1, bh_kv), APPEND_THREADS,
+                       layout(flush), cache),)
     if used > 1:
         stages: tuple[Stage, ...] = (
             Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers),
@@ -133,7 +142,7 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
                 variant="split" if used > 1 else "packed",
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", t_m), ("Tc", t_c), ("S", used)),
-                stages=stages, kv_cache=kv_cache, causal="bottom_right" if causal else "")
+                stages=first + stages, kv_cache=kv_cache, causal="bottom_right" if causal else "")
 
 
 def sequence_splits(plan: Plan, length: int) -> int:
@@ -147,9 +156,9 @@ def sequence_splits(plan: Plan, length: int) -> int:
 def decode_sums(plan: Plan) -> dict[str, int]:
     """A decode plan's per-sequence sums, over the batch, for the model and the simulator: ``rows`` the key rows each
     K/V head's copies load (a tile past a sequence's end is not loaded; a contiguous cache's last tile loads its rows
-    up to the capacity, a paged one its pages' rows: whole boxes of min(page size, B_c) rows), ``splits`` the non-empty
-    splits, ``entries`` the page-table entries a K/V head's K (or V) copies read (one per box), ``batch`` the
-    sequences. Without a cache: every sequence N_k keys in every split."""
+    up to the capacity, a paged one its pages' rows: whole boxes of min(page size, B_c) rows; the lengths with the
+    appended keys), ``splits`` the non-empty splits, ``entries`` the page-table entries a K/V head's K (or V) copies
+    read (one per box), ``batch`` the sequences. Without a cache: every sequence N_k keys in every split."""
     t, cache = plan.tile, plan.kv_cache
     if cache is None:
         return {"rows": plan.batch * plan.N_k, "splits": plan.batch * t["S"], "entries": 0, "batch": plan.batch}
@@ -157,11 +166,12 @@ def decode_sums(plan: Plan) -> dict[str, int]:
         raise ValueError(f"{plan.label}: the cache's lengths are not known (a launch plan): no exact bytes")
     box = min(cache.page_size, t["Bc"]) if cache.paged else t["Bc"]
     rows = entries = 0
-    for n in cache.lengths:
+    lengths = [cache.keys(n) for n in cache.lengths]  # with the appended keys
+    for n in lengths:
         boxes = cdiv(n, box)
         rows += boxes * box if cache.paged else min(cdiv(n, t["Bc"]) * t["Bc"], plan.N_k)
         entries += boxes if cache.paged else 0
-    return {"rows": rows, "splits": sum(sequence_splits(plan, n) for n in cache.lengths), "entries": entries,
+    return {"rows": rows, "splits": sum(sequence_splits(plan, n) for n in lengths), "entries": entries,
             "batch": plan.batch}
 
 

@@ -20,11 +20,18 @@ PAGE_SIZES = (8, 16, 32, 64, 128, 256)  # rows per page: a power of two (a page'
 @dataclass(frozen=True)
 class KvCache:
     """``lengths``: the keys of each sequence (0 .. N_k), or None where unknown (a launch plan); ``page_size`` 0 for a
-    contiguous cache, else the rows per page (:data:`PAGE_SIZES`) of a pool of ``pages`` pages."""
+    contiguous cache, else the rows per page (:data:`PAGE_SIZES`) of a pool of ``pages`` pages; ``append``: new keys
+    and values per sequence (Knew, Vnew: (batch·kv_heads, append, d)) that the step first writes into the cache after
+    each sequence's keys, then attends to with them (FlashAttention's flash_attn_with_kvcache(k=, v=))."""
 
     lengths: tuple[int, ...] | None = None
     page_size: int = 0
     pages: int = 0
+    append: int = 0
+
+    def keys(self, length: int) -> int:
+        """The keys a sequence of ``length`` cached keys attends to: with the appended ones."""
+        return length + self.append
 
     @property
     def paged(self) -> bool:
@@ -36,14 +43,18 @@ class KvCache:
 
 
 def make_kv_cache(*, batch: int, n_k: int, lengths: Sequence[int] | np.ndarray | None = None, page_size: int = 0,
-                  pages: int = 0) -> KvCache:
-    """A checked :class:`KvCache` for ``batch`` sequences of capacity ``n_k``: ``lengths`` ints in [0, n_k] (one per
-    sequence; None: unknown), ``page_size`` 0 or one of :data:`PAGE_SIZES`, ``pages`` the pool's pages (paged: at least
-    one)."""
+                  pages: int = 0, append: int = 0) -> KvCache:
+    """A checked :class:`KvCache` for ``batch`` sequences of capacity ``n_k``: ``lengths`` ints in [0, n_k − append]
+    (one per sequence; None: unknown), ``page_size`` 0 or one of :data:`PAGE_SIZES`, ``pages`` the pool's pages
+    (paged: at least one), ``append`` the new keys per sequence (an int >= 0, at most n_k)."""
+    if isinstance(append, bool) or not isinstance(append, int) or not 0 <= append <= n_k:
+        raise ValueError(f"append must be an int in [0, {n_k}] (new keys per sequence), got {append!r}")
     if lengths is not None:
         values = [int(x) for x in np.asarray(lengths).reshape(-1)] if not isinstance(lengths, (str, bytes)) else None
-        if values is None or len(values) != batch or any(not 0 <= x <= n_k for x in values):
-            raise ValueError(f"cache lengths must be {batch} ints in [0, {n_k}] (one per sequence), got {lengths!r}")
+        top = n_k - append
+        if values is None or len(values) != batch or any(not 0 <= x <= top for x in values):
+            raise ValueError(f"cache lengths must be {batch} ints in [0, {top}] (one per sequence, room for {append} "
+                             f"new keys in a capacity of {n_k}), got {lengths!r}")
         lengths = tuple(values)
     if page_size:
         if page_size not in PAGE_SIZES:
@@ -52,4 +63,4 @@ def make_kv_cache(*, batch: int, n_k: int, lengths: Sequence[int] | np.ndarray |
             raise ValueError(f"a paged cache needs its pool's page count (an int >= 1), got {pages!r}")
     elif pages:
         raise ValueError(f"pages={pages!r} without a page_size: a contiguous cache has no pool")
-    return KvCache(lengths, page_size, pages)
+    return KvCache(lengths, page_size, pages, append)

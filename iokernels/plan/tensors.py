@@ -10,7 +10,7 @@ from __future__ import annotations
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
     "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask", "Opart", "lse_part",
-    "seqlens", "page_table",
+    "seqlens", "page_table", "Knew", "Vnew",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -33,7 +33,9 @@ SPLIT_TENSORS: tuple[str, ...] = ("Opart", "lse_part")
 # A decode's cache (iokernels.plan.kvcache): the sequences' lengths (batch,) and the page table (batch, max_pages),
 # int32.
 CACHE_TENSORS: tuple[str, ...] = ("seqlens", "page_table")
-assert set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) == set(TENSORS)
+# The keys and values a decode step appends to its cache first, (batch·kv_heads, append, d) of the input dtype.
+APPEND_TENSORS: tuple[str, ...] = ("Knew", "Vnew")
+assert set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) | set(APPEND_TENSORS) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).
 Counts = dict[str, dict[str, tuple[int, int]]]

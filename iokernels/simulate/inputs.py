@@ -54,17 +54,23 @@ def cache_inputs(plan: Plan, k: np.ndarray, v: np.ndarray, rng: np.random.Genera
     """A decode plan's cache (Plan.kv_cache, its lengths known) holding the keys and values ``k``, ``v`` (batch·K/V
     heads, N_k, d) up to each sequence's length: "seqlens" (batch,) int32; K and V with NaN past the lengths
     (the kernels must never let those rows reach O); paged: the pool (pages·K/V heads, page size, d), NaN where no
-    sequence's key lies, its pages handed out in random order, and "page_table" (batch, max_pages) int32, −1 past a
-    sequence's pages."""
+    sequence's key lies, its pages handed out in random order (as many as the lengths with the appended keys need),
+    and "page_table" (batch, max_pages) int32, −1 past a sequence's pages. With ``append`` new keys: "Knew", "Vnew"
+    (batch·K/V heads, append, d), the rows of ``k``, ``v`` that follow each sequence's length (NaN in the cache until
+    the step writes them)."""
     cache = plan.kv_cache
     lengths = np.asarray(cache.lengths, dtype=np.int32)
     out: dict[str, np.ndarray] = {"seqlens": lengths}
+    if cache.append:
+        rows = np.repeat(lengths, plan.kv_heads)[:, None] + np.arange(cache.append)[None, :]  # (bh_kv, append)
+        heads = np.arange(plan.bh_kv)[:, None]
+        out["Knew"], out["Vnew"] = k[heads, rows], v[heads, rows]
     if not cache.paged:
         past = np.arange(plan.N_k)[None, :] >= np.repeat(lengths, plan.kv_heads)[:, None]
         out["K"], out["V"] = (np.where(past[..., None], np.nan, x) for x in (k, v))
         return out
     size, h_kv = cache.page_size, plan.kv_heads
-    need = [-(-int(n) // size) for n in lengths]
+    need = [-(-cache.keys(int(n)) // size) for n in lengths]
     if sum(need) > cache.pages:
         raise ValueError(f"the pool's {cache.pages} pages hold fewer than the {sum(need)} the lengths need")
     order = rng.permutation(cache.pages)
@@ -87,20 +93,24 @@ def cache_inputs(plan: Plan, k: np.ndarray, v: np.ndarray, rng: np.random.Genera
 
 
 def cache_keys(plan: Plan, inputs: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The keys and values each sequence of a decode plan's cache holds: per sequence b, (K/V heads, length, d),
-    gathered from the contiguous cache or through the page table."""
+    """The keys and values each sequence of a decode plan's cache holds, the appended ones (Knew, Vnew) after them: per
+    sequence b, (K/V heads, length + append, d), gathered from the contiguous cache or through the page table."""
     cache, h_kv = plan.kv_cache, plan.kv_heads
     ks, vs = [], []
     for b, n in enumerate(int(x) for x in inputs["seqlens"]):
+        heads = slice(b * h_kv, (b + 1) * h_kv)
         if not cache.paged:
-            ks.append(inputs["K"][b * h_kv:(b + 1) * h_kv, :n])
-            vs.append(inputs["V"][b * h_kv:(b + 1) * h_kv, :n])
-            continue
-        pages = inputs["page_table"][b, :-(-n // cache.page_size)].astype(np.int64)
-        rows = (pages[:, None] * h_kv + np.arange(h_kv)[None, :])  # (pages, K/V heads) pool rows
-        for src, dst in ((inputs["K"], ks), (inputs["V"], vs)):
-            x = src[rows].transpose(1, 0, 2, 3).reshape(h_kv, -1, plan.d)  # (K/V heads, pages·size, d)
-            dst.append(x[:, :n])
+            got = [inputs["K"][heads, :n], inputs["V"][heads, :n]]
+        else:
+            pages = inputs["page_table"][b, :-(-n // cache.page_size)].astype(np.int64)
+            rows = (pages[:, None] * h_kv + np.arange(h_kv)[None, :])  # (pages, K/V heads) pool rows
+            got = [src[rows].transpose(1, 0, 2, 3).reshape(h_kv, -1, plan.d)[:, :n]  # (K/V heads, rows, d)
+                   for src in (inputs["K"], inputs["V"])]
+        if cache.append:
+            got = [np.concatenate([x, inputs[new][heads]], axis=1)
+                   for x, new in zip(got, ("Knew", "Vnew"), strict=True)]
+        ks.append(got[0])
+        vs.append(got[1])
     return ks, vs
 
 

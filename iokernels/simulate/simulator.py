@@ -451,6 +451,12 @@ def _flash_decode(hbm: Hbm, scale: float) -> None:
         if cache.paged:
             hbm.arrays["page_table"] = np.repeat(hbm.arrays["page_table"], g_kv, axis=0)
     chunk = cdiv(t["Tc"], t["S"])
+    if cache is not None and cache.append:  # the new keys and values first, after each sequence's keys
+        hbm.begin("append")
+        for b, n in enumerate(lengths):
+            for r in range(cache.append):
+                _append_row(hbm, b, n + r, r)
+        lengths = tuple(cache.keys(n) for n in lengths)
     hbm.begin("main")
     for b, n in enumerate(lengths):
         heads = slice(b * g_kv, (b + 1) * g_kv)
@@ -514,6 +520,21 @@ def _flash_decode(hbm: Hbm, scale: float) -> None:
         hbm.arrays[name] = hbm.arrays[name].reshape(p.bh, p.N_q, *width)
 
 
+def _append_row(hbm: Hbm, b: int, position: int, r: int) -> None:
+    """New row r of sequence b's K/V heads (Knew, Vnew) into its cache at ``position``: each head's warp reads the
+    sequence's length and (paged) the page's entry once, and copies the row of K and of V."""
+    p, cache = hbm.plan, hbm.plan.kv_cache
+    for j in range(b * p.kv_heads, (b + 1) * p.kv_heads):  # (one head at a time: stores need plain indices)
+        hbm.load("seqlens", (j,))
+        if cache.paged:
+            page = int(hbm.load("page_table", (j, position // cache.page_size)))
+            row = (page * p.kv_heads + j % p.kv_heads, position % cache.page_size)
+        else:
+            row = (j, position)
+        for new, name in (("Knew", "K"), ("Vnew", "V")):
+            hbm.store(name, (*row, ALL), hbm.load(new, (j, r, ALL)))
+
+
 def _cache_tile(hbm: Hbm, name: str, b: int, heads: slice, key0: int) -> np.ndarray:
     """Key tile [key0, key0 + B_c) of sequence b's K/V heads ``heads`` as its copies load it: from a contiguous cache
     (rows up to the capacity), or box by box (min(page, B_c) rows) from the pages its page-table entries name
@@ -523,7 +544,7 @@ def _cache_tile(hbm: Hbm, name: str, b: int, heads: slice, key0: int) -> np.ndar
     if cache is None or not cache.paged:
         tile = hbm.load(name, (heads, slice(key0, min(key0 + bc, p.N_k)), ALL))
         return np.concatenate([tile, np.zeros((tile.shape[0], bc - tile.shape[1], p.d))], axis=1)
-    size, n = cache.page_size, cache.lengths[b]
+    size, n = cache.page_size, cache.keys(cache.lengths[b])
     box = min(size, bc)
     out = np.zeros((heads.stop - heads.start, bc, p.d))
     for i in range(0, bc, box):

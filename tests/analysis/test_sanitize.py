@@ -101,7 +101,7 @@ def test_causal_kernels_in_both_alignments(variants, alignments):
         assert got == {"", *alignments}, (algorithm, schedule, direction)
     for v in variants:
         if v.plan.causal:
-            assert any("CAUSAL" in dict(s.params) for s in v.plan.stages), v.label
+            assert any({"CAUSAL", "PACKED_CAUSAL"} & set(dict(s.params)) for s in v.plan.stages), v.label
 
 
 @pytest.mark.parametrize("variants", [FULL, QUICK], ids=["full", "quick"])

@@ -230,3 +230,44 @@ def test_the_library_decodes_from_a_paged_cache():
     o_want, _ = cache_reference(plan, host)
     got = launch.to_float64(o, "float16").reshape(plan.bh, 1, d)
     assert np.max(np.abs(got - o_want)) < 3e-3
+
+
+# a decode step that appends its new keys first (kvcache.cu): (lengths, capacity, page size, pool pages, appended (=
+# N_q, causal), d, dtype, heads, kv_heads, splits)
+APPEND_CASES = [
+    ((0, 5, 1000), 1004, 0, 0, 4, 128, "float16", 8, 2, 3),
+    ((15, 300), 512, 16, 40, 1, 128, "bfloat16", 64, 8, None),  # one new token, 8:1, pages of 16
+    ((40, 0, 700), 768, 64, 30, 16, 96, "float16", 4, 1, None),  # 16 new tokens a sequence, pages of 64
+]
+
+
+@pytest.mark.parametrize("case", APPEND_CASES, ids=["-".join(map(str, c[1:])) for c in APPEND_CASES])
+def test_append_then_attend(case):
+    """The append stage writes Knew, Vnew after each sequence's keys (contiguous or through the page table), then the
+    attention sees them with the causal mask: counters == model; O, lse against the float64 reference over the cached
+    and the new keys; the cache holds the new rows afterwards (a second run appends the same rows: the same O)."""
+    from iokernels.plan.kvcache import make_kv_cache
+    from iokernels.simulate.inputs import cache_keys, cache_reference
+
+    lengths, n_k, page, pages, new, d, dtype, heads, kv_heads, splits = case
+    cache = make_kv_cache(batch=len(lengths), n_k=n_k, lengths=lengths, page_size=page, pages=pages, append=new)
+    plan = make_decode_plan(N_q=new, N_k=n_k, d=d, dtype=dtype, batch=len(lengths), heads=heads, kv_heads=kv_heads,
+                            splits=splits, kv_cache=cache, causal=True)
+    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "append"))
+    run = launch.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    o_want, lse_want = cache_reference(plan, host)
+    after = {n: launch.to_float64(inputs[n], dtype) for n in ("K", "V")}
+    got_k, got_v = cache_keys(plan, {**host, **after, "Knew": host["Knew"][:, :0], "Vnew": host["Vnew"][:, :0],
+                                     "seqlens": host["seqlens"] + new})
+    want_k, want_v = cache_keys(plan, host)
+    for got, want in ((got_k, want_k), (got_v, want_v)):
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))  # the cache holds the new rows
+    plain = launch.run_plan(plan, inputs, counting=False)
+    for buffers in (run.buffers, plain.buffers):
+        o = launch.to_float64(buffers["O"], dtype)
+        assert np.max(np.abs(o - o_want)) < (2e-3 if dtype == "float16" else 1.6e-2)
+        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
+        empty = np.isneginf(lse_want)
+        assert np.array_equal(np.isneginf(lse), empty)
+        assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2

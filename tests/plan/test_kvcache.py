@@ -11,9 +11,9 @@ from iokernels.plan.kvcache import make_kv_cache
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 
-def _plan(lengths, n_k, page_size=0, pages=0, **kw):
+def _plan(lengths, n_k, page_size=0, pages=0, append=0, **kw):
     batch = len(lengths)
-    cache = make_kv_cache(batch=batch, n_k=n_k, lengths=lengths, page_size=page_size, pages=pages)
+    cache = make_kv_cache(batch=batch, n_k=n_k, lengths=lengths, page_size=page_size, pages=pages, append=append)
     return make_decode_plan(N_k=n_k, batch=batch, kv_cache=cache, **kw)
 
 
@@ -76,8 +76,9 @@ def test_make_kv_cache_checks(kw, match):
 
 def test_cache_launch_arguments():
     """A paged plan: K and V are the pool (pages·kv_heads, page size, d) in boxes of min(page, B_c) rows; after the
-    main kernel's arguments come the lengths, the batch, the page table and its columns; the combine takes the
-    lengths and the batch; the lengths and the page table are int32 inputs of the plan."""
+    main kernel's arguments come the lengths, the batch, the appended keys (none), the page table and its columns; the
+    combine takes the lengths, the batch and the appended keys; the lengths and the page table are int32 inputs of the
+    plan."""
     from iokernels.kernels import launch
 
     plan = _plan((5, 700, 0), 1000, page_size=16, pages=100, N_q=1, d=128, dtype="float16", heads=16, kv_heads=4,
@@ -86,8 +87,8 @@ def test_cache_launch_arguments():
     assert dict(main.params)["RAGGED"] == 1 and dict(main.params)["PAGED"] == 16
     args, _ = launch.stage_arg_layout(plan, main, 0.5)
     assert (args[1].bh, args[1].n, args[1].rows) == (400, 16, 16) and (args[2].bh, args[2].rows) == (400, 16)
-    assert args[3:] == ("Opart", "lse_part", 4, 1000, 0.5, 1, 12, "seqlens", 3, "page_table", 63)
-    assert launch.stage_arg_layout(plan, combine, 0.5)[0][-2:] == ("seqlens", 3)
+    assert args[3:] == ("Opart", "lse_part", 4, 1000, 0.5, 1, 12, "seqlens", 3, 0, "page_table", 63)
+    assert launch.stage_arg_layout(plan, combine, 0.5)[0][-3:] == ("seqlens", 3, 0)
     assert launch.tensor_shape(plan, "page_table") == (3, 63) and launch.tensor_shape(plan, "K") == (400, 16, 128)
     assert launch.tensor_dtype(plan, "seqlens") == np.int32
     assert set(launch.plan_tensors(plan)) >= {"seqlens", "page_table", "Opart"}
@@ -118,3 +119,38 @@ def test_causal_decode_on_a_dense_cache():
     assert result.counts == model.exact(plan)
     assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-12
     assert make_decode_plan(N_q=1, N_k=1000, d=96, dtype="float16", causal=True).causal == ""  # one query: no mask
+
+
+@pytest.mark.parametrize("kw", [
+    dict(lengths=(0, 5, 1000), n_k=1004, append=4, N_q=4, d=64, dtype="float16", heads=8, kv_heads=2, splits=3,
+         causal=True),
+    dict(lengths=(15, 300), n_k=512, page_size=16, pages=40, append=1, N_q=1, d=128, dtype="bfloat16", heads=8,
+         kv_heads=8),
+    dict(lengths=(40, 0), n_k=64, page_size=64, pages=3, append=16, N_q=16, d=96, dtype="float16", heads=4,
+         kv_heads=1, causal=True),
+])
+def test_append_then_attend(kw):
+    """A decode step that appends its new keys and values first (FlashAttention's flash_attn_with_kvcache(k=, v=)):
+    the append stage's bytes (each new row of Knew and Vnew read once, written into K and V, its sequence's length and
+    page entry read by each K/V head), the attention over the lengths with the new keys, outputs equal to the float64
+    reference over the cached keys and the new ones; the cache holds the new rows afterwards."""
+    plan = _plan(**kw)
+    assert plan.stages[0].name == "append"
+    inputs = make_inputs(plan, seed=8)
+    result = simulate(plan, inputs)
+    assert result.counts == model.exact(plan)
+    assert max_relative_error(result.outputs, reference_outputs(plan, inputs)) < 1e-12
+    cache, h_kv, e, d = plan.kv_cache, plan.kv_heads, plan.itemsize, plan.d
+    rows = plan.batch * h_kv * cache.append
+    want = {"Knew": (rows * d * e, 0), "Vnew": (rows * d * e, 0), "K": (0, rows * d * e), "V": (0, rows * d * e),
+            "seqlens": (rows * 4, 0)}
+    if cache.paged:
+        want["page_table"] = (rows * 4, 0)
+    assert result.counts["append"] == want
+
+
+def test_append_needs_room():
+    with pytest.raises(ValueError, match=r"\[0, 60\]"):
+        make_kv_cache(batch=1, n_k=64, lengths=(61,), append=4)
+    with pytest.raises(ValueError, match="append"):
+        make_kv_cache(batch=1, n_k=64, append=65)
