@@ -25,6 +25,7 @@ from ..plan.units import parse_size
 from .api import check_scale
 from .kvcache import check_options
 from .torch_ops import (
+    KV_NO_BACKWARD,
     backward,
     check_kv_tensors,
     check_tensors,
@@ -165,6 +166,7 @@ def _plain_eager(q: Any, *more: Any) -> bool:
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
                            cache_seqlens: torch.Tensor | None = None, page_table: torch.Tensor | None = None,
+                           k: torch.Tensor | None = None, v: torch.Tensor | None = None,
                            causal: bool | str = False, scale: float | None = None, num_splits: int = 0,
                            return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """One decode step on CUDA tensors: :func:`iokernels.attention_with_kvcache` (its arguments, shapes and meaning)
@@ -181,9 +183,14 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     length may hold anything (NaN included); a sequence of no key gives O = 0 and lse −inf. Not checked on the device:
     a length past the capacity, or a page number outside the pool.
 
-    causal: False, or True / "bottom_right" with N_q = 1 (the new token sees every key of its sequence); with N_q > 1
-    it raises :class:`iokernels.plan.Unsupported`. scale: 1/sqrt(d) by default. num_splits: the splits of the keys
-    (0: the plan's choice; at most 128). return_lse: also return lse (B, H, N_q), float32.
+    k, v: new keys and values (B, H_kv, N_new, d) written into the caches (in place) right after each sequence's
+    ``cache_seqlens`` keys (required; not advanced) before the step attends to them too (the operator
+    ``torch.ops.iokernels.attention_with_kvcache_append``, which declares the caches mutated).
+
+    causal: False, or True / "bottom_right": query i of N_q sees the keys up to n − N_q + i of its sequence's n keys
+    (with N_q = 1 every key); top-left raises :class:`iokernels.plan.Unsupported`. scale: 1/sqrt(d) by default.
+    num_splits: the splits of the keys (0: the plan's choice; at most 128). return_lse: also return lse (B, H, N_q),
+    float32.
 
     The call is the operator ``torch.ops.iokernels.attention_with_kvcache`` (:mod:`iokernels.library.torch_ops`),
     with a fake implementation: ``torch.compile(fullgraph=True)`` traces it as one node. It runs on torch's current
@@ -200,13 +207,18 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
     causal, scale = normalize_causal(causal), check_scale(scale)
     tensors = (q, k_cache, v_cache, cache_seqlens, page_table)
-    if _plain_eager(*tensors) and not (torch.is_grad_enabled()
-                                       and any(getattr(t, "requires_grad", False) for t in tensors[:3])):
-        out, lse = kvcache_forward(*tensors, causal, scale, num_splits, keep_lse=return_lse)
+    grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k_cache, v_cache, k, v))
+    if grad and (k is not None or v is not None):  # (the append operator mutates the caches: no autograd formula)
+        raise RuntimeError(KV_NO_BACKWARD)
+    if _plain_eager(*tensors, k, v) and not grad:
+        out, lse = kvcache_forward(*tensors, causal, scale, num_splits, keep_lse=return_lse, k_new=k, v_new=v)
     else:  # traced, fake or meta tensors, a dispatch mode, under autograd (the operator's backward raises), or refused
-        check_kv_tensors(*tensors)
+        check_kv_tensors(*tensors, k, v)
         check_options(q.shape[2], causal, num_splits)
-        out, lse = torch.ops.iokernels.attention_with_kvcache(*tensors, causal, scale, num_splits)
+        if k is None and v is None:
+            out, lse = torch.ops.iokernels.attention_with_kvcache(*tensors, causal, scale, num_splits)
+        else:
+            out, lse = torch.ops.iokernels.attention_with_kvcache_append(*tensors, k, v, causal, scale, num_splits)
     return (out, lse) if return_lse else out
 
 

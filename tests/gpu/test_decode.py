@@ -271,3 +271,33 @@ def test_append_then_attend(case):
         empty = np.isneginf(lse_want)
         assert np.array_equal(np.isneginf(lse), empty)
         assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2
+
+
+def test_the_library_appends_and_attends():
+    """iokernels.attention_with_kvcache(k=, v=, causal=True) on a paged pool: the new rows go after each sequence's
+    keys, the N_q = N_new queries attend causally; O equals the float64 reference, and counts equal the model."""
+    import iokernels
+    from iokernels.plan.kvcache import make_kv_cache
+    from iokernels.simulate.inputs import cache_reference
+
+    lengths, page, heads, kv_heads, d, new = (900, 1, 0, 3000), 64, 32, 8, 128, 3
+    cache = make_kv_cache(batch=4, n_k=4096, lengths=lengths, page_size=page, pages=80, append=new)
+    plan = make_decode_plan(N_q=new, N_k=4096, d=d, dtype="float16", batch=4, heads=heads, kv_heads=kv_heads,
+                            kv_cache=cache, causal=True)
+    inputs, host = launch.make_device_inputs(plan, seed=12)
+    q = inputs["Q"].reshape(4, heads, new, d)
+    k_pool, v_pool = (inputs[n].reshape(80, kv_heads, page, d) for n in ("K", "V"))
+    k_new, v_new = (inputs[n].reshape(4, kv_heads, new, d) for n in ("Knew", "Vnew"))
+    with launch.count_io() as records:
+        o = iokernels.attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=inputs["seqlens"],
+                                             page_table=inputs["page_table"], k=k_new, v=v_new, causal=True)
+    counted: dict = {}
+    for r in records:
+        counted.setdefault(r["stage"], {})[r["tensor"]] = (r["read_bytes"], r["write_bytes"])
+    assert counted == model.exact(plan)
+    o_want, _ = cache_reference(plan, host)
+    got = launch.to_float64(o, "float16").reshape(plan.bh, new, d)
+    assert np.max(np.abs(got - o_want)) < 3e-3
+    again = iokernels.attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=inputs["seqlens"],
+                                             page_table=inputs["page_table"], k=k_new, v=v_new, causal=True)
+    assert np.max(np.abs(launch.to_float64(again, "float16").reshape(plan.bh, new, d) - o_want)) < 3e-3

@@ -211,3 +211,40 @@ def test_count_io_counts_a_torch_call():
         counted = itorch.attention_with_kvcache(q, k, v, **kw)
     assert {r["stage"] for r in records} == {"main", "combine"}  # 3 splits: the combine runs
     assert torch.allclose(counted.float(), plain.float(), atol=2e-3, rtol=0)
+
+
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_append_then_causal_attention(page_size):
+    """k, v appended after each sequence's keys (the caches updated in place, the lengths not), then the step's
+    N_q = N_new queries attend with the bottom-right causal mask (torch.ops.iokernels.attention_with_kvcache_append):
+    O against SDPA in float64 with causal_lower_right over the cached and new keys; the caches hold the new rows."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    lengths, n_new, heads, kv_heads, d, dtype = (0, 37, 300), 4, 16, 4, 128, torch.bfloat16
+    k, v, seqlens, table, seqs = _cache(lengths, 512, kv_heads, d, dtype, page_size=page_size, pages=80, seed=5)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    q = torch.randn(3, heads, n_new, d, device="cuda", dtype=dtype, generator=gen)
+    k_new, v_new = (torch.randn(3, kv_heads, n_new, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    with torch.no_grad():
+        o = itorch.attention_with_kvcache(q, k, v, cache_seqlens=seqlens, page_table=table, k=k_new, v=v_new,
+                                          causal=True)
+    scale = 1 / math.sqrt(d)
+    for b, (kb, vb) in enumerate(seqs):
+        kb, vb = torch.cat([kb, k_new[b]], dim=1), torch.cat([vb, v_new[b]], dim=1)
+        mask = causal_lower_right(n_new, kb.shape[1])
+        want = F.scaled_dot_product_attention(q[b:b + 1].double(), kb[None].double(), vb[None].double(),
+                                              attn_mask=mask, scale=scale, enable_gqa=True)[0]
+        same = F.scaled_dot_product_attention(q[b:b + 1], kb[None], vb[None], attn_mask=mask, scale=scale,
+                                              enable_gqa=True)[0]
+        err, err_same = (o[b].double() - want).abs().max().item(), (same.double() - want).abs().max().item()
+        assert err <= 2 * err_same + 2e-3, (b, err, err_same)
+        n = lengths[b]
+        for cache, new in ((k, k_new), (v, v_new)):  # the new rows in the cache, after the sequence's keys
+            if page_size:
+                rows = [cache[table[b, (n + r) // page_size], :, (n + r) % page_size] for r in range(n_new)]
+                assert torch.equal(torch.stack(rows, dim=1), new[b])
+            else:
+                assert torch.equal(cache[b, :, n:n + n_new], new[b])
+    with pytest.raises(RuntimeError, match="no backward"):
+        itorch.attention_with_kvcache(q.requires_grad_(), k, v, cache_seqlens=seqlens, page_table=table, k=k_new,
+                                      v=v_new)

@@ -25,11 +25,13 @@ class FakeCupyArray:
         self.data = _Data()
 
 
-def _call(q=(2, 8, 1, 64), k=(2, 2, 512, 64), v=None, seqlens=None, table=None, **kw):
+def _call(q=(2, 8, 1, 64), k=(2, 2, 512, 64), v=None, seqlens=None, table=None, new=None, **kw):
     arr = lambda s, **a: s if not isinstance(s, tuple) else FakeCupyArray(s, **a)  # noqa: E731
+    appended = {} if new is None else {"k": arr(new[0]), "v": arr(new[1])}
     return iokernels.attention_with_kvcache(arr(q), arr(k), arr(k if v is None else v),
                                             cache_seqlens=None if seqlens is None else arr(seqlens, dtype="int32"),
-                                            page_table=None if table is None else arr(table, dtype="int32"), **kw)
+                                            page_table=None if table is None else arr(table, dtype="int32"),
+                                            **appended, **kw)
 
 
 @pytest.mark.parametrize("kw, error, match", [
@@ -42,7 +44,11 @@ def _call(q=(2, 8, 1, 64), k=(2, 2, 512, 64), v=None, seqlens=None, table=None, 
     (dict(k=(40, 2, 64, 64), table=(2, 8)), ValueError, "needs cache_seqlens"),
     (dict(k=(40, 2, 48, 64), table=(2, 8), seqlens=(2,)), ValueError, "page size"),
     (dict(k=(40, 2, 64, 64), table=(2,), seqlens=(2,)), ValueError, "page_table must be int32"),
-    (dict(q=(2, 8, 4, 64), causal=True), Unsupported, "one query token"),
+    (dict(q=(2, 8, 4, 64), causal="top_left"), Unsupported, "bottom-right"),
+    (dict(new=((2, 2, 3, 64), (2, 2, 3, 64))), ValueError, "needs cache_seqlens"),
+    (dict(new=((2, 2, 3, 64), (2, 2, 4, 64)), seqlens=(2,)), ValueError, "k and v"),
+    (dict(new=((2, 3, 3, 64), (2, 3, 3, 64)), seqlens=(2,)), ValueError, "k and v"),
+    (dict(new=((2, 2, 513, 64), (2, 2, 513, 64)), seqlens=(2,)), ValueError, "513 keys to a cache of capacity 512"),
     (dict(num_splits=129), ValueError, "num_splits"),
     (dict(return_lse=1), TypeError, "return_lse"),
     (dict(scale=0.0), ValueError, "scale"),

@@ -114,7 +114,7 @@ def test_cpu_tensors_are_refused_by_the_front_end_and_the_op():
     (dict(scale="x"), TypeError, "scale must be a finite real number"),
     (dict(return_lse=1), TypeError, "return_lse must be True or False, got 1"),
     (dict(causal="left"), ValueError, "unknown causal alignment 'left'"),
-    (dict(causal="top_left"), Unsupported, "causal with one query token only"),
+    (dict(causal="top_left"), Unsupported, "bottom-right"),
 ])
 def test_bad_options_are_refused(kw, error, message):
     args = _tensors()
@@ -249,8 +249,9 @@ def stand_ins(monkeypatch):
     kvcache_call gives a Dispatch with a _RawPlan."""
     first_calls = []
 
-    def first_call(q, k, v, cache_seqlens, page_table, **options):
-        first_calls.append(((q, k, v, cache_seqlens, page_table), options))
+    def first_call(q, k_cache, v_cache, cache_seqlens, page_table, k=None, v=None, **options):
+        assert k is None and v is None  # (no append in these calls)
+        first_calls.append(((q, k_cache, v_cache, cache_seqlens, page_table), options))
         return torch.zeros(q.shape), torch.zeros(q.shape[:-1])
 
     def call_of(q, *_, **__):
@@ -280,7 +281,8 @@ def test_later_calls_launch_on_the_tensors_addresses(stand_ins):
     assert [str(x.dtype) for x in views] == ["uint16"] * 3 + ["int32"] * 2  # bfloat16 as its bits
     out, lse = ops.kvcache_forward(q, k, v, seqlens, table, *options)
     (entry,) = TORCH_CALLS.entries.values()
-    assert len(stand_ins) == 1 and entry.call.fast.given == [tuple(t.data_ptr() for t in (q, k, v, seqlens, table))]
+    # the addresses in the fast path's input order, the new keys' and values' slots 0 (no append)
+    assert len(stand_ins) == 1 and entry.call.fast.given == [(*(t.data_ptr() for t in (q, k, v, seqlens, table)), 0, 0)]
     assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (2, 8, 1) and lse.dtype == torch.float32
     out, none = ops.kvcache_forward(q, k, v, seqlens, table, *options, keep_lse=False)  # lse to a scratch buffer
     assert none is None and out.shape == q.shape and len(entry.call.fast.given) == 2
@@ -289,7 +291,7 @@ def test_later_calls_launch_on_the_tensors_addresses(stand_ins):
     assert entry.call.fast.given[-1][0] == again.data_ptr() and len(stand_ins) == 1
     ops.kvcache_forward(q, k[:2], v[:2], None, None, "", None, 0)  # contiguous, no lengths: another signature
     ops.kvcache_forward(q, k[:2], v[:2], None, None, "", None, 0)
-    assert len(stand_ins) == 2 and list(TORCH_CALLS.entries.values())[-1].call.fast.given[-1][3:] == (0, 0)
+    assert len(stand_ins) == 2 and list(TORCH_CALLS.entries.values())[-1].call.fast.given[-1][3:] == (0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("change", ["num_splits=True", "strides", "no lengths", "causal"])
@@ -316,7 +318,7 @@ def test_every_option_is_documented():
     doc = apidoc.examples("iokernels.torch.attention_with_kvcache")
     tree = ast.parse(Path(ops.__file__).with_name("torch.py").read_text(encoding="utf-8"))
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "attention_with_kvcache")
-    assert len(node.args.kwonlyargs) == 6
+    assert len(node.args.kwonlyargs) == 8
     for parameter in node.args.kwonlyargs:
         assert parameter.arg in doc, parameter.arg
     assert "iokernels.attention_with_kvcache" in [name for name, _, _ in apidoc.ENTRIES]
