@@ -83,9 +83,9 @@ def cache_inputs(plan: Plan, k: np.ndarray, v: np.ndarray, rng: np.random.Genera
             page = int(order[taken])
             taken += 1
             table[b, i] = page
-            rows = slice(i * size, min((i + 1) * size, int(n)))
-            count = rows.stop - rows.start
-            for j in range(h_kv):
+            rows = slice(i * size, min((i + 1) * size, int(n)))  # its cached rows (none past them: the appended)
+            count = max(0, rows.stop - rows.start)
+            for j in range(h_kv if count else 0):
                 pool_k[page * h_kv + j, :count] = k[b * h_kv + j, rows]
                 pool_v[page * h_kv + j, :count] = v[b * h_kv + j, rows]
     out.update(K=pool_k, V=pool_v, page_table=table)

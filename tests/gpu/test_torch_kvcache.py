@@ -29,7 +29,7 @@ def plain_outputs(monkeypatch):
     monkeypatch.setattr(launch, "DEBUG_POISON", False)
 
 
-def _cache(lengths, n_cap, kv_heads, d, dtype, page_size=0, pages=0, seed=0):
+def _cache(lengths, n_cap, kv_heads, d, dtype, page_size=0, pages=0, seed=0, append=0):
     """A cache holding random keys and values up to each sequence's length, NaN elsewhere: contiguous k, v (B, H_kv,
     N_cap, d), or a pool (pages, H_kv, page_size, d) whose pages are handed out in random order, with the page table
     (B, N_cap / page_size) int32 on the device (−1 past a sequence's pages). Returns (k, v, cache_seqlens, page_table
@@ -48,7 +48,7 @@ def _cache(lengths, n_cap, kv_heads, d, dtype, page_size=0, pages=0, seed=0):
     table = torch.full((len(lengths), n_cap // page_size), -1, dtype=torch.int32)
     order = iter(torch.randperm(pages, generator=torch.Generator().manual_seed(seed)).tolist())
     for b, kv in enumerate(seqs):
-        for i in range(-(-lengths[b] // page_size)):
+        for i in range(-(-(lengths[b] + append) // page_size)):  # (pages for the rows a step appends too)
             page = next(order)
             table[b, i] = page
             for cache, x in zip((k, v), kv, strict=True):
@@ -221,7 +221,8 @@ def test_append_then_causal_attention(page_size):
     from torch.nn.attention.bias import causal_lower_right
 
     lengths, n_new, heads, kv_heads, d, dtype = (0, 37, 300), 4, 16, 4, 128, torch.bfloat16
-    k, v, seqlens, table, seqs = _cache(lengths, 512, kv_heads, d, dtype, page_size=page_size, pages=80, seed=5)
+    k, v, seqlens, table, seqs = _cache(lengths, 512, kv_heads, d, dtype, page_size=page_size, pages=80, seed=5,
+                                        append=n_new)
     gen = torch.Generator(device="cuda").manual_seed(6)
     q = torch.randn(3, heads, n_new, d, device="cuda", dtype=dtype, generator=gen)
     k_new, v_new = (torch.randn(3, kv_heads, n_new, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))

@@ -128,6 +128,9 @@ def test_causal_decode_on_a_dense_cache():
          kv_heads=8),
     dict(lengths=(40, 0), n_k=64, page_size=64, pages=3, append=16, N_q=16, d=96, dtype="float16", heads=4,
          kv_heads=1, causal=True),
+    # a sequence whose appended rows take a page of their own (700 + 16 keys: the twelfth page holds new rows only)
+    dict(lengths=(40, 0, 700), n_k=768, page_size=64, pages=30, append=16, N_q=16, d=96, dtype="float16", heads=4,
+         kv_heads=1, causal=True),
 ])
 def test_append_then_attend(kw):
     """A decode step that appends its new keys and values first (FlashAttention's flash_attn_with_kvcache(k=, v=)):
