@@ -1,7 +1,7 @@
 # issue #23, second device call: the decode GPU tests (dense, cache, paged, library) and regressions of flash_tma.cu,
 # memcheck / racecheck / synccheck of the decode kernels, then bench --decode (call and graph). OUT=<dir>
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-R=$OUT; S=scripts/issue23
+R=$OUT; S=results/h100/issue23/scripts
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cudnn', torch.backends.cudnn.version())" >> $R/env.txt 2>&1
 git rev-parse HEAD >> $R/env.txt 2>/dev/null; echo "commit ${COMMIT:-}" >> $R/env.txt

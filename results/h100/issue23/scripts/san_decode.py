@@ -1,7 +1,7 @@
 """The split-KV decode's kernels (flash_tma.cu with SPLIT, combine.cu; the packed persistent forward) under
 compute-sanitizer: the sanitizer cases of iokernels.analysis.sanitize_cases whose plan is a decode plan, every shape,
 counting and plain builds. Run as `compute-sanitizer --tool memcheck|racecheck|synccheck|initcheck python3
-scripts/issue23/san_decode.py`."""
+results/h100/issue23/scripts/san_decode.py`."""
 import cupy as cp
 
 from iokernels.analysis.sanitize_cases import variants

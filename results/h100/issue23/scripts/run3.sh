@@ -2,7 +2,7 @@
 # the library (raw launches, tensor-map cache, PDL), memcheck / racecheck / synccheck of the decode kernels, the PDL
 # probe, bench --decode (call and graph). OUT=<dir>, COMMIT=<hash>
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-R=$OUT; S=scripts/issue23; L=$R/logs; mkdir -p $L
+R=$OUT; S=results/h100/issue23/scripts; L=$R/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cudnn', torch.backends.cudnn.version())" >> $R/env.txt 2>&1
 echo "commit ${COMMIT:-}" >> $R/env.txt; date -u >> $R/env.txt

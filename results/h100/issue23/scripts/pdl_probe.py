@@ -1,6 +1,6 @@
 """Issue #23 probe: the split-KV decode's main + combine, the combine launched as a programmatic dependent launch (PDL,
 the plan's) or plainly (the same plan without the PDL parameter), CUDA-graph replays (kernels.timing.time_plan) over
-one cache, beside each stage alone. Usage: python3 scripts/issue23/pdl_probe.py"""
+one cache, beside each stage alone. Usage: python3 results/h100/issue23/scripts/pdl_probe.py"""
 
 from dataclasses import replace
 

@@ -2,7 +2,7 @@
 # append; cupy and torch) and of what the change touched (flash_tma.cu's other builds, the library's plan choice, raw
 # launches), the sanitizers on the decode kernels, bench --decode (call and graph). OUT=<dir>, COMMIT=<hash>
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-R=$OUT; S=scripts/issue23; L=$R/logs; mkdir -p $L
+R=$OUT; S=results/h100/issue23/scripts; L=$R/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cudnn', torch.backends.cudnn.version())" >> $R/env.txt 2>&1
 echo "commit ${COMMIT:-}" >> $R/env.txt; date -u >> $R/env.txt

@@ -1,7 +1,7 @@
 # issue #23: the decode GPU tests and the sanitizers again after the inputs fix (no kernel change since run4.sh).
 # OUT=<dir>, COMMIT=<hash>
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-R=$OUT; S=scripts/issue23; L=$R/logs; mkdir -p $L
+R=$OUT; S=results/h100/issue23/scripts; L=$R/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 echo "commit ${COMMIT:-}" >> $R/env.txt; date -u >> $R/env.txt
 (timeout 280 python3 -m pytest -q --tb=short tests/gpu/test_decode.py tests/gpu/test_torch_kvcache.py > $L/t-decode.log 2>&1; echo "rc $?" >> $L/t-decode.log) &

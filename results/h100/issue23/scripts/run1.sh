@@ -1,7 +1,7 @@
 # issue #23, first device call: the decode GPU tests and regressions of flash_tma.cu, memcheck and racecheck of the
 # decode kernels, the decode probe. OUT=<dir>
 export PYTHONPATH=. PYTHONUNBUFFERED=1
-R=$OUT; S=scripts/issue23
+R=$OUT; S=results/h100/issue23/scripts
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cudnn', torch.backends.cudnn.version())" >> $R/env.txt 2>&1
 (timeout 300 python3 -m pytest -q --tb=short tests/gpu/test_decode.py > $R/t-decode.log 2>&1; echo "rc $?" >> $R/t-decode.log) &
