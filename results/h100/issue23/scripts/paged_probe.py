@@ -47,7 +47,7 @@ def layouts(b: int, hkv: int, nk: int, gen: torch.Generator) -> dict[str, tuple]
         pools = []
         for x in (k, v):  # (b, hkv, pages, page, d) -> pool (pages, hkv, page, d) at the table's page numbers
             pages = x.view(b, hkv, per_seq, page, D).permute(0, 2, 1, 3, 4).reshape(b * per_seq, hkv, page, D)
-            pool = torch.empty_like(pages)
+            pool = torch.empty(pages.shape, device="cuda", dtype=DTYPE)  # (contiguous: empty_like keeps strides)
             pool[order] = pages
             pools.append(pool)
         out[f"paged{page}"] = (*pools, seqlens, table)
