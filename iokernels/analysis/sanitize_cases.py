@@ -172,20 +172,23 @@ DECODE_EXTRA_KEYS = 300
 def _decode_configs(quick: bool) -> Iterator[Factory]:
     # the split-KV decode (flash_tma.cu with SPLIT, combine.cu): N_k + DECODE_EXTRA_KEYS keys split three ways,
     # grouped-query packing (two packed tiles at N_q 113) and d in a wider tile; a cache of per-sequence lengths
-    # (RAGGED: the sequence ends 100 keys before the capacity, its last V tile's tail zeroed), paged in 16-row pages
-    # (PAGED), with 8 keys appended first (kvcache.cu) and the causal mask on packed rows; one split (the packed
-    # persistent forward; a block per item with a cache) past quick
-    cases = [("float16", 128, 3, None, 0), ("bfloat16", 96, 3, None, 0), ("float16", 128, 3, 0, 0),
-             ("bfloat16", 256, 3, 16, 0), ("float16", 64, 3, 16, 8)]
+    # (RAGGED: by default the sequence ends 100 keys before the capacity, its last V tile's tail zeroed), paged in
+    # pages of 16 and 256 rows (PAGED), with 8 keys appended first (kvcache.cu) and the causal mask on packed rows; an
+    # empty sequence and one of a single tile's 5 keys; one split (the packed persistent forward; a block per item
+    # with a cache) past quick. (dtype, d, splits, page size: None without a cache, append, length: None for 100
+    # short of the capacity)
+    cases = [("float16", 128, 3, None, 0, None), ("bfloat16", 96, 3, None, 0, None), ("float16", 128, 3, 0, 0, None),
+             ("bfloat16", 256, 3, 16, 0, None), ("float16", 64, 3, 16, 8, None)]
     if not quick:
-        cases += [("float16", 256, 1, None, 0), ("bfloat16", 64, 1, 0, 8)]
-    for dtype, d, splits, page, append in cases:
+        cases += [("float16", 256, 1, None, 0, None), ("bfloat16", 64, 1, 0, 8, None), ("float16", 128, 3, 256, 0, 0),
+                  ("bfloat16", 128, 3, 0, 0, 5)]
+    for dtype, d, splits, page, append, length in cases:
         def factory(n_q: int, n_k: int, t: str = dtype, d: int = d, s: int = splits, page: int | None = page,
-                    append: int = append) -> Plan:
+                    append: int = append, length: int | None = length) -> Plan:
             keys = n_k + DECODE_EXTRA_KEYS
-            cache = None if page is None else make_kv_cache(batch=BATCH, n_k=keys, lengths=(keys - 100,),
-                                                            page_size=page, pages=-(-keys // max(page, 1)) + 3
-                                                            if page else 0, append=append)
+            cache = None if page is None else make_kv_cache(
+                batch=BATCH, n_k=keys, lengths=(keys - 100 if length is None else length,), page_size=page,
+                pages=-(-keys // page) + 3 if page else 0, append=append)
             return make_decode_plan(N_q=n_q, N_k=keys, d=d, dtype=t, batch=BATCH, heads=HEADS, kv_heads=1, splits=s,
                                     kv_cache=cache, causal=append > 0)
         yield factory

@@ -68,7 +68,7 @@ flash_combine(const float* __restrict__ Opart, const float* __restrict__ lse_par
     if (row < rows) {
 #ifdef RAGGED
         int keys = 0;
-        if (lane == 0) keys = iok_ld<IOK_T_seqlens>(io, seqlens + row / (rows / batch)) + seq_add;
+        if (lane == 0) keys = min(iok_ld<IOK_T_seqlens>(io, seqlens + row / (rows / batch)) + seq_add, n_k);
         keys = __shfl_sync(0xffffffffu, keys, 0);
         const int chunk = ((n_k + BC - 1) / BC + splits - 1) / splits;
         splits = ((keys + BC - 1) / BC + chunk - 1) / chunk;  // the row's sequence's non-empty splits

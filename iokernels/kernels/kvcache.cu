@@ -4,7 +4,8 @@
 // (pages · kv_heads, PAGED, HEAD_D) through the page table) before the attention (flash_tma.cu) reads them. A warp per
 // new row of one K/V head (THREADS / 32 rows per block, grid (⌈n_new / rows⌉, 1, batch · kv_heads)): lane 0 reads the
 // sequence's length (and the page's entry) once, each lane copies 16 bytes of K and of V (HEAD_D ≤ 256: one chunk).
-// Positions past the capacity are not checked (the caller's contract, as FlashAttention's).
+// A row whose position lies past the capacity (or, paged, past the page table's columns or on a negative page entry)
+// is skipped: never written over another sequence's keys (a page number past the pool is not checked).
 //
 // Counting: each 16-byte chunk read of Knew, Vnew and written of K, V; the length and the page entry once per row.
 #include "common.cuh"
@@ -30,17 +31,19 @@ kv_append(const T* __restrict__ Knew, const T* __restrict__ Vnew, T* __restrict_
         size_t dst = 0;  // the row of K and V it goes to
         if (lane == 0) pos = iok_ld<IOK_T_seqlens>(io, seqlens + seq) + r;
         pos = __shfl_sync(0xffffffffu, pos, 0);
+        bool inside = pos >= 0 && pos < n_k;  // (n_k: the capacity, max_pages · PAGED when paged)
 #ifdef PAGED
         int page = 0;
         const int* entry = page_table + static_cast<size_t>(seq) * max_pages + pos / PAGED;
-        if (lane == 0) page = iok_ld<IOK_T_page_table>(io, entry);
+        if (lane == 0 && inside) page = iok_ld<IOK_T_page_table>(io, entry);
         page = __shfl_sync(0xffffffffu, page, 0);
+        inside = inside && page >= 0;
         dst = (static_cast<size_t>(page) * heads_kv + z % heads_kv) * PAGED + pos % PAGED;
 #else
         dst = static_cast<size_t>(z) * n_k + pos;
 #endif
         const size_t src = static_cast<size_t>(z) * n_new + r;
-        if (lane < CHUNKS) {
+        if (lane < CHUNKS && inside) {
             const uint4* kn = reinterpret_cast<const uint4*>(Knew + src * HEAD_D) + lane;
             const uint4* vn = reinterpret_cast<const uint4*>(Vnew + src * HEAD_D) + lane;
             iok_st<IOK_T_K>(io, reinterpret_cast<uint4*>(K + dst * HEAD_D) + lane, iok_ld<IOK_T_Knew>(io, kn));

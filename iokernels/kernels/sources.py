@@ -90,15 +90,18 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         decode = {"N_k": 1024, "batch": 2, "heads": 8, "kv_heads": 1}
         contiguous, small, large = (make_kv_cache(batch=2, n_k=1024, **kw)
                                     for kw in ({}, {"page_size": 16, "pages": 200}, {"page_size": 256, "pages": 20}))
-        # (d, splits, cache, queries: several with the causal mask, PACKED_CAUSAL)
-        cases = [(64, 2, None, 1), (128, 2, None, 1), (256, 2, None, 1), (128, 4, contiguous, 1),
-                 (64, 1, contiguous, 1), (256, 4, small, 1), (128, 1, large, 1), (128, 4, small, 4), (64, 1, None, 4)]
+        # (d, splits, cache, queries: several with the causal mask, PACKED_CAUSAL): each define and register split
+        # once (SPLIT alone; with RAGGED; with PAGED boxes smaller than B_c and the mask past d 128; one split with
+        # pages past B_c and the mask past d 128; one split with lengths; the persistent forward with the mask, d in
+        # a wider tile)
+        cases = [(128, 2, None, 1), (64, 4, contiguous, 1), (256, 4, small, 4), (256, 1, large, 4),
+                 (128, 1, contiguous, 1), (96, 1, None, 4)]
         plans += [make_decode_plan(N_q=q, d=d, dtype=t, splits=s, kv_cache=c, causal=q > 1, **decode)
                   for t in FAST_DTYPES for d, s, c, q in cases]
         if source == "kvcache.cu":  # (its attention stages are the variants above)
             appended = [make_kv_cache(batch=2, n_k=1024, append=4, **kw) for kw in ({}, {"page_size": 64, "pages": 40})]
             plans += [make_decode_plan(N_q=4, d=d, dtype=t, kv_cache=c, causal=True, **decode) for t in FAST_DTYPES
-                      for d in (96, 256) for c in appended]
+                      for d, c in zip((96, 256), appended, strict=True)]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,

@@ -101,6 +101,9 @@ def cache_problem(q: Shape, k: Shape, v: Shape, seqlens: tuple[str, Shape] | Non
     page_size, pages = k[2], k[0]
     if page_size not in PAGE_SIZES:
         raise ValueError(f"the page size (k_cache.shape[2]) must be one of {PAGE_SIZES}, got {page_size}")
+    if pages < 1 or table[1][1] < 1:
+        raise ValueError(f"a paged cache needs a pool of pages and a page table with a column per page of a sequence: "
+                         f"k_cache {k}, page_table {table[1]}")
     if append > table[1][1] * page_size:
         raise ValueError(f"k and v append {append} keys to sequences of at most {table[1][1] * page_size}")
     return {"batch": batch, "heads": heads, "kv_heads": kv_heads, "n_q": n_q, "n_k": table[1][1] * page_size,
@@ -175,8 +178,9 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens:
     H_kv divides H (grouped-query attention: query head h reads K/V head h // (H / H_kv)); d a multiple of 8 from 16
     to 256. The lengths and the page table stay on the device (a call reads nothing back: it can be captured in a
     CUDA graph); the rows of the cache past a sequence's length may hold anything, NaN included. A sequence of no
-    key gives O = 0 and lse −inf. Not checked on the device: a length past the capacity, or a page number outside
-    the pool (both read out of bounds).
+    key gives O = 0 and lse −inf. A length past the capacity counts as the capacity, and an appended row past it (or on
+    a negative page entry) is not written; a page number past the pool is not checked (read and written out of
+    bounds).
 
     k, v: new keys and values (B, H_kv, N_new, d), q's dtype, written into the cache right after each sequence's
     ``cache_seqlens`` keys (required) before the step attends to the N + N_new keys (FlashAttention's

@@ -24,14 +24,12 @@ from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
 from .api import check_scale
 from .kvcache import check_options
+from .torch_kvcache import KV_NO_BACKWARD, check_kv_tensors, kvcache_forward
 from .torch_ops import (
-    KV_NO_BACKWARD,
     backward,
-    check_kv_tensors,
     check_tensors,
     forward,
     forward_dropout,
-    kvcache_forward,
     signed_seed,
     window_ints,
 )
@@ -180,8 +178,8 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     contiguous (read in place: a cache is never copied) on one CUDA device. The lengths and the page table stay on
     the device: a call reads nothing back, so a decode step can be captured in a CUDA graph (``torch.cuda.graph``) and
     replayed after the cache, the lengths or the page table change in place. Rows of the cache past a sequence's
-    length may hold anything (NaN included); a sequence of no key gives O = 0 and lse −inf. Not checked on the device:
-    a length past the capacity, or a page number outside the pool.
+    length may hold anything (NaN included); a sequence of no key gives O = 0 and lse −inf. A length past the capacity
+    counts as the capacity and an appended row past it is not written; a page number past the pool is not checked.
 
     k, v: new keys and values (B, H_kv, N_new, d) written into the caches (in place) right after each sequence's
     ``cache_seqlens`` keys (required; not advanced) before the step attends to them too (the operator
@@ -192,7 +190,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     num_splits: the splits of the keys (0: the plan's choice; at most 128). return_lse: also return lse (B, H, N_q),
     float32.
 
-    The call is the operator ``torch.ops.iokernels.attention_with_kvcache`` (:mod:`iokernels.library.torch_ops`),
+    The call is the operator ``torch.ops.iokernels.attention_with_kvcache`` (:mod:`iokernels.library.torch_kvcache`),
     with a fake implementation: ``torch.compile(fullgraph=True)`` traces it as one node. It runs on torch's current
     stream, outputs from torch's caching allocator (a graph capture's pool while capturing); a signature's later calls
     allocate and launch, nothing else. Forward only: with grad mode on and q, k_cache or v_cache requiring grad, the

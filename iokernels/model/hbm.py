@@ -87,6 +87,7 @@ S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (io
 # head's copies load per sequence (N_k without a cache), non-empty splits (S_split), page-table entries per copy
 L_k, S_q, G_pt = _pos("L_k"), _pos("S_q"), _pos("G_pt")
 A_new = _pos("A_new")  # keys and values a decode step appends to each sequence's cache first
+K_seq = _pos("K_seq")  # the keys a decode step's queries attend to, per sequence on average (its FLOPs)
 
 
 class _Loops:
@@ -426,15 +427,16 @@ def order(algorithm: str, schedule: str, direction: str, variant: str = "") -> s
 
 
 def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False, block_sparse: bool = False, window: bool = False) -> sp.Expr:
+               causal: bool | str = False, block_sparse: bool = False, window: bool = False, cache: str = ""
+               ) -> sp.Expr:
     """Matrix-product FLOPs; halved for causal attention (the FlashAttention-2 convention);
     block-sparse: those of the computed blocks, A_S elements of S; a sliding window: those of its A_v visible
-    elements."""
+    elements; a decode plan's cache of per-sequence lengths: over K_seq keys a sequence on average."""
     if block_sparse:
         return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_S * d
     if window:
         return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_v * d
-    flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * N_k * d
+    flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * (K_seq if cache else N_k) * d
     # (a decode's causal mask hides a triangle of its few queries: its products are those of N_q x N_k)
     return flops / 2 if normalize_causal(causal) and variant not in DECODE_VARIANTS else flops
 
@@ -460,7 +462,8 @@ def plan_values(plan: Plan) -> dict:
     if plan.kv_cache is not None and plan.kv_cache.lengths is not None:
         sums = decode_sums(plan)
         values.update({L_k: sp.Rational(sums["rows"], plan.batch), S_q: sp.Rational(sums["splits"], plan.batch),
-                       G_pt: sp.Rational(sums["entries"], plan.batch), A_new: plan.kv_cache.append})
+                       G_pt: sp.Rational(sums["entries"], plan.batch), A_new: plan.kv_cache.append,
+                       K_seq: sp.Rational(sum(plan.kv_cache.keys(n) for n in plan.kv_cache.lengths), plan.batch)})
     if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile and plan.variant not in DECODE_VARIANTS:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
@@ -559,8 +562,8 @@ def predict(plan: Plan) -> Prediction:
         stages=exact(plan),
         theta_bytes=float(theta_expr(*key, causal=plan.causal, block_sparse=_sparse(plan),
                                      mask=plan.mask is not None, window=plan.positional).subs(values)),
-        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan), window=plan.positional),
-                   values),
+        flops=_int(flops_expr(*key, causal=plan.causal, block_sparse=_sparse(plan), window=plan.positional,
+                              cache=cache_kind(plan)), values),
         footprint_bytes=_int(footprint_expr(*key), values),
     )
 

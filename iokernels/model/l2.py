@@ -40,7 +40,7 @@ from ..plan import Plan, make_plan
 from ..plan.core import FLOAT32_TENSORS, Stage
 from ..plan.tensors import DIMS
 from ..plan.units import ACC_ITEMSIZE
-from .hbm import BH, BN, BH_kv, N_k, N_q, d, e, io_exprs, plan_values
+from .hbm import BH, BN, BH_kv, N_k, N_q, cache_kind, d, e, io_exprs, plan_values
 from .specs import GpuSpec, list_specs
 
 DRAM_SECTOR = 32  # bytes: the L2's sector, the unit it fetches from and writes back to DRAM
@@ -109,10 +109,13 @@ def _stage_exprs(tensors: dict[str, tuple[sp.Expr, sp.Expr]]) -> dict[str, tuple
 
 @cache
 def dram_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False, block_sparse: bool = False, mask: bool = False) -> DramTable:
+               causal: bool | str = False, block_sparse: bool = False, mask: bool = False, cache: str = ""
+               ) -> DramTable:
     """DRAM bytes (read, written) per stage and tensor, as sympy expressions in the symbols of
-    :mod:`.hbm` and :data:`DRAM_SYMBOLS` (``G`` and ``b_SM`` are each stage's own)."""
-    table = io_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse, mask=mask)
+    :mod:`.hbm` and :data:`DRAM_SYMBOLS` (``G`` and ``b_SM`` are each stage's own; ``cache``: a decode plan's cache
+    of per-sequence lengths, :func:`.hbm.cache_kind`)."""
+    table = io_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse, mask=mask,
+                     cache=cache)
     return {stage: _stage_exprs(tensors) for stage, tensors in table.items()}
 
 
@@ -141,7 +144,7 @@ def dram_values(plan: Plan, spec: GpuSpec) -> dict[str, dict]:
 
 def _table(plan: Plan) -> DramTable:
     return dram_exprs(plan.algorithm, plan.schedule, plan.direction, plan.variant, causal=plan.causal,
-                      block_sparse=plan.block_mask is not None, mask=plan.mask is not None)
+                      block_sparse=plan.block_mask is not None, mask=plan.mask is not None, cache=cache_kind(plan))
 
 
 def _number(expr: sp.Expr, values: dict) -> int:

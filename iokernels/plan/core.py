@@ -240,7 +240,8 @@ class Plan:
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),
             **({"dropout": self.dropout.as_dict()} if self.dropout is not None else {}),
             **({"kv_cache": {"lengths": None if self.kv_cache.lengths is None else list(self.kv_cache.lengths),
-                             "page_size": self.kv_cache.page_size, "pages": self.kv_cache.pages}}
+                             "page_size": self.kv_cache.page_size, "pages": self.kv_cache.pages,
+                             "append": self.kv_cache.append}}
                if self.kv_cache is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,

@@ -3,6 +3,7 @@ float64 reference (:mod:`.reference`). Imports only plan/.
 """
 
 from . import reference
+from .hbm import ALL, KV_TENSORS, Hbm
 from .inputs import (
     cache_reference,
     make_inputs,
@@ -11,7 +12,7 @@ from .inputs import (
     reference_mask,
     reference_outputs,
 )
-from .simulator import ALL, KV_TENSORS, Hbm, SimResult, kv_rows, reference_dropout, simulate
+from .simulator import SimResult, kv_rows, reference_dropout, simulate
 
 __all__ = [
     "ALL",

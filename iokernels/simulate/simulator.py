@@ -5,12 +5,12 @@ reference to ~1e-13), while bytes are counted at the plan's storage dtypes, by D
 every :meth:`Hbm.load`/:meth:`Hbm.store` counts the elements it actually moves, re-reads included;
 ragged edge tiles count only their in-range elements; an atomic add counts a read and a write.
 Thread blocks that run side by side on the GPU are independent, so the simulator may process
-rows of independent blocks together (row-wise stages) and always vectorizes over batch*heads.
+rows of independent blocks together (row-wise stages) and always vectorizes over batch*heads. The counted memory
+and the shared tile helpers are :mod:`.hbm`; the split-KV decode's schedule is :mod:`.decode`.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,64 +18,9 @@ import numpy as np
 
 from ..plan import Plan, key_block_ranges
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
-from ..plan.units import cdiv
 from . import reference
-
-ALL = slice(None)
-
-
-# tensors with one row per K/V head (batch * kv_heads rows; batch * heads without grouped-query attention)
-KV_TENSORS = ("K", "V", "dK", "dV")
-
-
-class Hbm:
-    """Global memory of one simulated run: named float64 arrays and per-stage byte counters."""
-
-    def __init__(self, plan: Plan):
-        self.plan = plan
-        self.arrays: dict[str, np.ndarray] = {}
-        self.counts: dict[str, dict[str, list[int]]] = {}
-        self._stage: dict[str, list[int]] | None = None
-
-    def put(self, name: str, array: np.ndarray) -> None:
-        """Place an input in HBM (the upload is not a kernel access, so it is not counted)."""
-        self.arrays[name] = np.array(array, dtype=np.float64)
-
-    def alloc(self, name: str, shape: tuple[int, ...]) -> None:
-        """Allocate an output poisoned with NaN, so an element no stage writes shows up."""
-        self.arrays[name] = np.full(shape, np.nan)
-
-    def begin(self, stage: str) -> None:
-        self._stage = self.counts.setdefault(stage, defaultdict(lambda: [0, 0]))
-
-    def _count(self, name: str, elements: int, read: int, write: int) -> None:
-        size = elements * self.plan.tensor_itemsize(name)
-        self._stage[name][0] += read * size
-        self._stage[name][1] += write * size
-
-    def load(self, name: str, index: tuple) -> np.ndarray:
-        tile = np.array(self.arrays[name][index])
-        self._count(name, tile.size, 1, 0)
-        return tile
-
-    def store(self, name: str, index: tuple, value: np.ndarray) -> None:
-        target = self.arrays[name][index]
-        target[...] = value
-        self._count(name, target.size, 0, 1)
-
-    def atomic_add(self, name: str, index: tuple, value: np.ndarray) -> None:
-        target = self.arrays[name][index]
-        target += value
-        self._count(name, target.size, 1, 1)
-
-
-def _blocks(n: int, b: int) -> list[slice]:
-    return [slice(i, min(i + b, n)) for i in range(0, n, b)]
-
-
-def _t(x: np.ndarray) -> np.ndarray:
-    return np.swapaxes(x, -1, -2)
-
+from .decode import run_decode
+from .hbm import ALL, KV_TENSORS, Hbm, blocks, divide, finite, rescale, transpose
 
 # ---------------------------------------------------------------------------------------------
 # the causal mask and the sliding window (iokernels.plan.causal): Plan.visible
@@ -124,21 +69,6 @@ def _explicit(hbm: Hbm, rs: slice, cs: slice, x: np.ndarray) -> np.ndarray:
         return np.where(np.isneginf(m), -np.inf, x + m)
 
 
-def _finite(m: np.ndarray) -> np.ndarray:
-    """m with −inf (a row that has seen no visible key yet) as 0, so exp(s − m) is 0, never NaN."""
-    return np.where(np.isneginf(m), 0.0, m)
-
-
-def _rescale(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
-    """e^{m_old − m_new}, 0 where m_old is −inf (nothing to rescale)."""
-    return np.where(np.isneginf(m_old), 0.0, np.exp(_finite(m_old) - _finite(m_new)))
-
-
-def _divide(x: np.ndarray, l: np.ndarray) -> np.ndarray:
-    """x / l per row, 0 on rows with l = 0 (no visible key); NaN stays NaN, as in the kernels."""
-    return np.where(l[..., None] == 0, 0.0, x / np.where(l == 0, 1.0, l)[..., None])
-
-
 def _dropout_tile(plan: Plan, rs: slice, cs: slice) -> np.ndarray | float:
     """Z of the (query block, key block) pair for every batch·head, (BH, rows, cols) (iokernels.plan.dropout: the
     tiled kernels regenerate it from the seed, nothing read); 1.0 without dropout."""
@@ -158,16 +88,16 @@ def _gemm(hbm: Hbm, a: str, b: str, c: str, m: int, n: int, k: int, alpha: float
     mask applied to each stored tile of C, its elements read there (once per batch·head); ``a_dropout``: Z of
     A as stored (the dropped P: (BH, N_q, N_k)), multiplying each k-slice of A once loaded (never stored)."""
     tile = hbm.plan.tile
-    for ms in _blocks(m, tile["BM"]):
-        for ns in _blocks(n, tile["BN"]):
+    for ms in blocks(m, tile["BM"]):
+        for ns in blocks(n, tile["BN"]):
             acc = 0.0
-            for ks in _blocks(k, tile["BK"]):
+            for ks in blocks(k, tile["BK"]):
                 rows, cols = (ks, ms) if a_t else (ms, ks)  # the A slice as stored
                 at = hbm.load(a, (ALL, rows, cols))
                 if a_dropout is not None:
                     at = at * a_dropout[:, rows, cols]
-                at = _t(at) if a_t else at
-                bt = _t(hbm.load(b, (ALL, ns, ks))) if b_t else hbm.load(b, (ALL, ks, ns))
+                at = transpose(at) if a_t else at
+                bt = transpose(hbm.load(b, (ALL, ns, ks))) if b_t else hbm.load(b, (ALL, ks, ns))
                 acc = acc + at @ bt
             out = _masked(alpha * acc, _visible(hbm.plan, ms, ns) if causal else None)
             hbm.store(c, (ALL, ms, ns), _explicit(hbm, ms, ns, out) if mask else out)
@@ -184,11 +114,11 @@ def _standard_fwd(hbm: Hbm, scale: float) -> None:
     hbm.begin("rowmax")
     hbm.store("m", vec, hbm.load("S", mat).max(axis=-1))
     hbm.begin("rowsum")
-    m = _finite(hbm.load("m", vec))[..., None]
+    m = finite(hbm.load("m", vec))[..., None]
     hbm.store("l", vec, np.exp(hbm.load("S", mat) - m).sum(axis=-1))
     hbm.begin("normalize")
-    m, l = _finite(hbm.load("m", vec))[..., None], hbm.load("l", vec)
-    hbm.store("P", mat, _divide(np.exp(hbm.load("S", mat) - m), l))
+    m, l = finite(hbm.load("m", vec))[..., None], hbm.load("l", vec)
+    hbm.store("P", mat, divide(np.exp(hbm.load("S", mat) - m), l))
     hbm.begin("pv")  # dropout: O = (Z ∘ P) V, P stays the undropped softmax
     _gemm(hbm, "P", "V", "O", p.N_q, p.d, p.N_k, a_dropout=reference_dropout(p))
 
@@ -222,13 +152,13 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     store = p.schedule == "store"
     t = p.tile
-    cols = _blocks(p.N_k, t["Bc"])
+    cols = blocks(p.N_k, t["Bc"])
     # causal, window: key blocks outside a query block's visible range are skipped; block-sparse: the pairs the
     # block mask zeroes. Q_i (pass 2: m_i, l_i) is loaded at the block's first computed pair; a block
     # with none loads nothing (m = −inf, l = 0, O = 0)
     visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window, p.documents)
     hbm.begin("stats")
-    for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+    for rs, (a, b) in zip(blocks(p.N_q, t["Br"]), visible, strict=True):
         q = None
         m = np.full((p.bh, rs.stop - rs.start), -np.inf)
         l = np.zeros(m.shape)
@@ -237,31 +167,31 @@ def _two_pass(hbm: Hbm, scale: float) -> None:
                 continue
             if q is None:
                 q = hbm.load("Q", (ALL, rs, ALL))  # resident for the rest of the sweep over K
-            s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
+            s = _masked(scale * (q @ transpose(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
             if store:
                 hbm.store("S", (ALL, rs, cs), s)
             m_new = np.maximum(m, s.max(axis=-1))
-            l = l * _rescale(m, m_new) + np.exp(s - _finite(m_new)[..., None]).sum(axis=-1)
+            l = l * rescale(m, m_new) + np.exp(s - finite(m_new)[..., None]).sum(axis=-1)
             m = m_new
         hbm.store("m", (ALL, rs), m)
         hbm.store("l", (ALL, rs), l)
     hbm.begin("output")
-    for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+    for rs, (a, b) in zip(blocks(p.N_q, t["Br"]), visible, strict=True):
         m = l = q = None
         acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
         for cs in cols[a:b]:
             if not _kept(hbm, rs, cs):
                 continue
             if m is None:
-                m, l = _finite(hbm.load("m", (ALL, rs)))[..., None], hbm.load("l", (ALL, rs))
+                m, l = finite(hbm.load("m", (ALL, rs)))[..., None], hbm.load("l", (ALL, rs))
                 q = None if store else hbm.load("Q", (ALL, rs, ALL))
             if store:
                 s = hbm.load("S", (ALL, rs, cs))
             else:
-                s = _masked(scale * (q @ _t(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
+                s = _masked(scale * (q @ transpose(hbm.load("K", (ALL, cs, ALL)))), _visible(p, rs, cs))
             # dropout: O = (Z ∘ P) V, the statistics m, l of pass 1 are those of the undropped P
             acc = acc + (_dropout_tile(p, rs, cs) * np.exp(s - m)) @ hbm.load("V", (ALL, cs, ALL))
-        hbm.store("O", (ALL, rs, ALL), 0.0 if l is None else _divide(acc, l))
+        hbm.store("O", (ALL, rs, ALL), 0.0 if l is None else divide(acc, l))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,27 +205,27 @@ def _flash_kv_outer(hbm: Hbm, scale: float) -> None:
     hbm.store("l", (ALL, ALL), 0.0)
     hbm.store("Oacc", (ALL, ALL, ALL), 0.0)
     hbm.begin("main")
-    for cs in _blocks(p.N_k, t["Bc"]):
+    for cs in blocks(p.N_k, t["Bc"]):
         if not _key_block_used(p, cs):
             if p.positional:
                 continue  # a window or documents: no query sees this key block (a later one may be seen)
             break  # causal: no query sees this key block, nor the later ones
         k = v = None
-        for rs in _blocks(p.N_q, t["Br"]):
+        for rs in blocks(p.N_q, t["Br"]):
             if not _pair_visible(p, rs, cs) or not _kept(hbm, rs, cs):
                 continue  # causal: every element of the pair is masked; block-sparse: a zero block
             if k is None:  # K_j, V_j at the key block's first computed pair
                 k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
             q, o = hbm.load("Q", (ALL, rs, ALL)), hbm.load("Oacc", (ALL, rs, ALL))
             l, m = hbm.load("l", (ALL, rs)), hbm.load("m", (ALL, rs))
-            s = _masked(scale * (q @ _t(k)), _visible(p, rs, cs))
+            s = _masked(scale * (q @ transpose(k)), _visible(p, rs, cs))
             m_tile = s.max(axis=-1)
             empty = np.isneginf(m_tile)  # rows that see no key of this block keep m, l, O
-            p_tile = np.exp(s - _finite(m_tile)[..., None])
+            p_tile = np.exp(s - finite(m_tile)[..., None])
             l_tile = p_tile.sum(axis=-1)
             m_new = np.maximum(m, m_tile)
-            a = np.where(empty, 1.0, _rescale(m, m_new))
-            b = np.where(empty, 0.0, np.exp(_finite(m_tile) - _finite(m_new)))
+            a = np.where(empty, 1.0, rescale(m, m_new))
+            b = np.where(empty, 0.0, np.exp(finite(m_tile) - finite(m_new)))
             l_new = a * l + b * l_tile
             l_div = np.where(empty, 1.0, l_new)
             alpha = np.where(empty, 1.0, l * a / l_div)
@@ -320,10 +250,10 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     t = p.tile
     kv = kv_rows(p)  # a K/V tile is read once per query head that uses it
-    cols = _blocks(p.N_k, t["Bc"])
+    cols = blocks(p.N_k, t["Bc"])
     visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window, p.documents)
     hbm.begin("main")
-    for rs, (a, b) in zip(_blocks(p.N_q, t["Br"]), visible, strict=True):
+    for rs, (a, b) in zip(blocks(p.N_q, t["Br"]), visible, strict=True):
         # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
         q = None
         acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
@@ -334,18 +264,18 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
                 continue
             if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
                 q = hbm.load("Q", (ALL, rs, ALL))
-            s = _masked(scale * (q @ _t(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
+            s = _masked(scale * (q @ transpose(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
             s = _explicit(hbm, rs, cs, s)
             m_new = np.maximum(m, s.max(axis=-1))
-            prob = np.exp(s - _finite(m_new)[..., None])
-            alpha = _rescale(m, m_new)
+            prob = np.exp(s - finite(m_new)[..., None])
+            alpha = rescale(m, m_new)
             l = alpha * l + prob.sum(axis=-1)
             # dropout: l sums the undropped P, O accumulates (Z ∘ P) V_j
             acc = alpha[..., None] * acc + (_dropout_tile(p, rs, cs) * prob) @ hbm.load("V", (kv, cs, ALL))
             m = m_new
-        hbm.store("O", (ALL, rs, ALL), _divide(acc, l))
+        hbm.store("O", (ALL, rs, ALL), divide(acc, l))
         with np.errstate(divide="ignore"):
-            hbm.store("lse", (ALL, rs), np.where(l > 0, _finite(m) + np.log(l), -np.inf))
+            hbm.store("lse", (ALL, rs), np.where(l > 0, finite(m) + np.log(l), -np.inf))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,7 +294,7 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
         return x.reshape(p.bh_kv, group, *x.shape[1:])
 
     hbm.begin(stage)
-    for cs in _blocks(p.N_k, t["Bc"]):
+    for cs in blocks(p.N_k, t["Bc"]):
         if not _key_block_used(p, cs):  # causal: no query sees these keys: dK_j = dV_j = 0, nothing loaded
             hbm.store("dK", (ALL, cs, ALL), 0.0)
             hbm.store("dV", (ALL, cs, ALL), 0.0)
@@ -372,7 +302,7 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
         k = v = None
         dk = np.zeros((p.bh_kv, 1, cs.stop - cs.start, p.d))
         dv = np.zeros(dk.shape)
-        for rs in _blocks(p.N_q, t["Br"]):
+        for rs in blocks(p.N_q, t["Br"]):
             if not _pair_visible(p, rs, cs) or not _kept(hbm, rs, cs):
                 continue  # causal: every element of the pair is masked; block-sparse: a zero block
             if k is None:  # K_j, V_j at the key block's first computed pair
@@ -381,17 +311,17 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
             lse, dd = grouped(hbm.load("lse", (ALL, rs))), grouped(hbm.load("D", (ALL, rs)))
             # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
             with np.errstate(invalid="ignore"):  # a row with lse = −inf is masked everywhere
-                x = _explicit(hbm, rs, cs, (scale * (q @ _t(k))).reshape(p.bh, *q.shape[2:-1], -1))
+                x = _explicit(hbm, rs, cs, (scale * (q @ transpose(k))).reshape(p.bh, *q.shape[2:-1], -1))
                 x = grouped(x)
                 prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
             # dropout (Z of the query heads): dV += (Z ∘ P)ᵀ dO, dS = P ∘ (Z ∘ dO Vᵀ − D)
             z = _dropout_tile(p, rs, cs)
             z = grouped(z) if p.dropout is not None else z
-            dv += (_t(z * prob) @ do).sum(axis=1, keepdims=True)
-            ds = prob * (z * (do @ _t(v)) - dd[..., None])
+            dv += (transpose(z * prob) @ do).sum(axis=1, keepdims=True)
+            ds = prob * (z * (do @ transpose(v)) - dd[..., None])
             if dq_atomics:
                 hbm.atomic_add("dQacc", (ALL, rs, ALL), (scale * (ds @ k)).reshape(p.bh, -1, p.d))
-            dk += scale * (_t(ds) @ q).sum(axis=1, keepdims=True)
+            dk += scale * (transpose(ds) @ q).sum(axis=1, keepdims=True)
         hbm.store("dK", (ALL, cs, ALL), dk[:, 0])
         hbm.store("dV", (ALL, cs, ALL), dv[:, 0])
 
@@ -412,149 +342,18 @@ def _flash_bwd_deterministic(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     t = p.tile
     hbm.begin("dq")
-    for rs in _blocks(p.N_q, t["Br"]):
+    for rs in blocks(p.N_q, t["Br"]):
         q, do, o = (hbm.load(name, (ALL, rs, ALL)) for name in ("Q", "dO", "O"))
         lse = hbm.load("lse", (ALL, rs))
         dd = (do * o).sum(axis=-1)
         hbm.store("D", (ALL, rs), dd)
         dq = np.zeros(q.shape)
-        for cs in _blocks(p.N_k, t["Bc"]):  # the kernel's own key steps move the same bytes
+        for cs in blocks(p.N_k, t["Bc"]):  # the kernel's own key steps move the same bytes
             k, v = hbm.load("K", (ALL, cs, ALL)), hbm.load("V", (ALL, cs, ALL))
-            prob = np.exp(scale * (q @ _t(k)) - lse[..., None])
-            dq += scale * ((prob * (do @ _t(v) - dd[..., None])) @ k)
+            prob = np.exp(scale * (q @ transpose(k)) - lse[..., None])
+            dq += scale * ((prob * (do @ transpose(v) - dd[..., None])) @ k)
         hbm.store("dQ", (ALL, rs, ALL), dq)
     _kv_outer_grads(hbm, scale, "dkdv", dq_atomics=False)
-
-
-def _flash_decode(hbm: Hbm, scale: float) -> None:
-    """flash/fast/fwd+split and +packed (iokernels.plan.decode): the g query heads of a K/V head and their N_q rows
-    as one packed sequence of g·N_q rows (query head z·g + h, row i: packed row h·N_q + i of K/V head z), in tiles
-    of B_r rows; each split of the key tiles runs the online softmax of every tile over its keys and, with more
-    than one split, writes the tile's normalized partial O and lse (float32), which the combine merges by their
-    log-sum-exp; one split writes O and lse itself. With a cache of per-sequence lengths (Plan.kv_cache) every block
-    reads its sequence's length first, a split past the sequence's end does nothing, a contiguous cache's last tile
-    loads its rows up to the capacity, a paged one its boxes of min(page, B_c) rows from the pages the page table
-    names (an entry per box, for K and again for V), and the combine reads each row's length; a sequence with no key
-    gives O = 0 and lse −inf."""
-    p = hbm.plan
-    t, cache = p.tile, p.kv_cache
-    rows, g_kv = p.heads // p.kv_heads * p.N_q, p.kv_heads
-    split = p.variant == "split"
-    for name, width in (("Q", (p.d,)), ("O", (p.d,)), ("lse", ())):  # the packed views (same memory)
-        hbm.arrays[name] = hbm.arrays[name].reshape(p.bh_kv, rows, *width)
-    lengths = (p.N_k,) * p.batch if cache is None else cache.lengths
-    if split:
-        hbm.alloc("Opart", (t["S"], p.bh_kv, rows, p.d))
-        hbm.alloc("lse_part", (t["S"], p.bh_kv, rows))
-    if cache is not None:  # a block reads its sequence's length: one copy per K/V head (and per page-table row)
-        hbm.arrays["seqlens"] = np.repeat(hbm.arrays["seqlens"], g_kv)
-        if cache.paged:
-            hbm.arrays["page_table"] = np.repeat(hbm.arrays["page_table"], g_kv, axis=0)
-    chunk = cdiv(t["Tc"], t["S"])
-    if cache is not None and cache.append:  # the new keys and values first, after each sequence's keys
-        hbm.begin("append")
-        for b, n in enumerate(lengths):
-            for r in range(cache.append):
-                _append_row(hbm, b, n + r, r)
-        lengths = tuple(cache.keys(n) for n in lengths)
-    hbm.begin("main")
-    for b, n in enumerate(lengths):
-        heads = slice(b * g_kv, (b + 1) * g_kv)
-        tiles = cdiv(n, t["Bc"])
-        for rs in _blocks(rows, t["Br"]):
-            for si in range(t["S"]):
-                if cache is not None:
-                    hbm.load("seqlens", (heads,))
-                a, z = si * chunk, min(si * chunk + chunk, tiles)
-                if a >= z:
-                    if not split and cache is not None:  # (one split: the sequence has no key)
-                        hbm.store("O", (heads, rs, ALL), 0.0)
-                        hbm.store("lse", (heads, rs), -np.inf)
-                    continue  # an empty split: the combine leaves it out
-                q = hbm.load("Q", (heads, rs, ALL))
-                acc = np.zeros(q.shape)
-                m = np.full(q.shape[:-1], -np.inf)
-                l = np.zeros(m.shape)
-                # causal (bottom-right): packed row r is query r % N_q, which sees the keys up to n − N_q + r % N_q
-                last = n - p.N_q + np.arange(rs.start, rs.stop) % p.N_q if p.causal else None
-                for j in range(a, z):
-                    key0 = j * t["Bc"]
-                    k, v = (_cache_tile(hbm, name, b, heads, key0) for name in ("K", "V"))
-                    valid = min(t["Bc"], n - key0)  # the rows past the sequence's end are loaded, never used
-                    s = scale * (q @ _t(k[:, :valid]))
-                    if last is not None:
-                        s = np.where(key0 + np.arange(valid)[None, :] <= last[:, None], s, -np.inf)
-                    m_new = np.maximum(m, s.max(axis=-1))
-                    prob = np.exp(s - _finite(m_new)[..., None])
-                    alpha = _rescale(m, m_new)
-                    l = alpha * l + prob.sum(axis=-1)
-                    acc = alpha[..., None] * acc + prob @ v[:, :valid]
-                    m = m_new
-                out, lse = ("Opart", "lse_part") if split else ("O", "lse")
-                index = (si,) if split else ()
-                hbm.store(out, (*index, heads, rs, ALL), _divide(acc, l))  # (a row that saw no key here: 0, −inf)
-                lse_rows = np.where(l > 0, _finite(m) + np.log(np.where(l > 0, l, 1)), -np.inf)
-                hbm.store(lse, (*index, heads, rs), lse_rows)
-    if split:
-        hbm.begin("combine")
-        per_seq = p.heads * p.N_q  # output rows of a sequence
-        for b, n in enumerate(lengths):
-            heads = slice(b * g_kv, (b + 1) * g_kv)
-            if cache is not None:  # each row's length, by the warp that combines it
-                hbm.load("seqlens", (np.full(per_seq, b * g_kv),))
-            used = cdiv(cdiv(n, t["Bc"]), chunk)
-            if used == 0:
-                hbm.store("O", (heads, ALL, ALL), 0.0)
-                hbm.store("lse", (heads, ALL), -np.inf)
-                continue
-            lse_part = hbm.load("lse_part", (slice(0, used), heads, ALL))
-            o_part = hbm.load("Opart", (slice(0, used), heads, ALL, ALL))
-            top = _finite(lse_part.max(axis=0))  # (a row that saw no key in any split: O = 0, lse −inf)
-            total = np.exp(lse_part - top).sum(axis=0)
-            lse = np.where(total > 0, top + np.log(np.where(total > 0, total, 1)), -np.inf)
-            weight = np.exp(lse_part - _finite(lse))
-            hbm.store("O", (heads, ALL, ALL), np.where(total[..., None] > 0, (weight[..., None] * o_part).sum(axis=0),
-                                                       0.0))
-            hbm.store("lse", (heads, ALL), lse)
-    for name, width in (("Q", (p.d,)), ("O", (p.d,)), ("lse", ())):
-        hbm.arrays[name] = hbm.arrays[name].reshape(p.bh, p.N_q, *width)
-
-
-def _append_row(hbm: Hbm, b: int, position: int, r: int) -> None:
-    """New row r of sequence b's K/V heads (Knew, Vnew) into its cache at ``position``: each head's warp reads the
-    sequence's length and (paged) the page's entry once, and copies the row of K and of V."""
-    p, cache = hbm.plan, hbm.plan.kv_cache
-    for j in range(b * p.kv_heads, (b + 1) * p.kv_heads):  # (one head at a time: stores need plain indices)
-        hbm.load("seqlens", (j,))
-        if cache.paged:
-            page = int(hbm.load("page_table", (j, position // cache.page_size)))
-            row = (page * p.kv_heads + j % p.kv_heads, position % cache.page_size)
-        else:
-            row = (j, position)
-        for new, name in (("Knew", "K"), ("Vnew", "V")):
-            hbm.store(name, (*row, ALL), hbm.load(new, (j, r, ALL)))
-
-
-def _cache_tile(hbm: Hbm, name: str, b: int, heads: slice, key0: int) -> np.ndarray:
-    """Key tile [key0, key0 + B_c) of sequence b's K/V heads ``heads`` as its copies load it: from a contiguous cache
-    (rows up to the capacity), or box by box (min(page, B_c) rows) from the pages its page-table entries name
-    (boxes past the sequence's end not loaded: zeros). (heads, B_c, d)."""
-    p = hbm.plan
-    bc, cache = p.tile["Bc"], p.kv_cache
-    if cache is None or not cache.paged:
-        tile = hbm.load(name, (heads, slice(key0, min(key0 + bc, p.N_k)), ALL))
-        return np.concatenate([tile, np.zeros((tile.shape[0], bc - tile.shape[1], p.d))], axis=1)
-    size, n = cache.page_size, cache.keys(cache.lengths[b])
-    box = min(size, bc)
-    out = np.zeros((heads.stop - heads.start, bc, p.d))
-    for i in range(0, bc, box):
-        if key0 + i >= n:
-            break
-        page = hbm.load("page_table", (heads, (key0 + i) // size)).astype(np.int64)  # one entry per K/V head
-        row = (key0 + i) % size
-        pool = page * p.kv_heads + np.arange(heads.stop - heads.start)  # pool row of (page, K/V head)
-        out[:, i:i + box] = hbm.load(name, (pool, slice(row, row + box), ALL))
-    return out
 
 
 _RUNNERS: dict[tuple[str, ...], Callable[[Hbm, float], None]] = {
@@ -568,8 +367,8 @@ _RUNNERS: dict[tuple[str, ...], Callable[[Hbm, float], None]] = {
     ("flash", "kv_outer", "bwd"): _flash_bwd,
     ("flash", "fast", "bwd"): _flash_bwd,  # the research backward's schedule with the kernel's tiles
     ("flash", "fast", "bwd", "deterministic"): _flash_bwd_deterministic,  # Plan.variant
-    ("flash", "fast", "fwd", "split"): _flash_decode,
-    ("flash", "fast", "fwd", "packed"): _flash_decode,
+    ("flash", "fast", "fwd", "split"): run_decode,
+    ("flash", "fast", "fwd", "packed"): run_decode,
 }
 
 

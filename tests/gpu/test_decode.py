@@ -43,6 +43,18 @@ def _seed(*parts) -> int:
     return zlib.crc32(repr(parts).encode())
 
 
+def _assert_outputs(runs, dtype, o_want, lse_want, naive):
+    """Each run's O within flash-attention's tolerance of the float64 reference (twice the same-precision naive
+    error), lse within 1e-2, −inf exactly where a query sees no key (and O 0 there)."""
+    for buffers in runs:
+        o = launch.to_float64(buffers["O"], dtype)
+        assert_within_naive({"O": o}, {"O": o_want}, {"O": naive})
+        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
+        empty = np.isneginf(lse_want)
+        assert np.array_equal(np.isneginf(lse), empty) and np.all(o[empty] == 0)
+        assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2
+
+
 def _plan(case):
     n_q, n_k, d, dtype, batch, heads, kv_heads, splits = case
     return make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads, kv_heads=kv_heads,
@@ -92,13 +104,7 @@ def test_causal_counters_outputs_and_lse(case):
     q, k, v = host["Q"], host["K"][kv], host["V"][kv]
     o_want, lse_want = reference.forward(q, k, v, causal="bottom_right")
     naive = round_to(plan_naive_p(plan, q, k, reference.default_scale(d)) @ v, dtype)
-    for buffers in (run.buffers, plain.buffers):
-        o = launch.to_float64(buffers["O"], dtype)
-        assert_within_naive({"O": o}, {"O": o_want}, {"O": naive})
-        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
-        empty = np.isneginf(lse_want)
-        assert np.array_equal(np.isneginf(lse), empty) and np.all(o[empty] == 0)
-        assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2
+    _assert_outputs((run.buffers, plain.buffers), dtype, o_want, lse_want, naive)
 
 
 def test_each_split_sees_its_keys_once():
@@ -202,18 +208,12 @@ def test_cache_counters_outputs_and_lse(case):
         if k.shape[1]:
             naive[b] = _naive(q[b], np.repeat(k, group, axis=0), np.repeat(v, group, axis=0), dtype, scale, causal)
     naive = naive.reshape(plan.bh, n_q, d)
-    for buffers in (run.buffers, plain.buffers):
-        o = launch.to_float64(buffers["O"], dtype)
-        assert_within_naive({"O": o}, {"O": o_want}, {"O": naive})
-        lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
-        empty = np.isneginf(lse_want)
-        assert np.array_equal(np.isneginf(lse), empty) and np.all(o[empty] == 0)
-        assert np.max(np.abs(lse[~empty] - lse_want[~empty]), initial=0.0) < 1e-2
+    _assert_outputs((run.buffers, plain.buffers), dtype, o_want, lse_want, naive)
 
 
 def test_the_library_decodes_from_a_paged_cache():
     """iokernels.attention_with_kvcache on a paged pool with per-sequence lengths on the device equals the float64
-    reference; the same values in a contiguous cache give the same output."""
+    reference."""
     import iokernels
     from iokernels.plan.kvcache import make_kv_cache
     from iokernels.simulate.inputs import cache_reference
@@ -301,3 +301,22 @@ def test_the_library_appends_and_attends():
     again = iokernels.attention_with_kvcache(q, k_pool, v_pool, cache_seqlens=inputs["seqlens"],
                                              page_table=inputs["page_table"], k=k_new, v=v_new, causal=True)
     assert np.max(np.abs(launch.to_float64(again, "float16").reshape(plan.bh, new, d) - o_want)) < 3e-3
+
+
+def test_lengths_past_the_capacity_are_clamped():
+    """A length past the contiguous cache's capacity counts as the capacity (no zero-filled row taken for a key), and
+    rows appended past it are not written (the next head's keys stay as they were)."""
+    import iokernels
+
+    rng = np.random.default_rng(13)
+    q = cp.asarray(rng.standard_normal((2, 8, 1, 64)), dtype=cp.float16)
+    k, v = (cp.asarray(rng.standard_normal((2, 2, 300, 64)), dtype=cp.float16) for _ in range(2))
+    over = cp.asarray([1000, 300], dtype=cp.int32)
+    o = iokernels.attention_with_kvcache(q, k, v, cache_seqlens=over)
+    full = iokernels.attention_with_kvcache(q, k, v)  # every sequence its 300 keys
+    assert cp.allclose(o.astype(cp.float32), full.astype(cp.float32), atol=2e-3)
+    before = k.copy()
+    k_new, v_new = (cp.asarray(rng.standard_normal((2, 2, 4, 64)), dtype=cp.float16) for _ in range(2))
+    iokernels.attention_with_kvcache(q, k, v, cache_seqlens=cp.asarray([298, 300], dtype=cp.int32), k=k_new, v=v_new)
+    assert cp.array_equal(k[0, :, 298:], k_new[0, :, :2]) and cp.array_equal(k[0, :, :298], before[0, :, :298])
+    assert cp.array_equal(k[1], before[1])  # sequence 1 is full: none of its rows written, nothing past it

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 itorch = pytest.importorskip("iokernels.torch")
 ops = pytest.importorskip("iokernels.library.torch_ops")
+kvops = pytest.importorskip("iokernels.library.torch_kvcache")
 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
@@ -32,8 +33,8 @@ def _tensors(q=(2, 8, 1, 64), k=(2, 2, 512, 64), v=None, seqlens=(2,), table=Non
 
 
 def test_the_op_is_registered_with_its_schema():
-    assert str(OP.default._schema) == "iokernels::attention_with_kvcache" + ops.KV_SCHEMA
-    assert "Tensor? cache_seqlens, Tensor? page_table, str causal, float? scale, int num_splits" in ops.KV_SCHEMA
+    assert str(OP.default._schema) == "iokernels::attention_with_kvcache" + kvops.KV_SCHEMA
+    assert "Tensor? cache_seqlens, Tensor? page_table, str causal, float? scale, int num_splits" in kvops.KV_SCHEMA
     assert itorch.__all__ == ["attention", "attention_with_kvcache"]
 
 
@@ -168,7 +169,7 @@ def test_compile_fullgraph_traces_the_op_with_dynamic_shapes():
 
 @pytest.fixture
 def cpu_op(monkeypatch):
-    """The operator on CPU tensors, its implementation (torch_ops.kvcache_forward) recording its arguments."""
+    """The operator on CPU tensors, its implementation (torch_kvops.kvcache_forward) recording its arguments."""
     calls = []
 
     def record(q, k_cache, v_cache, cache_seqlens, page_table, causal, scale, num_splits):
@@ -176,7 +177,7 @@ def cpu_op(monkeypatch):
         return q * 2, torch.full(q.shape[:-1], 7.0)
 
     monkeypatch.setattr(ops, "DEVICE_TYPES", ("cuda", "meta", "cpu"))
-    monkeypatch.setattr(ops, "kvcache_forward", record)
+    monkeypatch.setattr(kvops, "kvcache_forward", record)
     return calls
 
 
@@ -272,25 +273,25 @@ def stand_ins(monkeypatch):
 def test_later_calls_launch_on_the_tensors_addresses(stand_ins):
     q, k, v, seqlens, table = _tensors(k=(40, 2, 64, 64), table=(2, 8), dtype=torch.bfloat16, device="cpu")
     options = ("bottom_right", None, 0)
-    ops.kvcache_forward(q, k, v, seqlens, table, *options)  # the first call: the cupy function, the fast path stored
+    kvops.kvcache_forward(q, k, v, seqlens, table, *options)  # the first call: the cupy function, the fast path stored
     ((views, kw),) = stand_ins
     assert kw == {"causal": "bottom_right", "scale": None, "num_splits": 0, "return_lse": True, "bfloat16": True}
     for view, t in zip(views, (q, k, v, seqlens, table), strict=True):  # views of the tensors' memory, no copy
         strides = tuple(t.element_size() * s for s in t.stride())
         assert (view.ptr, view.shape, view.strides) == (t.data_ptr(), tuple(t.shape), strides)
     assert [str(x.dtype) for x in views] == ["uint16"] * 3 + ["int32"] * 2  # bfloat16 as its bits
-    out, lse = ops.kvcache_forward(q, k, v, seqlens, table, *options)
+    out, lse = kvops.kvcache_forward(q, k, v, seqlens, table, *options)
     (entry,) = TORCH_CALLS.entries.values()
     # the addresses in the fast path's input order, the new keys' and values' slots 0 (no append)
     assert len(stand_ins) == 1 and entry.call.fast.given == [(*(t.data_ptr() for t in (q, k, v, seqlens, table)), 0, 0)]
     assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (2, 8, 1) and lse.dtype == torch.float32
-    out, none = ops.kvcache_forward(q, k, v, seqlens, table, *options, keep_lse=False)  # lse to a scratch buffer
+    out, none = kvops.kvcache_forward(q, k, v, seqlens, table, *options, keep_lse=False)  # lse to a scratch buffer
     assert none is None and out.shape == q.shape and len(entry.call.fast.given) == 2
     again = torch.zeros_like(q)  # another q of the same signature: its address
-    ops.kvcache_forward(again, k, v, seqlens, table, *options)
+    kvops.kvcache_forward(again, k, v, seqlens, table, *options)
     assert entry.call.fast.given[-1][0] == again.data_ptr() and len(stand_ins) == 1
-    ops.kvcache_forward(q, k[:2], v[:2], None, None, "", None, 0)  # contiguous, no lengths: another signature
-    ops.kvcache_forward(q, k[:2], v[:2], None, None, "", None, 0)
+    kvops.kvcache_forward(q, k[:2], v[:2], None, None, "", None, 0)  # contiguous, no lengths: another signature
+    kvops.kvcache_forward(q, k[:2], v[:2], None, None, "", None, 0)
     assert len(stand_ins) == 2 and list(TORCH_CALLS.entries.values())[-1].call.fast.given[-1][3:] == (0, 0, 0, 0)
 
 
@@ -298,14 +299,14 @@ def test_later_calls_launch_on_the_tensors_addresses(stand_ins):
 def test_another_signature_takes_the_first_call_path(stand_ins, change):
     """num_splits=True equals 1 in Python but is refused by the cupy function's check: the key keeps its type."""
     q, k, v, seqlens, _ = _tensors(device="cpu")
-    ops.kvcache_forward(q, k, v, seqlens, None, "", None, 1)
+    kvops.kvcache_forward(q, k, v, seqlens, None, "", None, 1)
     args = {"num_splits=True": (q, k, v, seqlens, None, "", None, True),
             "strides": (torch.zeros(2, 1, 8, 64, dtype=q.dtype).transpose(1, 2), k, v, seqlens, None, "", None, 1),
             "no lengths": (q, k, v, None, None, "", None, 1),
             "causal": (q, k, v, seqlens, None, "bottom_right", None, 1)}[change]
     if change == "strides":  # a q of the same shape, strides of another layout (contiguous: N_q is 1)
         assert args[0].is_contiguous() and args[0].stride() != q.stride()
-    ops.kvcache_forward(*args)
+    kvops.kvcache_forward(*args)
     assert len(stand_ins) == 2
 
 

@@ -157,3 +157,20 @@ def test_append_needs_room():
         make_kv_cache(batch=1, n_k=64, lengths=(61,), append=4)
     with pytest.raises(ValueError, match="append"):
         make_kv_cache(batch=1, n_k=64, append=65)
+
+
+def test_the_dram_model_and_the_flops_follow_the_cache():
+    """The L2-aware DRAM model reads the same stages and tensors as the exact one for a cache plan (the append, the
+    lengths and the page table included, the cache's rows as loaded), and the FLOPs count each sequence's keys."""
+    from iokernels.model.l2 import dram
+    from iokernels.model.specs import get_spec
+
+    plan = _plan((10, 20), 4096, page_size=16, pages=300, append=3, N_q=1, d=128, dtype="float16", heads=8,
+                 kv_heads=2, splits=4)
+    exact, predicted = model.exact(plan), dram(plan, get_spec("h200"))
+    assert set(predicted) == set(exact) == {"append", "main", "combine"}
+    assert all(set(predicted[s]) >= set(exact[s]) for s in exact)
+    # 13 and 23 keys in pages of 16: 16 and 32 rows loaded, for each of the 2 K/V heads of a sequence
+    assert exact["main"]["K"] == (2 * (16 + 32) * 128 * 2, 0) and 0 < predicted["main"]["K"][0] <= exact["main"]["K"][0]
+    assert model.predict(plan).flops == 4 * 2 * 8 * 1 * ((10 + 3 + 20 + 3) // 2) * 128
+    assert plan.as_dict()["kv_cache"] == {"lengths": [10, 20], "page_size": 16, "pages": 300, "append": 3}
