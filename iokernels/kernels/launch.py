@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
+from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.tensors import APPEND_TENSORS, CACHE_TENSORS, DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
@@ -73,7 +74,7 @@ def storage_dtype(plan_dtype: str) -> np.dtype:
 
 
 def tensor_dtype(plan: Plan, name: str) -> np.dtype:
-    if name in CACHE_TENSORS:
+    if name in INT32_TENSORS:
         return np.dtype(np.int32)
     return np.dtype(np.float32) if name in FLOAT32_TENSORS else storage_dtype(plan.dtype)
 

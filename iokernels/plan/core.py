@@ -20,6 +20,7 @@ from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_documents, norma
 from .dropout import Dropout
 from .kvcache import KvCache
 from .masks import BlockMask, ExplicitMask
+from .tensors import CACHE_TENSORS
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -43,7 +44,7 @@ SMEM_ALIGN = 16
 # table); all others use the input dtype.
 FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part"})
 BYTE_TENSORS = frozenset({"block_mask"})
-INT32_TENSORS = frozenset({"seqlens", "page_table"})
+INT32_TENSORS = frozenset(CACHE_TENSORS)
 
 
 
