@@ -69,6 +69,17 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #define IOK_CACHE_T
 #endif
 
+// A variable-length batch (iokernels/plan/varlen.py): a kernel compiled with VARLEN takes the sequences' offsets into
+// the packed query and key rows (cu_seqlens_q, cu_seqlens_k: B + 1 int32 each) after the cache (IOK_VARLEN_PARAM) and
+// names them in its counters (IOK_VARLEN_T); its n_q and n_k arguments are the packed rows.
+#ifdef VARLEN
+#define IOK_VARLEN_PARAM const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+#define IOK_VARLEN_T , IOK_T_cu_seqlens_q, IOK_T_cu_seqlens_k
+#else
+#define IOK_VARLEN_PARAM
+#define IOK_VARLEN_T
+#endif
+
 // Block-sparse attention (iokernels/plan/masks.py): a kernel compiled with BLOCK_SPARSE (a stage parameter of
 // block-sparse plans) takes the plan's block mask, T_r x T_c bytes on its tile grid shared by every batch and
 // head, as the argument before the counters (IOK_BLOCK_MASK_PARAM), names it in its counters

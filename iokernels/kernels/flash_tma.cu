@@ -29,6 +29,13 @@
 // its head (q_len, an argument: the queries per head), which sees the keys up to keys - q_len + r % q_len; only the
 // tiles past keys - q_len hold masked elements, and a row may see no key of a split (its partial: O = 0, lse -inf).
 //
+// VARLEN (a variable-length batch, iokernels/plan/varlen.py): Q, O as (total_q, heads, d) and K, V as (total_k,
+// kv_heads, d), packed; block (x, b, z) takes query tile x of sequence b (its rows [cu_q[b], cu_q[b + 1]), read first
+// with its keys' [cu_k[b], cu_k[b + 1])) for head z: n_q and n_k become the sequence's lengths (CAUSAL per sequence),
+// the copies' rows are offset by the sequence's first and bounded by the packed rows (n_q, n_k as passed), and its
+// last V tile's rows past the sequence (the next one's) are zeroed as RAGGED's are. O rows and lse (total_q, heads)
+// are stored at their packed rows; a tile past the sequence's end does nothing.
+//
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
 // decode's, iokernels/model/hbm.py).
@@ -77,6 +84,12 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(RAGGED) && (defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT))
 #error "RAGGED: a block per work item (its sequence's length read first), no mask, no dropout"
 #endif
+#if defined(VARLEN) && (defined(PERSISTENT) || defined(WINDOW) || defined(DROPOUT) || defined(RAGGED) || defined(SPLIT))
+#error "VARLEN: a block per work item (its sequence's offsets read first), causal or no mask, no dropout"
+#endif
+#if defined(RAGGED) || defined(VARLEN)
+#define IOK_TAIL 1  // the last V tile's rows past the sequence zeroed in shared memory
+#endif
 #ifdef PACKED_CAUSAL
 #ifdef IOK_BAND
 #error "PACKED_CAUSAL: the decode's own causal mask, not CAUSAL's or a window's"
@@ -116,18 +129,24 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
-              float* __restrict__ lse, int n_q, int n_k,
-              float scale, int kv_group, int bh, IOK_WINDOW_PARAM IOK_CACHE_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM
+              float* __restrict__ lse, const int n_q_in, const int n_k_in, float scale, int kv_group, int bh,
+              IOK_WINDOW_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;         // accumulator coordinates: row group, thread in group
+    // the query rows and keys of the problem (VARLEN: of the block's sequence, read below), and where a copy's rows
+    // start and end in the tensors (VARLEN: the sequence's first packed row; the packed rows)
+    int n_q = n_q_in, n_k = n_k_in, q_base = 0;
+    [[maybe_unused]] int k_base = 0;  // (PAGED: its copies address pages)
+    const int q_extent = n_q_in;
+    [[maybe_unused]] const int k_extent = n_k_in;
     // work items, B_r query rows of one head each. PERSISTENT (a stage parameter; B_r 128): the blocks take them in
     // turn (item blockIdx.x, + gridDim.x, ...; the plan launches at most TMA_FWD_CTAS blocks), so the copy engine loads
     // an item's Q and first K while the consumers finish the item before; else one item per block. Causal: the
@@ -143,7 +162,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         int row0, rows, z, kv_head, kt0, tiles;  // first row, rows, head (batch·head), its K/V head, key tiles
         // [kt0, kt0 + tiles)
         int keys;  // the keys its rows may see: n_k, or (RAGGED) its sequence's length
-#ifdef RAGGED
+#ifdef IOK_TAIL
         int zero_from;  // the first row of its last V tile to zero (rows past the sequence loaded), or BC: none
 #endif
     };
@@ -163,7 +182,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         w.row0 = blockIdx.x * BR;
         w.z = blockIdx.z;
 #endif
-        w.rows = min(BR, n_q - w.row0);
+        w.rows = min(BR, n_q - w.row0);  // (VARLEN: <= 0 past the sequence's end)
         w.kv_head = w.z / kv_group;
         w.keys = seq_keys;
 #ifdef IOK_BAND
@@ -187,13 +206,18 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         w.kt0 = 0;
         w.tiles = (w.keys + BC - 1) / BC;
 #endif
-#ifdef RAGGED
+#ifdef VARLEN
+        if (w.rows <= 0) w.tiles = 0;  // a tile past its sequence's end
+#endif
+#ifdef IOK_TAIL
         // the copies of the sequence's last tile load rows past its end (a contiguous cache's up to the capacity, a
         // paged one's to the end of the box) that may hold anything, NaN included: V's must be zero (P = 0 there,
         // and 0 NaN = NaN in P V). K's are masked like any key past the end
         const int last = w.keys - ((w.keys + BC - 1) / BC - 1) * BC;  // rows of it inside the sequence, 1 .. BC
-#ifdef PAGED
+#if defined(PAGED)
         const bool past = w.keys % (PAGED < BC ? PAGED : BC) != 0;
+#elif defined(VARLEN)
+        const bool past = last < BC;  // (the next sequence's rows, or zero-filled ones past the packed tensor)
 #else
         const bool past = w.keys < n_k && last < BC;
 #endif
@@ -208,16 +232,29 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // wait: every warp of a warpgroup has finished reading). The rings run on across items: tile j of an item is
     // slot ring + j, ring the tiles of the block's earlier items
     __shared__ __align__(8) unsigned long long bar_q, empty_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
-#ifdef RAGGED
-    // the sequence of the block's K/V head (read once, by one thread) and its rows; bar_tail: the copy of its last V
-    // tile, which the producer's warp 1 completes on full_v once it has zeroed the rows past the end
-    __shared__ int seq_len;
+#ifdef IOK_TAIL
+    // bar_tail: the copy of the sequence's last V tile, which the producer's warp 1 completes on full_v once it has
+    // zeroed the rows past the end
     __shared__ __align__(8) unsigned long long bar_tail;
+    if (threadIdx.x == 0) iok_mbar_init(&bar_tail, 1);
+#endif
+#ifdef RAGGED
+    // the sequence of the block's K/V head (read once, by one thread) and its rows
+    __shared__ int seq_len;
     const int seq = blockIdx.z / (gridDim.z / batch);
     if (threadIdx.x == 0) {
         // with the keys appended first; past the capacity: the capacity (no zero-filled rows taken for keys)
         seq_len = min(iok_ld<IOK_T_seqlens>(io, seqlens + seq) + seq_add, n_k);
-        iok_mbar_init(&bar_tail, 1);
+    }
+#endif
+#ifdef VARLEN
+    // the block's sequence: its first query and key rows and one past their last (read once, by one thread)
+    __shared__ int seq_rows[4];
+    if (threadIdx.x == 0) {
+        seq_rows[0] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y);
+        seq_rows[1] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y + 1);
+        seq_rows[2] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y);
+        seq_rows[3] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y + 1);
     }
 #endif
     if (threadIdx.x == 0) {
@@ -235,6 +272,13 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __syncthreads();  // the last block-wide barrier before the roles part
 #ifdef RAGGED
     seq_keys = seq_len;
+#endif
+#ifdef VARLEN
+    q_base = seq_rows[0];
+    n_q = seq_rows[1] - q_base;
+    k_base = seq_rows[2];
+    n_k = seq_rows[3] - k_base;
+    seq_keys = n_k;
 #endif
 #ifdef SPLIT
     // the combine may be launched now (programmatic dependent launch, combine.cu's PDL): its blocks wait for this
@@ -264,7 +308,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_mbar_wait(&empty_q, (nq & 1) ^ 1);  // the consumers' last product that reads Q is done
 #endif
                 iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, w.row0, n_q, z);
+                wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, q_base + w.row0, q_extent, z);
                 ++nq;
                 // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
                 auto load = [&](int j, bool is_k) {
@@ -273,7 +317,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
                     unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
                     iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
-#ifdef RAGGED
+#ifdef IOK_TAIL
                     if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
 #endif
                     iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
@@ -291,9 +335,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     }
 #else
                     if (is_k) {
-                        wg_tma_tile<IOK_T_K, BC, T>(io, dst, &tmK, full, key0, n_k, kv_head);
+                        wg_tma_tile<IOK_T_K, BC, T>(io, dst, &tmK, full, k_base + key0, k_extent, kv_head);
                     } else {
-                        wg_tma_tile<IOK_T_V, BC, T>(io, dst, &tmV, full, key0, n_k, kv_head);
+                        wg_tma_tile<IOK_T_V, BC, T>(io, dst, &tmV, full, k_base + key0, k_extent, kv_head);
                     }
 #endif
                 };
@@ -306,7 +350,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 ring += tiles;
             }
         }
-#ifdef RAGGED
+#ifdef IOK_TAIL
         else if (warp == 1 && block_item.zero_from < BC) {
             // the sequence's last V tile (stage (tiles - 1) % 2 of a block's one item): once copied, its rows past
             // the end are set to 0 (128 bytes of each 64-column slab a row: the swizzle moves 16-byte chunks within a
@@ -333,7 +377,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             const Item w = ITEM_OF(it);
             const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (lambdas capture
             // scalars)
-            const size_t q_off = static_cast<size_t>(z) * n_q + row0;
             float s[BC / 2], o[TILE_D / 2];
 #pragma unroll
             for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
@@ -524,8 +567,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
             }
-#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL)
-            // a row that sees no key (RAGGED: a sequence of none; PACKED_CAUSAL: of a split): O = 0, lse = -inf
+#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL) || defined(VARLEN)
+            // a row that sees no key (RAGGED, VARLEN: a sequence of none; PACKED_CAUSAL: of a split): O = 0, lse = -inf
             const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};
 #else
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
@@ -535,16 +578,23 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
             const float (&out_scale)[2] = inv;
 #endif
+#if defined(VARLEN)
+            const size_t out_off = static_cast<size_t>(q_base + row0) * bh + z;  // packed rows of bh heads
+            const int out_step = bh;
+#else
+            const size_t q_off = static_cast<size_t>(z) * n_q + row0;
 #ifdef SPLIT
-            const size_t out_off = (static_cast<size_t>(blockIdx.y) * gridDim.z * n_q) + q_off;  // split s's rows
+            const size_t out_off = static_cast<size_t>(blockIdx.y) * gridDim.z * n_q + q_off;  // split s's rows
 #else
             const size_t out_off = q_off;
+#endif
+            constexpr int out_step = 1;
 #endif
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = wg * 64 + warp * 16 + g + 8 * h;
                 if (r < rows) {
-                    auto* orow = O + (out_off + r) * HEAD_D;
+                    auto* orow = O + (out_off + static_cast<size_t>(r) * out_step) * HEAD_D;
 #pragma unroll
                     for (int n = 0; n < TILE_D / 8; ++n) {
                         if (n * 8 < HEAD_D) {  // the tile's columns past d: not stored
@@ -556,7 +606,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
                         }
                     }
-                    if (t == 0) iok_st<LSE_T>(io, lse + out_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
+                    if (t == 0) {
+                        iok_st<LSE_T>(io, lse + out_off + static_cast<size_t>(r) * out_step,
+                                      (m[h] + __log2f(l[h])) * 0.6931471805599453f);
+                    }
                 }
             }
         }

@@ -21,7 +21,16 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.tensors import APPEND_TENSORS, CACHE_TENSORS, DIMS, NUM_TENSORS, SPLIT_TENSORS, TENSORS, Counts
+from ..plan.tensors import (
+    APPEND_TENSORS,
+    CACHE_TENSORS,
+    DIMS,
+    NUM_TENSORS,
+    SPLIT_TENSORS,
+    TENSORS,
+    VARLEN_TENSORS,
+    Counts,
+)
 from ..simulate import KV_TENSORS, make_inputs, reference
 from . import rawlaunch, tensormap
 from .runtime import cubin_cache_dir, require_cupy
@@ -80,14 +89,21 @@ def tensor_dtype(plan: Plan, name: str) -> np.dtype:
 
 
 # the tensors a launch allocates or takes by name: those of (batch*heads, ...) shapes, the split-KV decode's partials
-# and its cache's lengths and page table
-BUFFERS = frozenset(DIMS) | frozenset(SPLIT_TENSORS) | frozenset(CACHE_TENSORS) | frozenset(APPEND_TENSORS)
+# and its cache's lengths and page table, a variable-length batch's offsets
+BUFFERS = (frozenset(DIMS) | frozenset(SPLIT_TENSORS) | frozenset(CACHE_TENSORS) | frozenset(APPEND_TENSORS)
+           | frozenset(VARLEN_TENSORS))
 
 
 def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
     if name in SPLIT_TENSORS:  # one (batch*heads, N_q[, d]) float32 tensor per split
         return (plan.tile["S"] * plan.bh, plan.N_q, *((plan.d,) if name == "Opart" else ()))
+    if plan.varlen is not None:  # packed: (total, heads, d) rows, (total, heads) row scalars, (batch + 1,) offsets
+        if name in VARLEN_TENSORS:
+            return (plan.batch + 1,)
+        kv = name in KV_TENSORS
+        total = plan.varlen.total_k if kv or DIMS[name][0] == "k" else plan.varlen.total_q
+        return (total, plan.kv_heads if kv else plan.heads, *((plan.d,) if DIMS[name][-1] == "d" else ()))
     cache = plan.kv_cache
     if name in CACHE_TENSORS:  # a decode's cache: lengths (batch,), page table (batch, max_pages)
         return (plan.batch,) if name == "seqlens" else (plan.batch, cache.max_pages(plan.N_k))
@@ -103,7 +119,8 @@ def stage_tensors(stage: Stage) -> tuple[str, ...]:
     if stage.kernel == "gemm":
         return GEMMS[stage.name][2:]
     params = dict(stage.params)
-    cache = ("seqlens",) * bool(params.get("RAGGED")) + ("page_table",) * bool(params.get("PAGED"))
+    cache = (("seqlens",) * bool(params.get("RAGGED")) + ("page_table",) * bool(params.get("PAGED"))
+             + VARLEN_TENSORS * bool(params.get("VARLEN")))
     return tuple(a.removeprefix("map:") for a in ARGS[stage.kernel] if a.removeprefix("map:") in BUFFERS) + cache
 
 
@@ -277,6 +294,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     if plan.variant in DECODE_VARIANTS:  # the main kernel sees a K/V head's query heads as one head of g·N_q rows
         values.update(n_q=np.int32(packed_rows(plan)), kv_group=np.int32(1), bh=np.int32(plan.bh_kv),
                       rows=np.int32(plan.bh * plan.N_q), splits=np.int32(plan.tile["S"]))
+    if plan.varlen is not None:  # the kernels' n_q, n_k: the packed rows; bh: the heads of a packed row
+        values.update(n_q=np.int32(plan.varlen.total_q), n_k=np.int32(plan.varlen.total_k), bh=np.int32(plan.heads))
     params = dict(stage.params)
     if stage.kernel == "gemm":
         _, _, a, b, c = GEMMS[stage.name]
@@ -299,6 +318,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args += ["seqlens", np.int32(plan.batch), np.int32(plan.kv_cache.append)]
     if params.get("PAGED"):
         args += ["page_table", np.int32(plan.kv_cache.max_pages(plan.N_k))]
+    if params.get("VARLEN"):  # a variable-length batch's offsets, after the cache (common.cuh IOK_VARLEN_PARAM)
+        args += list(VARLEN_TENSORS)
     if params.get("PACKED_CAUSAL"):  # the decode's causal mask on packed rows: the queries per head (flash_tma.cu)
         args.append(np.int32(plan.N_q))
     return tuple(args), bool(params.get("DROPOUT"))
@@ -307,13 +328,17 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
 def _map_arg(plan: Plan, name: str, tiles: dict[str, int]) -> tensormap.MapArg:
     """The TMA map of tensor ``name``: boxes of B_r rows for Q and dO, B_c for K and V, 64 for dQacc (float32); a
     decode plan's Q as (batch·K/V heads, g·N_q, d), its packed rows."""
+    rows = tiles["Br"] if name in ("Q", "dO") else 64 if name == "dQacc" else tiles["Bc"]
+    dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
+    if plan.varlen is not None:  # packed (total, heads, d)
+        n, bh, d = tensor_shape(plan, name)
+        return tensormap.MapArg(name, dtype, bh, n, d, rows, packed=True)
     bh, n, d = tensor_shape(plan, name)
     if name == "Q" and plan.variant in DECODE_VARIANTS:
         bh, n = plan.bh_kv, packed_rows(plan)
-    rows = tiles["Br"] if name in ("Q", "dO") else 64 if name == "dQacc" else tiles["Bc"]
     if plan.kv_cache is not None and plan.kv_cache.paged and name in ("K", "V"):  # a box per page, at most B_c rows
         rows = min(rows, plan.kv_cache.page_size)
-    return tensormap.MapArg(name, "float32" if name in FLOAT32_TENSORS else plan.dtype, bh, n, d, rows)
+    return tensormap.MapArg(name, dtype, bh, n, d, rows)
 
 
 def resolve_args(layout: tuple[Any, ...], dropout: bool, buffers: dict[str, Any], plan_dropout: Any) -> list[Any]:
@@ -533,7 +558,7 @@ def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale:
         if name in plan_tensors(plan):
             dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
             device[name] = to_device(host[name], dtype)
-    for name in CACHE_TENSORS:  # a decode's cache lengths and page table: int32
+    for name in (*CACHE_TENSORS, *VARLEN_TENSORS):  # a decode's cache lengths and page table, offsets: int32
         if name in plan_tensors(plan):
             device[name] = require_cupy().asarray(host[name].astype(np.int32))
     for name in APPEND_TENSORS:  # the keys and values a decode step appends

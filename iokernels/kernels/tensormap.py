@@ -5,7 +5,8 @@
 :func:`attention_map` is the one layout the attention kernels load: a row-major (BH, N, d) tensor seen as 3-D
 {d, N, BH} (innermost first), boxes of ``rows`` x 128 bytes (64 2-byte elements, or 32 float32 for the backward's
 dQacc; the 128-byte swizzle) inside one head, so rows past N are zero-filled instead of read from the next head.
-A tile is ceil(d / 64) boxes of 2-byte elements, one per slab (column coordinate 64 s); the columns of the last box
+A variable-length batch's (n, bh, d) tensors (``packed``) are the same boxes with the strides of that layout: a box's rows
+past n are zero-filled, those past a sequence's end inside n are the next sequence's. A tile is ceil(d / 64) boxes of 2-byte elements, one per slab (column coordinate 64 s); the columns of the last box
 past d are zero-filled
 too. :func:`check_tiled` states the driver's rules, so a bad map fails here with a message instead of inside the
 driver.
@@ -61,13 +62,14 @@ def check_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequence
         raise TensorMapError(f"tensor map box inner extent {inner} bytes exceeds the {swizzle}-byte swizzle span")
 
 
-def attention_args(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int
+def attention_args(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int, packed: bool = False
                    ) -> tuple[list[int], list[int], list[int], int]:
     """(dims, strides, box, swizzle) of :func:`attention_map`."""
     itemsize = ITEMSIZE[dtype]
     if (d * itemsize) % 16:
         raise TensorMapError(f"attention tensor map: rows of d={d} {dtype} elements are not a multiple of 16 bytes")
-    return [d, n, bh], [d * itemsize, n * d * itemsize], [SWIZZLE_SPAN // itemsize, rows, 1], SWIZZLE_SPAN
+    strides = [bh * d * itemsize, d * itemsize] if packed else [d * itemsize, n * d * itemsize]
+    return [d, n, bh], strides, [SWIZZLE_SPAN // itemsize, rows, 1], SWIZZLE_SPAN
 
 
 def encode_tiled(pointer: int, dtype: str, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
@@ -110,18 +112,19 @@ def _encoder(dtype: str, dims: tuple[int, ...], strides: tuple[int, ...], box: t
     return encode
 
 
-def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int) -> bytes:
-    """The map of a (bh, n, d) row-major tensor at ``pointer`` loaded as boxes of ``rows`` x 128 bytes (64 2-byte
-    elements, 32 float32), 128-byte swizzled; box (slab s, first row r, head z) is at coordinates (64 s, r, z) for
-    2-byte elements, (32 s, r, z) for float32."""
-    return encode_tiled(pointer, dtype, *attention_args(pointer, dtype, bh, n, d, rows))
+def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int, packed: bool = False) -> bytes:
+    """The map of a (bh, n, d) row-major tensor at ``pointer`` (``packed``: an (n, bh, d) one, a variable-length
+    batch's rows of every head side by side) loaded as boxes of ``rows`` x 128 bytes (64 2-byte elements, 32 float32),
+    128-byte swizzled; box (slab s, first row r, head z) is at coordinates (64 s, r, z) for 2-byte elements, (32 s, r,
+    z) for float32."""
+    return encode_tiled(pointer, dtype, *attention_args(pointer, dtype, bh, n, d, rows, packed))
 
 
 @dataclass(frozen=True)
 class MapArg:
     """A kernel parameter that is the TMA tensor map of one of the launch's buffers (kernels/tma.cuh): the
     buffer (its name in a stage's layout, its index in the launch's pointers once prepared), the map's dtype,
-    the tensor's (bh, n, d) and the rows of one box (tensormap.attention_map)."""
+    the tensor's (bh, n, d), the rows of one box and whether it is laid out (n, bh, d) (tensormap.attention_map)."""
 
     buffer: int | str
     dtype: str
@@ -129,6 +132,7 @@ class MapArg:
     n: int
     d: int
     rows: int
+    packed: bool = False
 
     def encode(self, pointer: int) -> bytes:
-        return attention_map(pointer, self.dtype, self.bh, self.n, self.d, self.rows)
+        return attention_map(pointer, self.dtype, self.bh, self.n, self.d, self.rows, self.packed)

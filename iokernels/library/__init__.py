@@ -1,6 +1,6 @@
 """library: the attention functions users call (numpy/cupy in :mod:`.api`, torch in :mod:`.torch`, on the
 custom operators of :mod:`.torch_ops`), their plan choice (kept per call signature by :mod:`.dispatch`) and
-execution, the KV-cache decode step (:mod:`.kvcache`), :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
+execution, the KV-cache decode step (:mod:`.kvcache`), variable-length batches (:mod:`.varlen`), :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
 Imports plan/, simulate/ and kernels/.
 """
 
@@ -8,6 +8,7 @@ from .api import attention, attention_backward, memory_needed
 from .execute import clear_graphs
 from .kvcache import attention_with_kvcache
 from .memory import DeviceMemoryError
+from .varlen import attention_varlen
 
-__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_with_kvcache", "clear_graphs",
-           "memory_needed"]
+__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_varlen", "attention_with_kvcache",
+           "clear_graphs", "memory_needed"]

@@ -53,6 +53,7 @@ from ..plan import (
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, decode_sums
 from ..plan.tensors import DIMS, TENSORS
+from ..plan.varlen import VARLEN_VARIANT, varlen_sums
 from ..plan.units import ACC_ITEMSIZE
 from .specs import GpuSpec
 
@@ -88,6 +89,10 @@ S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (io
 L_k, S_q, G_pt = _pos("L_k"), _pos("S_q"), _pos("G_pt")
 A_new = _pos("A_new")  # keys and values a decode step appends to each sequence's cache first
 K_seq = _pos("K_seq")  # the keys a decode step's queries attend to, per sequence on average (its FLOPs)
+# a variable-length batch (iokernels.plan.varlen_sums), per query head: H the query heads, T_vq the packed query rows,
+# R_vq and R_vk the query and key rows its copies load (each tile's rows inside the packed tensor), G_v the grid's
+# blocks (each reads its sequence's two offsets of each), A_vl Σ L_q·L_k over the sequences
+H, T_vq, R_vq, R_vk, G_v, A_vl = (_pos(x) for x in ("H", "T_vq", "R_vq", "R_vk", "G_v", "A_vl"))
 
 
 class _Loops:
@@ -230,6 +235,16 @@ def _flash_decode(c: _Loops, split: bool, cache: str = "") -> dict[str, _Stage]:
     return {**first, "main": main, "combine": combine}
 
 
+def _flash_varlen(c: _Loops) -> dict[str, _Stage]:
+    # a variable-length batch (iokernels.plan.varlen): each query head's tiles of each sequence read their Q rows once
+    # and their sequence's (visible) key tiles, rows counted inside the packed tensor; O and lse written once per real
+    # row; every block of the grid reads its sequence's offsets
+    main = (_Stage().read("Q", R_vq * d, H).read("K", R_vk * d, H).read("V", R_vk * d, H)
+            .write("O", T_vq * d, H).write("lse", T_vq, H)
+            .read("cu_seqlens_q", 2 * G_v, H).read("cu_seqlens_k", 2 * G_v, H))
+    return {"main": main}
+
+
 def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
     # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
     # and writes dQ once; the K/V-outer stage is the main stage without dQacc
@@ -257,6 +272,7 @@ _BUILDERS = {
     ("flash", "fast", "bwd", "deterministic"): _flash_fast_bwd_deterministic,
     ("flash", "fast", "fwd", "split"): lambda c: _flash_decode(c, True),
     ("flash", "fast", "fwd", "packed"): lambda c: _flash_decode(c, False),
+    ("flash", "fast", "fwd", VARLEN_VARIANT): _flash_varlen,
 }
 # a decode plan's cache (io_exprs's ``cache``): its builders with per-sequence lengths, contiguous or paged
 _CACHE_BUILDERS = {(split, cache): (lambda c, split=split, cache=cache: _flash_decode(c, split == "split", cache))
@@ -276,6 +292,7 @@ _MATMULS = {  # matrix products of shape N_q x N_k x d per pass
     ("flash", "kv_outer", "bwd"): 5, ("flash", "fast", "bwd"): 5,
     ("flash", "fast", "bwd", "deterministic"): 7,  # S and dP recomputed by the dq stage
     ("flash", "fast", "fwd", "split"): 2, ("flash", "fast", "fwd", "packed"): 2,
+    ("flash", "fast", "fwd", VARLEN_VARIANT): 2,
 }
 _ORDER = {
     ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
@@ -285,6 +302,7 @@ _ORDER = {
     ("flash", "kv_outer", "bwd"): "Θ(N²d²/M)",
     ("flash", "fast", "bwd"): "Θ(N²d²/M)", ("flash", "fast", "bwd", "deterministic"): "Θ(N²d²/M)",
     ("flash", "fast", "fwd", "split"): "Θ(N_k d + S N_q d)", ("flash", "fast", "fwd", "packed"): "Θ(N_k d)",
+    ("flash", "fast", "fwd", VARLEN_VARIANT): "Θ(Σ_b L_b d + L_b² d²/M)",
 }
 _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
     ("standard", "default", "fwd"): ("S", "P", "m", "l"),
@@ -298,6 +316,7 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("flash", "fast", "bwd"): ("D", "dQacc"),
     ("flash", "fast", "bwd", "deterministic"): ("D",),
     ("flash", "fast", "fwd", "split"): ("lse",), ("flash", "fast", "fwd", "packed"): ("lse",),  # + the partials
+    ("flash", "fast", "fwd", VARLEN_VARIANT): ("lse",),
 }
 _EXTENT = {"q": N_q, "k": N_k, "d": d}
 
@@ -380,7 +399,10 @@ def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
     read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse,
                               mask=mask, window=window)
     expr = read + write
-    if normalize_causal(causal) or block_sparse or window:
+    if variant == VARLEN_VARIANT:  # each sequence's N²d²/M: key rows Σ L_q·L_k / B_r (half of it causal)
+        area = A_vl / 2 if normalize_causal(causal) else A_vl
+        expr = expr.subs({R_vk: area / B_r, R_vq: T_vq, G_v: T_vq / B_r})
+    elif normalize_causal(causal) or block_sparse or window:
         area = A_v if window else visible_area_expr(causal)
         kept = s_density * area if block_sparse else area
         expr = expr.subs({R_K: kept / B_r, R_Q: kept / B_c, A_S: kept, N_qv: N_q, N_kv: N_k,
@@ -436,6 +458,9 @@ def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
         return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_S * d
     if window:
         return 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * A_v * d
+    if variant == VARLEN_VARIANT:  # the products of each sequence's real tokens
+        flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * H * A_vl * d
+        return flops / 2 if normalize_causal(causal) else flops
     flops = 2 * _MATMULS[_k(algorithm, schedule, direction, variant)] * BH * N_q * (K_seq if cache else N_k) * d
     # (a decode's causal mask hides a triangle of its few queries: its products are those of N_q x N_k)
     return flops / 2 if normalize_causal(causal) and variant not in DECODE_VARIANTS else flops
@@ -444,6 +469,9 @@ def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
 def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
     """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N); split-KV decode: the partials)."""
     partials = S_split * BH * N_q * (d + 1) * ACC_ITEMSIZE if variant == "split" else sp.Integer(0)
+    if variant == VARLEN_VARIANT:
+        return sum(H * T_vq * _size(t) * (d if DIMS[t][-1] == "d" else 1)
+                   for t in _EXTRA[_k(algorithm, schedule, direction, variant)])
     return sum((BH * _elements(t) * _size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
                partials)
 
@@ -464,6 +492,12 @@ def plan_values(plan: Plan) -> dict:
         values.update({L_k: sp.Rational(sums["rows"], plan.batch), S_q: sp.Rational(sums["splits"], plan.batch),
                        G_pt: sp.Rational(sums["entries"], plan.batch), A_new: plan.kv_cache.append,
                        K_seq: sp.Rational(sum(plan.kv_cache.keys(n) for n in plan.kv_cache.lengths), plan.batch)})
+    if plan.varlen is not None:
+        if plan.varlen.known:
+            sums = varlen_sums(plan)
+            values.update({H: plan.heads, T_vq: plan.varlen.total_q, R_vq: sums["rows_q"], R_vk: sums["rows_k"],
+                           G_v: sums["blocks"], A_vl: sums["area"]})
+        return values
     if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile and plan.variant not in DECODE_VARIANTS:
         sums = pair_sums(plan)
         values.update({sym: sums[name] for sym, name in CAUSAL_SYMBOLS.items()})
@@ -501,6 +535,8 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
     at all (a block mask that zeroes every block) is left out, as counters that stay 0 are."""
     if plan.kv_cache is not None and plan.kv_cache.lengths is None:
         raise ValueError(f"{plan.label}: the cache's lengths are not known (a launch plan): no exact bytes")
+    if plan.varlen is not None and not plan.varlen.known:
+        raise ValueError(f"{plan.label}: the sequences' lengths are not known (a launch plan): no exact bytes")
     values = plan_values(plan)
     table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None,
                      window=plan.positional, cache=cache_kind(plan))

@@ -13,6 +13,7 @@ the flash backward), :mod:`.fast` (the tensor-core forward), :mod:`.fast_bwd` (i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,8 +21,11 @@ from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_documents, norma
 from .dropout import Dropout
 from .kvcache import KvCache
 from .masks import BlockMask, ExplicitMask
-from .tensors import CACHE_TENSORS
+from .tensors import CACHE_TENSORS, VARLEN_TENSORS
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
+
+if TYPE_CHECKING:
+    from .varlen import Varlen
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("standard", "fwd"): ("default",),
@@ -41,10 +45,10 @@ SMEM_ALIGN = 16
 
 
 # Tensors stored in float32 whatever the input dtype; one byte per element; int32 (a decode's cache lengths and page
-# table); all others use the input dtype.
+# table, a variable-length batch's offsets); all others use the input dtype.
 FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part"})
 BYTE_TENSORS = frozenset({"block_mask"})
-INT32_TENSORS = frozenset(CACHE_TENSORS)
+INT32_TENSORS = frozenset(CACHE_TENSORS) | frozenset(VARLEN_TENSORS)
 
 
 
@@ -137,6 +141,9 @@ class Plan:
     # a decode plan's cache (iokernels.plan.kvcache.KvCache: per-sequence lengths, paged); None: every sequence N_k
     # keys in a contiguous (batch, kv_heads, N_k, d) K and V
     kv_cache: KvCache | None = None
+    # a variable-length batch (iokernels.plan.varlen.Varlen: packed rows, per-sequence lengths); None: every sequence
+    # N_q queries and N_k keys in (batch, heads, N, d) tensors. With it, batch is the sequences, N_q and N_k the longest
+    varlen: Varlen | None = None
 
     def __post_init__(self) -> None:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):
@@ -244,6 +251,10 @@ class Plan:
                              "page_size": self.kv_cache.page_size, "pages": self.kv_cache.pages,
                              "append": self.kv_cache.append}}
                if self.kv_cache is not None else {}),
+            **({"varlen": {"total_q": self.varlen.total_q, "total_k": self.varlen.total_k,
+                           "lengths_q": None if self.varlen.lengths_q is None else list(self.varlen.lengths_q),
+                           "lengths_k": None if self.varlen.lengths_k is None else list(self.varlen.lengths_k)}}
+               if self.varlen is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,
             "stages": [s.as_dict() for s in self.stages],

@@ -10,7 +10,7 @@ from __future__ import annotations
 TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
     "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask", "Opart", "lse_part",
-    "seqlens", "page_table", "Knew", "Vnew",
+    "seqlens", "page_table", "Knew", "Vnew", "cu_seqlens_q", "cu_seqlens_k",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -35,7 +35,11 @@ SPLIT_TENSORS: tuple[str, ...] = ("Opart", "lse_part")
 CACHE_TENSORS: tuple[str, ...] = ("seqlens", "page_table")
 # The keys and values a decode step appends to its cache first, (batch·kv_heads, append, d) of the input dtype.
 APPEND_TENSORS: tuple[str, ...] = ("Knew", "Vnew")
-assert set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) | set(APPEND_TENSORS) == set(TENSORS)
+# A variable-length batch's sequence offsets (iokernels.plan.varlen): cumulative lengths (batch + 1,) of int32 into the
+# packed query and key rows.
+VARLEN_TENSORS: tuple[str, ...] = ("cu_seqlens_q", "cu_seqlens_k")
+assert (set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) | set(APPEND_TENSORS)
+        | set(VARLEN_TENSORS)) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).
 Counts = dict[str, dict[str, tuple[int, int]]]

@@ -11,6 +11,7 @@ from ..plan import Plan
 from ..plan.units import round_to
 from . import reference
 from .simulator import kv_rows, reference_dropout
+from .varlen import varlen_inputs, varlen_reference
 
 
 def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnitude: float = 1.0,
@@ -23,6 +24,8 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
     float32-exact float64, as the kernels read it).
     """
     rng = np.random.default_rng(seed)
+    if plan.varlen is not None:  # packed rows and their offsets (simulate/varlen.py)
+        return varlen_inputs(plan, rng, magnitude=magnitude, rounded=rounded)
     bh = plan.bh
 
     def stored(x: np.ndarray) -> np.ndarray:
@@ -164,6 +167,8 @@ def reference_mask(plan: Plan, inputs: dict[str, np.ndarray]) -> np.ndarray | No
 def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
                       ) -> dict[str, np.ndarray]:
     """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
+    if plan.varlen is not None:
+        return {"O": varlen_reference(plan, inputs, scale)[0]}
     if plan.kv_cache is not None:
         return {"O": cache_reference(plan, inputs, scale)[0]}
     if plan.direction == "fwd":

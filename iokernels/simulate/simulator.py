@@ -21,6 +21,7 @@ from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
 from .decode import run_decode
 from .hbm import ALL, KV_TENSORS, Hbm, blocks, divide, finite, rescale, transpose
+from .varlen import run_varlen
 
 # ---------------------------------------------------------------------------------------------
 # the causal mask and the sliding window (iokernels.plan.causal): Plan.visible
@@ -395,12 +396,15 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
         hbm.put("mask", np.broadcast_to(inputs["mask"], (plan.bh, plan.N_q, plan.N_k)))
     if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read
         hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (plan.bh, *plan.block_grid().shape)))
-    extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
-    for name, dims in DIMS.items():
-        if name not in hbm.arrays:
-            hbm.alloc(name, (plan.bh_kv if name in KV_TENSORS else plan.bh, *(extent[x] for x in dims)))
-    key = (plan.algorithm, plan.schedule, plan.direction) + ((plan.variant,) if plan.variant else ())
-    _RUNNERS[key](hbm, scale)
+    if plan.varlen is not None:  # packed tensors of their own shapes (simulate/varlen.py)
+        run_varlen(hbm, scale)
+    else:
+        extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
+        for name, dims in DIMS.items():
+            if name not in hbm.arrays:
+                hbm.alloc(name, (plan.bh_kv if name in KV_TENSORS else plan.bh, *(extent[x] for x in dims)))
+        key = (plan.algorithm, plan.schedule, plan.direction) + ((plan.variant,) if plan.variant else ())
+        _RUNNERS[key](hbm, scale)
     counts = {stage: {t: (rw[0], rw[1]) for t, rw in sorted(c.items(), key=lambda kv: TENSORS.index(kv[0]))}
               for stage, c in hbm.counts.items()}
     return SimResult(plan, {n: hbm.arrays[n] for n in OUTPUTS[plan.direction]}, counts)

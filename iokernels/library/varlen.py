@@ -1,0 +1,137 @@
+"""The library's variable-length attention (issue #23; FlashAttention's ``flash_attn_varlen_func``):
+:func:`attention_varlen`, B sequences packed without padding, each sequence's queries against its own keys.
+
+The plan is :mod:`iokernels.plan.varlen` (the tma forward built with VARLEN): the kernels read the offsets
+``cu_seqlens_q`` and ``cu_seqlens_k`` from device memory (no copy to the host: a call can be captured in a CUDA
+graph); the grid follows the longest sequences (``max_seqlen_q``, ``max_seqlen_k``). Each call signature (shapes,
+dtypes, the longest lengths, options, device) is checked and planned once; later calls allocate the outputs and
+launch (the fast path, :mod:`.fastpath`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..kernels import launch
+from ..kernels.runtime import require_cupy
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
+from ..plan.varlen import make_varlen_plan
+from ..simulate import reference
+from .api import check_scale
+from .dispatch import Dispatch, DispatchCache, array_key, device_id
+from .fastpath import cupy_empty, module_of, prepare_fast, run_fast
+from .memory import needed_bytes, require_memory
+
+VARLEN_CALLS = DispatchCache()  # a varlen call's signature -> its Dispatch (with its fast path after the first call)
+VARLEN_INPUTS = ("Q", "K", "V", "cu_seqlens_q", "cu_seqlens_k")  # the fast path's input tuple
+VARLEN_OUTPUTS = ("O", "lse")
+Shape = tuple[int, ...]
+
+
+def varlen_problem(q: Shape, k: Shape, v: Shape, cu_q: tuple[str, Shape], cu_k: tuple[str, Shape], max_q: Any,
+                   max_k: Any, dtype: str) -> dict[str, Any]:
+    """The problem of a call from its shapes alone, checked (ValueError): q (total_q, H, d), k and v (total_k, H_kv,
+    d), the offsets as (dtype name, shape), int32 (B + 1,) each, and the longest sequences. The cupy front end's and
+    the torch one's."""
+    if len(q) != 3 or len(k) != 3 or k != v:
+        raise ValueError(f"q must be (total_q, H, d) and k, v one (total_k, H_kv, d) shape, got {q}, {k}, {v}")
+    total_q, heads, d = q
+    total_k, kv_heads = k[0], k[1]
+    if k[2] != d or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"k and v's heads must divide q's and their head dim equal q's: q {q}, k {k}")
+    if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
+        raise ValueError(f"q {q}: d must be a multiple of {D_MULTIPLE} from {D_MIN} to {D_MAX}")
+    if cu_q[1] != cu_k[1] or cu_q[0] != "int32" or cu_k[0] != "int32" or len(cu_q[1]) != 1 or cu_q[1][0] < 2:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must be int32 (B + 1,) offsets, B >= 1, of one shape, got "
+                         f"{cu_q[0]} {cu_q[1]} and {cu_k[0]} {cu_k[1]}")
+    for name, value, total in (("max_seqlen_q", max_q, total_q), ("max_seqlen_k", max_k, total_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= total:
+            raise ValueError(f"{name} must be an int from 0 to the packed rows ({total}), got {value!r}")
+    return {"batch": cu_q[1][0] - 1, "heads": heads, "kv_heads": kv_heads, "d": d, "dtype": dtype,
+            "total_q": total_q, "total_k": total_k, "max_q": max_q, "max_k": max_k}
+
+
+def varlen_plan(problem: dict[str, Any], causal: str) -> Any:
+    """The launch plan of a checked problem (the lengths unknown: read by the kernels)."""
+    return make_varlen_plan(d=problem["d"], dtype=problem["dtype"], heads=problem["heads"],
+                            kv_heads=problem["kv_heads"], batch=problem["batch"], max_q=problem["max_q"],
+                            max_k=problem["max_k"], total_q=problem["total_q"], total_k=problem["total_k"],
+                            causal=causal)
+
+
+def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any, max_seqlen_k: Any,
+                *, causal: bool | str, scale: float | None, bfloat16: bool) -> Dispatch:
+    """The :class:`Dispatch` of a call of :func:`attention_varlen`: checked, planned and its fast path prepared at its
+    signature's first call, from :data:`VARLEN_CALLS` after."""
+    arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+    options = (max_seqlen_q, max_seqlen_k, normalize_causal(causal), scale, bfloat16)
+    try:
+        key = (*(array_key(x) for x in arrays), *((type(o), o) for o in options), device_id())
+        hash(key)
+    except (AttributeError, TypeError):
+        key = None
+
+    def build() -> Dispatch:
+        named = dict(zip(("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"), arrays, strict=True))
+        for name, x in named.items():
+            if module_of(x) != "cupy":
+                raise TypeError(f"{name} must be a cupy array on the GPU (iokernels.torch takes torch tensors), got a "
+                                f"{type(x).__module__} array")
+            if not x.flags.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous, got strides {x.strides} for shape {x.shape}")
+        if len({x.data.device_id for x in arrays}) != 1:
+            raise ValueError("the arrays lie on several devices")
+        want = "uint16" if bfloat16 else "float16"
+        if any(str(x.dtype) != want for x in (q, k, v)):
+            raise TypeError(f"q, k, v must be float16 (bfloat16 through iokernels.torch), got "
+                            f"{', '.join(str(x.dtype) for x in (q, k, v))}")
+        problem = varlen_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape),
+                                 (str(cu_seqlens_q.dtype), tuple(cu_seqlens_q.shape)),
+                                 (str(cu_seqlens_k.dtype), tuple(cu_seqlens_k.shape)), max_seqlen_q, max_seqlen_k,
+                                 "bfloat16" if bfloat16 else "float16")
+        plan = varlen_plan(problem, options[2])
+        call = Dispatch("cupy", plan.dtype, (problem["total_q"], problem["heads"]), problem["max_q"],
+                        problem["max_k"], problem["d"], problem["heads"] // problem["kv_heads"], False, (plan,),
+                        needed_bytes([plan], False, 1),
+                        reference.default_scale(problem["d"]) if check_scale(scale) is None else scale, True)
+        require_memory(call.chain, call.needed_bytes, call.lead)
+        prepare_fast(call, VARLEN_INPUTS, {"O": tuple(q.shape), "lse": tuple(q.shape[:-1])}, VARLEN_OUTPUTS)
+        return call
+
+    return VARLEN_CALLS.lookup(key, build)
+
+
+def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
+                     max_seqlen_k: int, *, causal: bool | str = False, scale: float | None = None,
+                     return_lse: bool = False, bfloat16: bool = False) -> Any:
+    """Attention of B sequences packed without padding: ``softmax(scale · q_b k_bᵀ) v_b`` for each sequence b.
+
+    q (total_q, H, d), k and v (total_k, H_kv, d): cupy float16 (bfloat16: :mod:`iokernels.torch`), C-contiguous, the
+    rows of every sequence one after another; ``cu_seqlens_q`` and ``cu_seqlens_k`` (B + 1,) int32 on the device:
+    sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and its keys rows [cu_seqlens_k[b],
+    cu_seqlens_k[b + 1]) of k and v (FlashAttention's ``flash_attn_varlen_func``). ``max_seqlen_q`` and
+    ``max_seqlen_k``: the longest sequences (the grid's length; a longer sequence's rows past them are not computed,
+    so they must be at least the longest). H_kv divides H (grouped-query attention: query head h reads K/V head
+    h // (H / H_kv)); d a multiple of 8 from 16 to 256.
+
+    The offsets stay on the device (a call reads nothing back: it can be captured in a CUDA graph); they are not
+    checked there (non-decreasing, from 0 to total_q and total_k: offsets past the packed rows read zeros, a
+    decreasing pair is an empty sequence). A sequence with no key gives O = 0 and lse −inf.
+
+    causal: False, or True / "bottom_right" (FlashAttention's: query i of a sequence of L_q queries and L_k keys sees
+    the keys up to L_k − L_q + i) or "top_left" (up to i), per sequence. scale: 1/sqrt(d) by default. Returns O
+    (total_q, H, d), and lse (total_q, H) float32 with ``return_lse``. Runs on sm_90 (the tma kernel) only, on cupy's
+    current stream.
+    """
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+    call = varlen_call(*arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16)
+    if launch.counting_active():  # inside count_io: the counting build, its counts logged
+        inputs = dict(zip(VARLEN_INPUTS, arrays, strict=True))
+        out = launch.run_plan(call.chain[0], inputs, scale=call.scale).buffers
+    else:
+        given = tuple(x.data.ptr for x in arrays)
+        out_arrays = run_fast(call, given, cupy_empty(require_cupy()), launch.current_stream(), None)
+        out = {n: out_arrays[i] for n, i in call.outputs.items()}
+    return (out["O"], out["lse"]) if return_lse else out["O"]

@@ -1,0 +1,157 @@
+"""Variable-length batches (issue #23; FlashAttention's ``flash_attn_varlen_func``): B sequences packed one after
+another without padding, Q and O as (total_q, heads, d), K and V as (total_k, kv_heads, d), sequence b holding query
+rows [cu_q[b], cu_q[b + 1]) and key rows [cu_k[b], cu_k[b + 1]) (``cu_seqlens_q``, ``cu_seqlens_k``: (B + 1,) int32,
+read by the kernels at run time); lse as (total_q, heads) float32. Sequence b's queries see its keys only (causal: per
+sequence, in the plan's alignment).
+
+The tiles are each sequence's own: block (query tile m, sequence b, head z) of the tma forward (flash_tma.cu built
+with VARLEN) takes rows [m B_r, m B_r + B_r) of its sequence (the grid is ⌈max_q / B_r⌉ tiles long; a tile past its
+sequence's end does nothing) and its sequence's key tiles. A tile's copies are boxes of the packed tensor: its last
+rows past the sequence are the next sequence's (read, counted, never stored; keys past the end are masked and the
+rows of V past it zeroed in shared memory), past the packed tensor's end they are zero-filled (nothing read).
+
+The lengths are values for the model and the simulator only: the grid and the kernels depend on the batch, the
+longest sequences and the totals, so one launch serves every set of lengths with those (a plan without them launches;
+the model then has no exact bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .causal import CAUSAL_CODES, causal_offset, normalize_causal
+from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
+from .fast import FAST_DTYPES, TMA_HEAD_DIMS, TMA_TILES, fast_buffers, tile_head_dim, tile_params
+from .units import cdiv, itemsize
+
+VARLEN_VARIANT = "varlen"  # Plan.variant of the variable-length plans
+
+
+@dataclass(frozen=True)
+class Varlen:
+    """A variable-length batch: the packed rows ``total_q`` and ``total_k`` and, where known, each sequence's
+    ``lengths_q`` and ``lengths_k`` (None: a launch plan)."""
+
+    total_q: int
+    total_k: int
+    lengths_q: tuple[int, ...] | None = None
+    lengths_k: tuple[int, ...] | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.lengths_q is not None
+
+    def sequences(self) -> list[tuple[int, int, int, int]]:
+        """(offset_q, length_q, offset_k, length_k) of each sequence (the lengths must be known)."""
+        if not self.known:
+            raise ValueError("a variable-length launch plan: the sequences' lengths are not known (no exact bytes)")
+        out, oq, ok = [], 0, 0
+        for lq, lk in zip(self.lengths_q, self.lengths_k, strict=True):
+            out.append((oq, lq, ok, lk))
+            oq, ok = oq + lq, ok + lk
+        return out
+
+    def cu_seqlens(self) -> tuple[np.ndarray, np.ndarray]:
+        """``cu_seqlens_q`` and ``cu_seqlens_k`` as int32 arrays of B + 1 offsets."""
+        if not self.known:
+            raise ValueError("a variable-length launch plan: the sequences' lengths are not known")
+        return (np.concatenate([[0], np.cumsum(self.lengths_q)]).astype(np.int32),
+                np.concatenate([[0], np.cumsum(self.lengths_k)]).astype(np.int32))
+
+
+def _lengths(name: str, values: Sequence[int] | np.ndarray) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a sequence of ints >= 0, got {values!r}")
+    out = tuple(int(x) for x in np.asarray(values).reshape(-1))
+    if not out or any(x < 0 for x in out) or any(float(x) != float(y) for x, y in zip(out, np.asarray(values).ravel())):
+        raise ValueError(f"{name} must be a non-empty sequence of ints >= 0, got {values!r}")
+    return out
+
+
+def lengths_from_cu(cu_seqlens: Sequence[int] | np.ndarray, name: str = "cu_seqlens") -> tuple[int, ...]:
+    """The lengths of cumulative offsets ``cu_seqlens`` (B + 1 non-decreasing ints from 0)."""
+    cu = np.asarray(cu_seqlens).reshape(-1)
+    if cu.size < 2 or cu[0] != 0 or np.any(np.diff(cu) < 0):
+        raise ValueError(f"{name} must be B + 1 >= 2 non-decreasing offsets starting at 0, got {cu_seqlens!r}")
+    return tuple(int(x) for x in np.diff(cu))
+
+
+def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None = None,
+                     lengths_q: Sequence[int] | None = None, lengths_k: Sequence[int] | None = None,
+                     batch: int | None = None, max_q: int | None = None, max_k: int | None = None,
+                     total_q: int | None = None, total_k: int | None = None, causal: bool | str = False) -> Plan:
+    """The variable-length forward (:mod:`iokernels.plan.varlen`) on the sm_90 tma kernel: ``lengths_q`` and
+    ``lengths_k`` (B each; ``lengths_k`` default ``lengths_q``) for an exact plan, or, for a launch plan,
+    ``batch``, ``max_q``, ``max_k`` (the longest sequences) and ``total_q``, ``total_k`` (the packed rows).
+    ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left"."""
+    if lengths_q is not None:
+        lq = _lengths("lengths_q", lengths_q)
+        lk = lq if lengths_k is None else _lengths("lengths_k", lengths_k)
+        if len(lk) != len(lq):
+            raise ValueError(f"lengths_q and lengths_k must name the same sequences: {len(lq)} and {len(lk)}")
+        varlen = Varlen(sum(lq), sum(lk), lq, lk)
+        batch, max_q, max_k = len(lq), max(lq), max(lk)
+    else:
+        for name, value in (("batch", batch), ("max_q", max_q), ("max_k", max_k), ("total_q", total_q),
+                            ("total_k", total_k)):
+            if value is None:
+                raise ValueError(f"a variable-length plan needs lengths_q, or {name} (with batch, max_q, max_k, "
+                                 "total_q and total_k)")
+        varlen = Varlen(total_q, total_k)
+    # the longest sequences fix the grid and the tiles; a batch of only empty ones still has a tile
+    n_q, n_k = max(max_q, 1), max(max_k, 1)
+    dtype = check_problem(n_q, n_k, d, dtype, batch, heads)
+    check_problem(max(varlen.total_q, 1), max(varlen.total_k, 1), d, dtype)
+    if max_q > varlen.total_q or max_k > varlen.total_k:
+        raise ValueError(f"the longest sequences ({max_q}, {max_k}) exceed the packed rows ({varlen.total_q}, "
+                         f"{varlen.total_k})")
+    kv_heads = heads if kv_heads is None else kv_heads
+    if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
+    if d not in TMA_HEAD_DIMS or dtype not in FAST_DTYPES:
+        raise Unsupported(f"variable-length batches run on the sm_90 tma kernel: float16 or bfloat16, d a multiple of "
+                          f"8 from 16 to 256; got d={d}, {dtype}")
+    alignment = normalize_causal(causal)
+    tile_d = tile_head_dim(d)
+    # the causal plans' tiles, B_r 128 with or without the mask: a sequence's last tile wastes fewer rows than at 192,
+    # and three consumer warpgroups' counting build spills with VARLEN's state
+    block_r, block_c = TMA_TILES[tile_d, True]
+    buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
+    tr, tc = cdiv(n_q, block_r), cdiv(n_k, block_c)
+    params = (*tile_params(d), ("VARLEN", 1)) + ((("CAUSAL", CAUSAL_CODES[alignment]),) if alignment else ())
+    stage = Stage("main", "flash_tma_fwd", (tr, batch, heads), 2 * block_r + 128, layout(buffers), params)
+    return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=n_q, N_k=n_k, d=d, dtype=dtype,
+                sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
+                variant=VARLEN_VARIANT, tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)),
+                stages=(stage,), causal=alignment, varlen=varlen)
+
+
+def query_tile_keys(plan: Plan, length_q: int, length_k: int, row0: int) -> int:
+    """The keys the query tile at ``row0`` of a sequence of (``length_q``, ``length_k``) visits: every key without a
+    causal mask, else up to its last row's last visible key (0: a tile with no visible key reads nothing)."""
+    if not plan.causal:
+        return length_k
+    rows = min(plan.tile["Br"], length_q - row0)
+    return max(0, min(length_k, row0 + rows + causal_offset(length_q, length_k, plan.causal)))
+
+
+def varlen_sums(plan: Plan) -> dict[str, int]:
+    """A variable-length forward's sums over its sequences, per query head, for the model and the simulator: ``rows_q``
+    the query rows its copies load (each non-empty tile's B_r rows inside the packed tensor), ``rows_k`` the key rows
+    (each visited key tile's B_c rows inside the packed tensor, for K and again for V), ``blocks`` the grid's blocks
+    (each reads its sequence's two offsets in cu_seqlens_q and two in cu_seqlens_k), ``area`` Σ L_q·L_k (the products
+    of real tokens: the FLOPs' count, halved when causal)."""
+    v, t = plan.varlen, plan.tile
+    rows_q = rows_k = area = 0
+    for oq, lq, ok, lk in v.sequences():
+        area += lq * lk
+        for row0 in range(0, lq, t["Br"]):
+            keys = query_tile_keys(plan, lq, lk, row0)
+            if keys == 0:
+                continue
+            rows_q += min(t["Br"], v.total_q - oq - row0)
+            rows_k += sum(min(t["Bc"], v.total_k - ok - k0) for k0 in range(0, keys, t["Bc"]))
+    return {"rows_q": rows_q, "rows_k": rows_k, "blocks": t["Tr"] * plan.batch, "area": area}
