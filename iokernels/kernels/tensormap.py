@@ -5,11 +5,11 @@
 :func:`attention_map` is the one layout the attention kernels load: a row-major (BH, N, d) tensor seen as 3-D
 {d, N, BH} (innermost first), boxes of ``rows`` x 128 bytes (64 2-byte elements, or 32 float32 for the backward's
 dQacc; the 128-byte swizzle) inside one head, so rows past N are zero-filled instead of read from the next head.
-A variable-length batch's (n, bh, d) tensors (``packed``) are the same boxes with the strides of that layout: a box's rows
-past n are zero-filled, those past a sequence's end inside n are the next sequence's. A tile is ceil(d / 64) boxes of 2-byte elements, one per slab (column coordinate 64 s); the columns of the last box
-past d are zero-filled
-too. :func:`check_tiled` states the driver's rules, so a bad map fails here with a message instead of inside the
-driver.
+A variable-length batch's (n, bh, d) tensors (``packed``) are the same boxes with the strides of that
+layout: a box's rows past n are zero-filled, those past a sequence's end inside n are the next sequence's. A tile is
+ceil(d / 64) boxes of 2-byte elements, one per slab (column coordinate 64 s); the columns of the last box past d are
+zero-filled too. :func:`check_tiled` states the driver's rules, so a bad map fails here with a message instead of
+inside the driver.
 """
 
 from __future__ import annotations

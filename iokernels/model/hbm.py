@@ -53,8 +53,8 @@ from ..plan import (
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, decode_sums
 from ..plan.tensors import DIMS, TENSORS
-from ..plan.varlen import VARLEN_VARIANT, varlen_sums
 from ..plan.units import ACC_ITEMSIZE
+from ..plan.varlen import VARLEN_VARIANT, varlen_sums
 from .specs import GpuSpec
 
 

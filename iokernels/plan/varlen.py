@@ -65,8 +65,9 @@ class Varlen:
 def _lengths(name: str, values: Sequence[int] | np.ndarray) -> tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ValueError(f"{name} must be a sequence of ints >= 0, got {values!r}")
-    out = tuple(int(x) for x in np.asarray(values).reshape(-1))
-    if not out or any(x < 0 for x in out) or any(float(x) != float(y) for x, y in zip(out, np.asarray(values).ravel())):
+    raw = np.asarray(values).reshape(-1)
+    out = tuple(int(x) for x in raw)
+    if not out or any(x < 0 for x in out) or any(float(x) != float(y) for x, y in zip(out, raw, strict=True)):
         raise ValueError(f"{name} must be a non-empty sequence of ints >= 0, got {values!r}")
     return out
 
