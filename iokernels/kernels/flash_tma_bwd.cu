@@ -24,6 +24,14 @@
 // τ dS K_j to dQacc with float32 reductions (red.global.add.v2.f32, flash_wgmma_bwd.cu's way: with the two-stage
 // ring no shared memory is left for a dQ buffer). The producer's warp 1 has no work there.
 //
+// VARLEN (a variable-length batch, iokernels/plan/varlen.py; flash_tma.cu's): Q, dO, dQacc as (total_q, heads, d), K,
+// V, dK, dV as (total_k, kv_heads, d), lse and D as (total_q, heads), packed; block (x, b, z) takes key block x of
+// sequence b for K/V head z (its offsets read first): n_q and n_k become the sequence's lengths (CAUSAL per sequence),
+// the copies' rows are offset by its first and bounded by the packed rows (n_q, n_k as passed); the loader zeroes the
+// rows of the sequence's last query block past its end (the next sequence's) in Q and dO once copied, so they add
+// nothing, as the rows the copy engine zero-fills past N do without it. A key block past the sequence's end does
+// nothing; one whose sequence has no query writes dK = dV = 0.
+//
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
 // read and 4 written of dQacc (the reduction's read-modify-write; with the wide tiles the consumers count their
@@ -46,6 +54,9 @@
 #if !defined(BR) || !defined(BC) || !defined(HEAD_D) || !defined(THREADS)
 #error "flash_tma_bwd.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
+#if defined(VARLEN) && (defined(WINDOW) || defined(DROPOUT))
+#error "VARLEN: causal or no mask, no dropout"
+#endif
 #if defined(HEAD_D_TILE) ? HEAD_D_TILE > 128 : HEAD_D > 128  // wide tiles: two warpgroups share 64 keys
 #define TB_WIDE 1
 constexpr int CONSUMERS = 256;  // threads of the consumer warpgroups
@@ -57,7 +68,11 @@ static_assert(BC % 64 == 0 && (BR == 64 || BR == 128) && BR <= BC && (TILE_D == 
               "wgmma tile widths");
 #endif
 static_assert(THREADS == CONSUMERS + 128, "the consumer warpgroups and the producer's");
-#ifdef IOK_COUNT
+#if defined(VARLEN)
+// (the loader's sequence state and its zeroing of the last query block: 24 or 40 registers spill. In the counting build
+// at d 64 the consumers spill 8 bytes at 224: tests/kernels/test_compile.py SPILLS_ALLOWED)
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+#elif defined(IOK_COUNT)
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // the counting build's producer adds 64-bit counters
 #else
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
@@ -106,13 +121,14 @@ __device__ constexpr bool tb_layout_ok()
 #endif
 }
 
-// Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp: rows
-// [0, rows_valid) read (4 bytes each, counted), the rest 0.
+// Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp, row r at g[r stride]:
+// rows [0, rows_valid) read (4 bytes each, counted), the rest 0.
 template <int TI, int... Ts>
-__device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, const float* g, int rows_valid, int lane)
+__device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, const float* g, int rows_valid, int lane,
+                                           int stride)
 {
 #pragma unroll
-    for (int r = lane; r < BR; r += 32) s[r] = r < rows_valid ? iok_ld<TI>(io, g + r) : 0.0f;
+    for (int r = lane; r < BR; r += 32) s[r] = r < rows_valid ? iok_ld<TI>(io, g + static_cast<size_t>(r) * stride) : 0.0f;
 }
 
 // Adds box b of the dQ buffer (query slab b / (TILE_D / 32), columns 32 (b % (TILE_D / 32)) ...) to dQacc at query
@@ -149,23 +165,74 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
               const __grid_constant__ IokTensorMap tmdQ,
 #endif
-              T* __restrict__ dK, T* __restrict__ dV, int n_q, int n_k, float scale, int kv_group,
-              IOK_WINDOW_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              T* __restrict__ dK, T* __restrict__ dV, const int n_q_in, const int n_k_in, float scale, int kv_group,
+              IOK_WINDOW_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV IOK_VARLEN_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    // the problem's query rows and keys (VARLEN: the block's sequence's, read below), where a copy's rows start and end
+    // in the tensors (VARLEN: the sequence's first packed row; the packed rows), and the stride of a query row's scalars
+    // (VARLEN: the heads of a packed row)
+    int n_q = n_q_in, n_k = n_k_in, q_base = 0, k_base = 0;
+    const int q_extent = n_q_in, k_extent = n_k_in;
+#ifdef VARLEN
+    const int row_stride = gridDim.z * kv_group;
+#else
+    constexpr int row_stride = 1;
+#endif
+
+    // barriers: K and V; per stage of the Q / dO / lse / D ring, full (the loader's expect_tx arrival, the copies'
+    // bytes and its 32 lanes' arrivals after their scalar stores) and empty (one arrival per consumer warp)
+    __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
+#ifdef VARLEN
+    // bar_tail: the copies of the sequence's last query block, which the loader completes on its stage's full barrier
+    // once it has zeroed the rows past the end; seq_rows: the sequence's first query and key rows and one past their
+    // last (read once, by one thread)
+    __shared__ __align__(8) unsigned long long bar_tail;
+    __shared__ int seq_rows[4];
+#endif
+    if (threadIdx.x == 0) {
+        iok_mbar_init(&bar_kv, 1);
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            iok_mbar_init(&full[st], 33);
+            iok_mbar_init(&empty[st], CONSUMERS / 32);
+        }
+#ifdef VARLEN
+        iok_mbar_init(&bar_tail, 1);
+        seq_rows[0] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y);
+        seq_rows[1] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y + 1);
+        seq_rows[2] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y);
+        seq_rows[3] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y + 1);
+#endif
+        iok_mbar_fence_init();
+    }
+    __syncthreads();  // the last block-wide barrier before the roles part
+#ifdef VARLEN
+    q_base = seq_rows[0];
+    n_q = seq_rows[1] - q_base;
+    k_base = seq_rows[2];
+    n_k = seq_rows[3] - k_base;
+#endif
+
     const int col0 = blockIdx.x * BC;
-    const int cols = min(BC, n_k - col0);  // the last K/V block is ragged
+    const int cols = min(BC, n_k - col0);  // the last K/V block is ragged (VARLEN: <= 0 past the sequence's end)
     // the query blocks [first, first + span) per query head: those with a row that sees a key of the block (rows
     // col0 - hi .. col0 + cols - 1 - lo of the band, common.cuh; all of them without a band); the steps, (query
     // head of the group, query block) pairs. A function that each role calls after its register reallocation
     // (kept live across it, a value spills)
     int first, span;
     auto schedule = [&]() {
+#ifdef VARLEN
+        if (cols <= 0) {  // a key block past its sequence's end: no step, nothing written
+            first = span = 0;
+            return 0;
+        }
+#endif
 #ifdef IOK_BAND
         const int q_lo = max(0, col0 - IOK_BAND_HI);
 #ifdef WINDOW
@@ -185,20 +252,6 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
     auto step_q0 = [&](int s) { return (first + s % span) * BR; };
 
-    // barriers: K and V; per stage of the Q / dO / lse / D ring, full (the loader's expect_tx arrival, the copies'
-    // bytes and its 32 lanes' arrivals after their scalar stores) and empty (one arrival per consumer warp)
-    __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
-    if (threadIdx.x == 0) {
-        iok_mbar_init(&bar_kv, 1);
-#pragma unroll
-        for (int st = 0; st < 2; ++st) {
-            iok_mbar_init(&full[st], 33);
-            iok_mbar_init(&empty[st], CONSUMERS / 32);
-        }
-        iok_mbar_fence_init();
-    }
-    __syncthreads();  // the last block-wide barrier before the roles part
-
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
         iok_regs_dec<PRODUCER_REGS>();
         const int steps = schedule();
@@ -207,26 +260,58 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_tma_prefetch_map(&tmQ);
                 iok_tma_prefetch_map(&tmdO);
                 iok_mbar_expect_tx(&bar_kv, 2 * BC * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, &bar_kv, col0, n_k, blockIdx.z);
-                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, &bar_kv, col0, n_k, blockIdx.z);
+                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, &bar_kv, k_base + col0, k_extent, blockIdx.z);
+                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, &bar_kv, k_base + col0, k_extent, blockIdx.z);
             }
+            [[maybe_unused]] int tails = 0;  // (VARLEN: the uses of bar_tail so far)
 #pragma unroll 1
             for (int s = 0; s < steps; ++s) {
                 const int st = s & 1, head = step_head(s), q0 = step_q0(s);
+                const int rows = min(BR, n_q - q0);
+                unsigned char* q = smem + (st ? SMEM_Q1 : SMEM_Q0);
+                unsigned char* dO = smem + (st ? SMEM_DO1 : SMEM_DO0);
+#ifdef VARLEN
+                const bool tail = rows < BR;  // the sequence's last query block: its rows past the end zeroed below
+                unsigned long long* bar = tail ? &bar_tail : &full[st];
+#else
+                unsigned long long* bar = &full[st];
+#endif
                 iok_mbar_wait(&empty[st], ((s >> 1) & 1) ^ 1);  // the consumers are done with step s - 2
                 if (lane == 0) {
-                    iok_mbar_expect_tx(&full[st], 2 * BR * TILE_D * sizeof(T));
-                    unsigned char* q = smem + (st ? SMEM_Q1 : SMEM_Q0);
-                    unsigned char* dO = smem + (st ? SMEM_DO1 : SMEM_DO0);
-                    wg_tma_tile<IOK_T_Q, BR, T>(io, q, &tmQ, &full[st], q0, n_q, head);
-                    wg_tma_tile<IOK_T_dO, BR, T>(io, dO, &tmdO, &full[st], q0, n_q, head);
+                    iok_mbar_expect_tx(bar, 2 * BR * TILE_D * sizeof(T));
+                    wg_tma_tile<IOK_T_Q, BR, T>(io, q, &tmQ, bar, q_base + q0, q_extent, head);
+                    wg_tma_tile<IOK_T_dO, BR, T>(io, dO, &tmdO, bar, q_base + q0, q_extent, head);
                 }
+#ifdef VARLEN
+                const size_t row = static_cast<size_t>(q_base + q0) * row_stride + head;
+#else
                 const size_t row = static_cast<size_t>(head) * n_q + q0;
-                const int rows = min(BR, n_q - q0);
+#endif
                 tb_scalars<IOK_T_lse>(io, reinterpret_cast<float*>(smem + (st ? SMEM_LSE1 : SMEM_LSE0)), lse + row,
-                                      rows, lane);
+                                      rows, lane, row_stride);
                 tb_scalars<IOK_T_D>(io, reinterpret_cast<float*>(smem + (st ? SMEM_D1 : SMEM_D0)), Dg + row, rows,
-                                    lane);
+                                    lane, row_stride);
+#ifdef VARLEN
+                if (tail) {
+                    // once copied, the rows past the sequence (another's, which may hold anything) set to 0 in each
+                    // 64-column slab of Q and dO (128 bytes a row), made visible to the tensor cores; lane 0 then
+                    // arrives on the stage for its expect_tx, which went to bar_tail
+                    iok_mbar_wait(&bar_tail, tails & 1);
+                    ++tails;
+                    const int chunks = (BR - rows) * 8;  // 16-byte chunks of a slab's rows past the end
+#pragma unroll
+                    for (int sl = 0; sl < TILE_D / 64; ++sl) {
+                        for (int c = lane; c < chunks; c += 32) {
+                            const int off = sl * BR * 128 + rows * 128 + c * 16;
+                            *reinterpret_cast<uint4*>(q + off) = make_uint4(0u, 0u, 0u, 0u);
+                            *reinterpret_cast<uint4*>(dO + off) = make_uint4(0u, 0u, 0u, 0u);
+                        }
+                    }
+                    wg_fence_async_smem();
+                    __syncwarp();
+                    if (lane == 0) iok_mbar_arrive(&full[st]);
+                }
+#endif
                 iok_mbar_arrive(&full[st]);  // each lane's stores, released to the consumers' wait
             }
         }
@@ -238,7 +323,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 if (lane == 0) {
 #pragma unroll
                     for (int b = 0; b < TB_DQ_BOXES; ++b) {
-                        tb_dq_box(io, smem + SMEM_DQ + b * 8192, &tmdQ, b, step_q0(s), n_q, step_head(s));
+                        tb_dq_box(io, smem + SMEM_DQ + b * 8192, &tmdQ, b, q_base + step_q0(s), q_extent, step_head(s));
                     }
                     iok_bulk_commit();
                     iok_bulk_wait_read<0>();  // the engine has read the buffer
@@ -257,7 +342,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         const int steps = schedule();
         const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
+#ifdef VARLEN
+        const size_t kv_off = static_cast<size_t>(k_base + col0) * gridDim.z + blockIdx.z;  // packed rows
+        const int kv_stride = gridDim.z;
+#else
         const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
+        constexpr int kv_stride = 1;
+#endif
         const float scale2 = scale * WG_LOG2E;
         const unsigned char* Ks = smem + SMEM_K;
         const unsigned char* Vs = smem + SMEM_V;
@@ -376,7 +467,11 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
             // dQacc_i += τ dS K_j: this warpgroup's d slabs (warpgroup 0 the first half, rounded up)
             const int head = step_head(step), q0 = step_q0(step);
+#ifdef VARLEN
+            const size_t row0 = static_cast<size_t>(q_base + q0) * row_stride + head;
+#else
             const size_t row0 = static_cast<size_t>(head) * n_q + q0;
+#endif
             constexpr int half = (TB_DSLABS + 1) / 2;
 #pragma unroll 1
             for (int ds = wg ? half : 0; ds < (wg ? TB_DSLABS : half); ++ds) {
@@ -389,7 +484,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 wg_commit();
                 wg_wait<0>();
                 wg_fence_regs(acc);
-                wgb_dq_red(io, dQacc, acc, row0, min(BR, n_q - q0), 0, ds, warp, g, t, scale);
+                wgb_dq_red(io, dQacc, acc, row0, min(BR, n_q - q0), 0, ds, warp, g, t, scale, row_stride);
             }
             wg_wait<0>();  // the dV or dK product done: the stage may be reused
             wg_fence_regs(kv);
@@ -399,9 +494,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
         // dV_j (warpgroup 0) or dK_j = τ dK (warpgroup 1) rounded and written once
         if (wg == 0) {
-            wgb_store_rows<IOK_T_dV>(io, dV, kv, kv_off, key_w, g, t, cols, dv_scale);
+            wgb_store_rows<IOK_T_dV>(io, dV, kv, kv_off, key_w, g, t, cols, dv_scale, kv_stride);
         } else {
-            wgb_store_rows<IOK_T_dK>(io, dK, kv, kv_off, key_w, g, t, cols, scale);
+            wgb_store_rows<IOK_T_dK>(io, dK, kv, kv_off, key_w, g, t, cols, scale, kv_stride);
         }
 #else
 
@@ -479,7 +574,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         }
 
         // dK_j = τ dK, dV_j rounded and written once
-        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dv_scale);
+        wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dv_scale, kv_stride);
 #endif
 #ifdef IOK_COUNT
         if constexpr (FLUSH_REGS < CONSUMER_REGS) iok_regs_dec<FLUSH_REGS>();

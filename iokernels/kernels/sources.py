@@ -140,6 +140,12 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         # d inside a wider tile (HEAD_D_TILE 64, 128; tma: its wide tiles, 192 and 256 wide, and d 256)
         plans += [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel=kernel)
                   for t in FAST_BWD_DTYPES for d in ((32, 96, 160, 256) if kernel == "tma" else (32, 96))]
+        if kernel == "tma":  # variable-length batches (VARLEN), narrow and wide tiles, causal and not
+            from iokernels.plan.varlen import make_varlen_plan
+
+            plans += [make_varlen_plan(d=d, dtype=t, heads=4, kv_heads=2, lengths_q=(300, 5), causal=c,
+                                       direction="bwd")
+                      for t in FAST_BWD_DTYPES for d in (64, 96, 128, 256) for c in (False, True)]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

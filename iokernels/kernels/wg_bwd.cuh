@@ -156,18 +156,19 @@ __device__ __forceinline__ void wgb_store_ds(T* dSs, const unsigned (&dsa)[KS][4
 }
 
 // dK_j = τ dK and dV_j = dv_scale dV rounded and written once (rows past n_k, cols of them in the block, and the
-// tile's columns past d skipped), counted as dK and dV writes.
+// tile's columns past d skipped), counted as dK and dV writes. Key row k of the block is row kv_off + k·stride of HEAD_D
+// elements (stride: the K/V heads of a variable-length batch's packed rows, else 1).
 template <typename T, typename C>
 __device__ __forceinline__ void wgb_store_dkdv(C& io, T* dK, T* dV, const float (&dk)[TILE_D / 2],
                                                const float (&dv)[TILE_D / 2], size_t kv_off, int key_w, int g, int t,
-                                               int cols, float scale, float dv_scale)
+                                               int cols, float scale, float dv_scale, int stride = 1)
 {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = key_w + g + 8 * h;
         if (key < cols) {
-            T* krow = dK + (kv_off + key) * HEAD_D + 2 * t;
-            T* vrow = dV + (kv_off + key) * HEAD_D + 2 * t;
+            T* krow = dK + (kv_off + static_cast<size_t>(key) * stride) * HEAD_D + 2 * t;
+            T* vrow = dV + (kv_off + static_cast<size_t>(key) * stride) * HEAD_D + 2 * t;
 #pragma unroll
             for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
                 iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
@@ -181,13 +182,13 @@ __device__ __forceinline__ void wgb_store_dkdv(C& io, T* dK, T* dV, const float 
 // The same for one of them (tensor TI: dK or dV, x = its scale).
 template <int TI, typename T, typename C>
 __device__ __forceinline__ void wgb_store_rows(C& io, T* dst, const float (&acc)[TILE_D / 2], size_t kv_off, int key_w,
-                                               int g, int t, int cols, float x)
+                                               int g, int t, int cols, float x, int stride = 1)
 {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = key_w + g + 8 * h;
         if (key < cols) {
-            T* row = dst + (kv_off + key) * HEAD_D + 2 * t;
+            T* row = dst + (kv_off + static_cast<size_t>(key) * stride) * HEAD_D + 2 * t;
 #pragma unroll
             for (int n = 0; n < HEAD_D / 8; ++n) {
                 iok_st<TI>(io, reinterpret_cast<unsigned*>(row + n * 8),
@@ -197,12 +198,13 @@ __device__ __forceinline__ void wgb_store_rows(C& io, T* dst, const float (&acc)
     }
 }
 
-// dQacc rows row0 + [0, rows) (row0: the global row of the block's first query), columns 64 ds + [0, 64) += τ acc
+// dQacc rows row0 + stride·[0, rows) (row0: the global row of the block's first query; stride as wgb_store_dkdv's),
+// columns 64 ds + [0, 64) += τ acc
 // (a 64 x 64 block of dQ_i: query slab qs, d slab ds) by float32 reductions (bwd.cuh's red.global.add.v2.f32,
 // counted as 8 bytes read and 8 written each); rows past n_q and the tile's columns past d are not added.
 template <typename C>
 __device__ __forceinline__ void wgb_dq_red(C& io, float* dQacc, const float (&acc)[32], size_t row0, int rows, int qs,
-                                           int ds, int warp, int g, int t, float scale)
+                                           int ds, int warp, int g, int t, float scale, int stride = 1)
 {
     constexpr int last_n = (HEAD_D - (TILE_D - 64)) / 8;  // 8-column groups of d in the tiles' last slab
     const bool last = ds == TILE_D / 64 - 1;
@@ -210,7 +212,7 @@ __device__ __forceinline__ void wgb_dq_red(C& io, float* dQacc, const float (&ac
     for (int h = 0; h < 2; ++h) {
         const int r = qs * 64 + warp * 16 + g + 8 * h;
         if (r < rows) {
-            float* dst = dQacc + (row0 + r) * HEAD_D + ds * 64 + 2 * t;
+            float* dst = dQacc + (row0 + static_cast<size_t>(r) * stride) * HEAD_D + ds * 64 + 2 * t;
 #pragma unroll
             for (int n = 0; n < 8; ++n) {
                 if (TILE_D == HEAD_D || n < last_n || !last) {  // columns past d: not added

@@ -9,7 +9,7 @@ from .api import attention, attention_backward, memory_needed
 from .execute import clear_graphs
 from .kvcache import attention_with_kvcache
 from .memory import DeviceMemoryError
-from .varlen import attention_varlen
+from .varlen import attention_varlen, attention_varlen_backward
 
-__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_varlen", "attention_with_kvcache",
-           "clear_graphs", "memory_needed"]
+__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_varlen", "attention_varlen_backward",
+           "attention_with_kvcache", "clear_graphs", "memory_needed"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..kernels import launch
 from ..plan import Plan
-from ..plan.tensors import APPEND_TENSORS, CACHE_TENSORS
+from ..plan.tensors import APPEND_TENSORS, CACHE_TENSORS, VARLEN_TENSORS
 
 GB = 1024**3  # binary, as everywhere in iokernels
 
@@ -29,7 +29,8 @@ def needed_bytes(chain: list[Plan], expand: bool, group: int) -> int:
     """Device bytes the plans allocate beyond the inputs they are given (a plan's buffers are released
     before the next plan's, but for those it passes on), plus the expanded K, V (and the dK, dV
     sums) of grouped-query attention run on expanded heads."""
-    given = set(CACHE_TENSORS) | set(APPEND_TENSORS)  # a decode's lengths, page table and new keys: inputs too
+    # a decode's lengths, page table and new keys, a variable-length batch's offsets: inputs too
+    given = set(CACHE_TENSORS) | set(APPEND_TENSORS) | set(VARLEN_TENSORS)
     peak = max(launch.plan_device_bytes(plan, (set(launch.INPUTS[plan.direction]) - {"P"}) | given) for plan in chain)
     if expand:
         last = chain[-1]

@@ -1,9 +1,10 @@
 """The library's variable-length attention (issue #23; FlashAttention's ``flash_attn_varlen_func``):
-:func:`attention_varlen`, B sequences packed without padding, each sequence's queries against its own keys.
+:func:`attention_varlen` and :func:`attention_varlen_backward`, B sequences packed without padding, each sequence's
+queries against its own keys.
 
-The plan is :mod:`iokernels.plan.varlen` (the tma forward built with VARLEN): the kernels read the offsets
-``cu_seqlens_q`` and ``cu_seqlens_k`` from device memory (no copy to the host: a call can be captured in a CUDA
-graph); the grid follows the longest sequences (``max_seqlen_q``, ``max_seqlen_k``). Each call signature (shapes,
+The plans are :mod:`iokernels.plan.varlen` (the tma forward and backward built with VARLEN): the kernels read the
+offsets ``cu_seqlens_q`` and ``cu_seqlens_k`` from device memory (no copy to the host: a call can be captured in a
+CUDA graph); the grid follows the longest sequences (``max_seqlen_q``, ``max_seqlen_k``). Each call signature (shapes,
 dtypes, the longest lengths, options, device) is checked and planned once; later calls allocate the outputs and
 launch (the fast path, :mod:`.fastpath`).
 """
@@ -23,8 +24,11 @@ from .fastpath import cupy_empty, module_of, prepare_fast, run_fast
 from .memory import needed_bytes, require_memory
 
 VARLEN_CALLS = DispatchCache()  # a varlen call's signature -> its Dispatch (with its fast path after the first call)
-VARLEN_INPUTS = ("Q", "K", "V", "cu_seqlens_q", "cu_seqlens_k")  # the fast path's input tuple
-VARLEN_OUTPUTS = ("O", "lse")
+VARLEN_INPUTS = {"fwd": ("Q", "K", "V", "cu_seqlens_q", "cu_seqlens_k"),  # the fast path's input tuples
+                 "bwd": ("Q", "K", "V", "O", "dO", "lse", "cu_seqlens_q", "cu_seqlens_k")}
+VARLEN_OUTPUTS = {"fwd": ("O", "lse"), "bwd": ("dQ", "dK", "dV")}
+_NAMES = {"Q": "q", "K": "k", "V": "v", "O": "o", "dO": "do", "lse": "lse", "cu_seqlens_q": "cu_seqlens_q",
+          "cu_seqlens_k": "cu_seqlens_k"}
 Shape = tuple[int, ...]
 
 
@@ -51,51 +55,66 @@ def varlen_problem(q: Shape, k: Shape, v: Shape, cu_q: tuple[str, Shape], cu_k: 
             "total_q": total_q, "total_k": total_k, "max_q": max_q, "max_k": max_k}
 
 
-def varlen_plan(problem: dict[str, Any], causal: str) -> Any:
+def varlen_plan(problem: dict[str, Any], causal: str, direction: str = "fwd") -> Any:
     """The launch plan of a checked problem (the lengths unknown: read by the kernels)."""
     return make_varlen_plan(d=problem["d"], dtype=problem["dtype"], heads=problem["heads"],
                             kv_heads=problem["kv_heads"], batch=problem["batch"], max_q=problem["max_q"],
                             max_k=problem["max_k"], total_q=problem["total_q"], total_k=problem["total_k"],
-                            causal=causal)
+                            causal=causal, direction=direction)
 
 
-def varlen_call(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: Any, max_seqlen_k: Any,
-                *, causal: bool | str, scale: float | None, bfloat16: bool) -> Dispatch:
-    """The :class:`Dispatch` of a call of :func:`attention_varlen`: checked, planned and its fast path prepared at its
+def check_backward_shapes(q: Shape, o: Shape, do: Shape, lse: tuple[str, Shape]) -> None:
+    """A backward call's o and do shaped as q, lse (total_q, H) float32 (ValueError)."""
+    if o != q or do != q or lse != ("float32", q[:2]):
+        raise ValueError(f"o and do must be shaped as q {q} and lse float32 {q[:2]} (the forward's), got o {o}, do "
+                         f"{do}, lse {lse[0]} {lse[1]}")
+
+
+def varlen_call(arrays: dict[str, Any], max_seqlen_q: Any, max_seqlen_k: Any, *, causal: bool | str,
+                scale: float | None, bfloat16: bool, direction: str = "fwd") -> Dispatch:
+    """The :class:`Dispatch` of a call of :func:`attention_varlen` (``arrays`` by tensor name, as
+    :data:`VARLEN_INPUTS`) or :func:`attention_varlen_backward`: checked, planned and its fast path prepared at its
     signature's first call, from :data:`VARLEN_CALLS` after."""
-    arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k)
-    options = (max_seqlen_q, max_seqlen_k, normalize_causal(causal), scale, bfloat16)
+    options = (direction, max_seqlen_q, max_seqlen_k, normalize_causal(causal), scale, bfloat16)
     try:
-        key = (*(array_key(x) for x in arrays), *((type(o), o) for o in options), device_id())
+        key = (*(array_key(x) for x in arrays.values()), *((type(o), o) for o in options), device_id())
         hash(key)
     except (AttributeError, TypeError):
         key = None
 
     def build() -> Dispatch:
-        named = dict(zip(("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"), arrays, strict=True))
+        q, k, v = arrays["Q"], arrays["K"], arrays["V"]
+        named = {_NAMES[n]: x for n, x in arrays.items()}
         for name, x in named.items():
             if module_of(x) != "cupy":
                 raise TypeError(f"{name} must be a cupy array on the GPU (iokernels.torch takes torch tensors), got a "
                                 f"{type(x).__module__} array")
             if not x.flags.c_contiguous:
                 raise ValueError(f"{name} must be C-contiguous, got strides {x.strides} for shape {x.shape}")
-        if len({x.data.device_id for x in arrays}) != 1:
+        if len({x.data.device_id for x in arrays.values()}) != 1:
             raise ValueError("the arrays lie on several devices")
         want = "uint16" if bfloat16 else "float16"
-        if any(str(x.dtype) != want for x in (q, k, v)):
-            raise TypeError(f"q, k, v must be float16 (bfloat16 through iokernels.torch), got "
-                            f"{', '.join(str(x.dtype) for x in (q, k, v))}")
+        values = [x for n, x in arrays.items() if n in ("Q", "K", "V", "O", "dO")]
+        if any(str(x.dtype) != want for x in values):
+            raise TypeError(f"q, k, v (and o, do) must be float16 (bfloat16 through iokernels.torch), got "
+                            f"{', '.join(str(x.dtype) for x in values)}")
+        cu_q, cu_k = arrays["cu_seqlens_q"], arrays["cu_seqlens_k"]
         problem = varlen_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape),
-                                 (str(cu_seqlens_q.dtype), tuple(cu_seqlens_q.shape)),
-                                 (str(cu_seqlens_k.dtype), tuple(cu_seqlens_k.shape)), max_seqlen_q, max_seqlen_k,
-                                 "bfloat16" if bfloat16 else "float16")
-        plan = varlen_plan(problem, options[2])
+                                 (str(cu_q.dtype), tuple(cu_q.shape)), (str(cu_k.dtype), tuple(cu_k.shape)),
+                                 max_seqlen_q, max_seqlen_k, "bfloat16" if bfloat16 else "float16")
+        if direction == "bwd":
+            lse = arrays["lse"]
+            check_backward_shapes(tuple(q.shape), tuple(arrays["O"].shape), tuple(arrays["dO"].shape),
+                                  (str(lse.dtype), tuple(lse.shape)))
+        plan = varlen_plan(problem, options[3], direction)
         call = Dispatch("cupy", plan.dtype, (problem["total_q"], problem["heads"]), problem["max_q"],
                         problem["max_k"], problem["d"], problem["heads"] // problem["kv_heads"], False, (plan,),
                         needed_bytes([plan], False, 1),
                         reference.default_scale(problem["d"]) if check_scale(scale) is None else scale, True)
         require_memory(call.chain, call.needed_bytes, call.lead)
-        prepare_fast(call, VARLEN_INPUTS, {"O": tuple(q.shape), "lse": tuple(q.shape[:-1])}, VARLEN_OUTPUTS)
+        shapes = ({"O": tuple(q.shape), "lse": tuple(q.shape[:-1])} if direction == "fwd" else
+                  {"dQ": tuple(q.shape), "dK": tuple(k.shape), "dV": tuple(v.shape)})
+        prepare_fast(call, VARLEN_INPUTS[direction], shapes, VARLEN_OUTPUTS[direction])
         return call
 
     return VARLEN_CALLS.lookup(key, build)
@@ -125,13 +144,30 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     """
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
-    arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k)
-    call = varlen_call(*arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16)
-    if launch.counting_active():  # inside count_io: the counting build, its counts logged
-        inputs = dict(zip(VARLEN_INPUTS, arrays, strict=True))
-        out = launch.run_plan(call.chain[0], inputs, scale=call.scale).buffers
-    else:
-        given = tuple(x.data.ptr for x in arrays)
-        out_arrays = run_fast(call, given, cupy_empty(require_cupy()), launch.current_stream(), None)
-        out = {n: out_arrays[i] for n, i in call.outputs.items()}
+    arrays = dict(zip(VARLEN_INPUTS["fwd"], (q, k, v, cu_seqlens_q, cu_seqlens_k), strict=True))
+    out = _run(varlen_call(arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16), arrays)
     return (out["O"], out["lse"]) if return_lse else out["O"]
+
+
+def attention_varlen_backward(do: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                              max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
+                              scale: float | None = None, bfloat16: bool = False) -> tuple[Any, Any, Any]:
+    """Gradients (dq, dk, dv) of ``o = attention_varlen(q, k, v, ...)`` given ``do = dL/do``: o and do shaped as q,
+    lse (total_q, H) float32 from ``attention_varlen(..., return_lse=True)`` with the same offsets, causal and scale;
+    the other arguments as :func:`attention_varlen`. dk and dv are shaped as k and v (grouped-query attention: each
+    K/V head's gradient sums its query heads'); a key no query of its sequence sees gets dk = dv = 0. The tma
+    backward (flash_tma_bwd.cu built with VARLEN) on sm_90, float16 (bfloat16 through iokernels.torch), d up to 256."""
+    arrays = dict(zip(VARLEN_INPUTS["bwd"], (q, k, v, o, do, lse, cu_seqlens_q, cu_seqlens_k), strict=True))
+    call = varlen_call(arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16,
+                       direction="bwd")
+    out = _run(call, arrays)
+    return out["dQ"], out["dK"], out["dV"]
+
+
+def _run(call: Dispatch, arrays: dict[str, Any]) -> dict[str, Any]:
+    """A call's outputs by name: the counting build inside count_io (its counts logged), else the fast path."""
+    if launch.counting_active():
+        return launch.run_plan(call.chain[0], arrays, scale=call.scale).buffers
+    out = run_fast(call, tuple(x.data.ptr for x in arrays.values()), cupy_empty(require_cupy()),
+                   launch.current_stream(), None)
+    return {n: out[i] for n, i in call.outputs.items()}

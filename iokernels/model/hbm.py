@@ -54,7 +54,7 @@ from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, decode_sums
 from ..plan.tensors import DIMS, TENSORS
 from ..plan.units import ACC_ITEMSIZE
-from ..plan.varlen import VARLEN_VARIANT, varlen_sums
+from ..plan.varlen import VARLEN_VARIANT, varlen_backward_sums, varlen_sums
 from .specs import GpuSpec
 
 
@@ -93,6 +93,10 @@ K_seq = _pos("K_seq")  # the keys a decode step's queries attend to, per sequenc
 # R_vq and R_vk the query and key rows its copies load (each tile's rows inside the packed tensor), G_v the grid's
 # blocks (each reads its sequence's two offsets of each), A_vl Σ L_q·L_k over the sequences
 H, T_vq, R_vq, R_vk, G_v, A_vl = (_pos(x) for x in ("H", "T_vq", "R_vq", "R_vk", "G_v", "A_vl"))
+# its backward (iokernels.plan.varlen_backward_sums), per K/V head: H_kv the K/V heads, T_vk the packed key rows, R_bk
+# and R_bq the key and query rows its copies load, R_bs the lse (and D) floats its steps read, R_bd the dQacc rows its
+# additions read and write, G_bv the grid's blocks per K/V head
+H_kv, T_vk, R_bk, R_bq, R_bs, R_bd, G_bv = (_pos(x) for x in ("H_kv", "T_vk", "R_bk", "R_bq", "R_bs", "R_bd", "G_bv"))
 
 
 class _Loops:
@@ -245,6 +249,20 @@ def _flash_varlen(c: _Loops) -> dict[str, _Stage]:
     return {"main": main}
 
 
+def _flash_varlen_bwd(c: _Loops) -> dict[str, _Stage]:
+    # its backward: D and dQacc's zeros over the packed rows; each K/V head's key blocks read K and V once and the
+    # query blocks of its g query heads that see them (Q, dO, lse, D), add to dQacc (the reduce-add's boxes inside the
+    # packed rows), write dK and dV of every key; dQ rounded from dQacc
+    qd = T_vq * d
+    main = (_Stage().read("Q", R_bq * d, H_kv).read("K", R_bk * d, H_kv).read("V", R_bk * d, H_kv)
+            .read("dO", R_bq * d, H_kv).read("lse", R_bs, H_kv).read("D", R_bs, H_kv)
+            .read("dQacc", R_bd * d, H_kv).write("dQacc", R_bd * d, H_kv)
+            .write("dK", T_vk * d, H_kv).write("dV", T_vk * d, H_kv)
+            .read("cu_seqlens_q", 2 * G_bv, H_kv).read("cu_seqlens_k", 2 * G_bv, H_kv))
+    return {"prep": _Stage().read("dO", qd, H).read("O", qd, H).write("D", T_vq, H).write("dQacc", qd, H),
+            "main": main, "dq": _Stage().read("dQacc", qd, H).write("dQ", qd, H)}
+
+
 def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
     # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
     # and writes dQ once; the K/V-outer stage is the main stage without dQacc
@@ -273,6 +291,7 @@ _BUILDERS = {
     ("flash", "fast", "fwd", "split"): lambda c: _flash_decode(c, True),
     ("flash", "fast", "fwd", "packed"): lambda c: _flash_decode(c, False),
     ("flash", "fast", "fwd", VARLEN_VARIANT): _flash_varlen,
+    ("flash", "fast", "bwd", VARLEN_VARIANT): _flash_varlen_bwd,
 }
 # a decode plan's cache (io_exprs's ``cache``): its builders with per-sequence lengths, contiguous or paged
 _CACHE_BUILDERS = {(split, cache): (lambda c, split=split, cache=cache: _flash_decode(c, split == "split", cache))
@@ -292,7 +311,7 @@ _MATMULS = {  # matrix products of shape N_q x N_k x d per pass
     ("flash", "kv_outer", "bwd"): 5, ("flash", "fast", "bwd"): 5,
     ("flash", "fast", "bwd", "deterministic"): 7,  # S and dP recomputed by the dq stage
     ("flash", "fast", "fwd", "split"): 2, ("flash", "fast", "fwd", "packed"): 2,
-    ("flash", "fast", "fwd", VARLEN_VARIANT): 2,
+    ("flash", "fast", "fwd", VARLEN_VARIANT): 2, ("flash", "fast", "bwd", VARLEN_VARIANT): 5,
 }
 _ORDER = {
     ("standard", "default", "fwd"): "Θ(Nd + N²)", ("standard", "default", "bwd"): "Θ(Nd + N²)",
@@ -303,6 +322,7 @@ _ORDER = {
     ("flash", "fast", "bwd"): "Θ(N²d²/M)", ("flash", "fast", "bwd", "deterministic"): "Θ(N²d²/M)",
     ("flash", "fast", "fwd", "split"): "Θ(N_k d + S N_q d)", ("flash", "fast", "fwd", "packed"): "Θ(N_k d)",
     ("flash", "fast", "fwd", VARLEN_VARIANT): "Θ(Σ_b L_b d + L_b² d²/M)",
+    ("flash", "fast", "bwd", VARLEN_VARIANT): "Θ(Σ_b L_b d + L_b² d²/M)",
 }
 _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in HBM besides them
     ("standard", "default", "fwd"): ("S", "P", "m", "l"),
@@ -316,7 +336,7 @@ _EXTRA = {  # footprint beyond inputs and outputs: the tensors a pass keeps in H
     ("flash", "fast", "bwd"): ("D", "dQacc"),
     ("flash", "fast", "bwd", "deterministic"): ("D",),
     ("flash", "fast", "fwd", "split"): ("lse",), ("flash", "fast", "fwd", "packed"): ("lse",),  # + the partials
-    ("flash", "fast", "fwd", VARLEN_VARIANT): ("lse",),
+    ("flash", "fast", "fwd", VARLEN_VARIANT): ("lse",), ("flash", "fast", "bwd", VARLEN_VARIANT): ("D", "dQacc"),
 }
 _EXTENT = {"q": N_q, "k": N_k, "d": d}
 
@@ -399,9 +419,11 @@ def theta_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
     read, write = total_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse,
                               mask=mask, window=window)
     expr = read + write
-    if variant == VARLEN_VARIANT:  # each sequence's N²d²/M: key rows Σ L_q·L_k / B_r (half of it causal)
+    if variant == VARLEN_VARIANT:  # each sequence's N²d²/M: Σ L_q·L_k over the resident tile's rows (half causal)
         area = A_vl / 2 if normalize_causal(causal) else A_vl
-        expr = expr.subs({R_vk: area / B_r, R_vq: T_vq, G_v: T_vq / B_r})
+        g = H / H_kv
+        expr = expr.subs({R_vk: area / B_r, R_vq: T_vq, G_v: T_vq / B_r, R_bk: T_vk, R_bq: g * area / B_c,
+                          R_bs: g * area / B_c, R_bd: g * area / B_c, G_bv: T_vk / B_c})
     elif normalize_causal(causal) or block_sparse or window:
         area = A_v if window else visible_area_expr(causal)
         kept = s_density * area if block_sparse else area
@@ -469,7 +491,7 @@ def flops_expr(algorithm: str, schedule: str, direction: str, variant: str = "",
 def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str = "") -> sp.Expr:
     """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N); split-KV decode: the partials)."""
     partials = S_split * BH * N_q * (d + 1) * ACC_ITEMSIZE if variant == "split" else sp.Integer(0)
-    if variant == VARLEN_VARIANT:
+    if variant == VARLEN_VARIANT:  # per packed query row and head
         return sum(H * T_vq * _size(t) * (d if DIMS[t][-1] == "d" else 1)
                    for t in _EXTRA[_k(algorithm, schedule, direction, variant)])
     return sum((BH * _elements(t) * _size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
@@ -493,10 +515,17 @@ def plan_values(plan: Plan) -> dict:
                        G_pt: sp.Rational(sums["entries"], plan.batch), A_new: plan.kv_cache.append,
                        K_seq: sp.Rational(sum(plan.kv_cache.keys(n) for n in plan.kv_cache.lengths), plan.batch)})
     if plan.varlen is not None:
-        if plan.varlen.known:
-            sums = varlen_sums(plan)
-            values.update({H: plan.heads, T_vq: plan.varlen.total_q, R_vq: sums["rows_q"], R_vk: sums["rows_k"],
-                           G_v: sums["blocks"], A_vl: sums["area"]})
+        v = plan.varlen
+        values.update({H: plan.heads, H_kv: plan.kv_heads, T_vq: v.total_q, T_vk: v.total_k})
+        if v.known:
+            values[A_vl] = sum(lq * lk for _, lq, _, lk in v.sequences())
+            if plan.direction == "fwd":
+                sums = varlen_sums(plan)
+                values.update({R_vq: sums["rows_q"], R_vk: sums["rows_k"], G_v: sums["blocks"]})
+            else:
+                sums = varlen_backward_sums(plan)
+                values.update({R_bk: sums["rows_k"], R_bq: sums["rows_q"], R_bs: sums["scalars"], R_bd: sums["dq"],
+                               G_bv: sums["blocks"]})
         return values
     if (plan.causal or _sparse(plan) or plan.positional) and "Br" in tile and plan.variant not in DECODE_VARIANTS:
         sums = pair_sums(plan)

@@ -10,6 +10,11 @@ sequence's end does nothing) and its sequence's key tiles. A tile's copies are b
 rows past the sequence are the next sequence's (read, counted, never stored; keys past the end are masked and the
 rows of V past it zeroed in shared memory), past the packed tensor's end they are zero-filled (nothing read).
 
+The backward (flash_tma_bwd.cu built with VARLEN): block (key block x, sequence b, K/V head z) takes its sequence's
+key block x and the query blocks of the g query heads that see it; the loader zeroes the rows of a sequence's last
+query block past its end in Q and dO, so they add nothing to dK, dV or dQ (dQacc's boxes past the end add zeros). Its
+D = rowsum(dO ∘ O) and dQ stages are the row-wise kernels over the total_q · heads packed rows.
+
 The lengths are values for the model and the simulator only: the grid and the kernels depend on the batch, the
 longest sequences and the totals, so one launch serves every set of lengths with those (a plan without them launches;
 the model then has no exact bytes).
@@ -18,13 +23,14 @@ the model then has no exact bytes).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .causal import CAUSAL_CODES, causal_offset, normalize_causal
-from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
+from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes, rowwise_stage
 from .fast import FAST_DTYPES, TMA_HEAD_DIMS, TMA_TILES, fast_buffers, tile_head_dim, tile_params
+from .fast_bwd import make_fast_backward_plan
 from .units import cdiv, itemsize
 
 VARLEN_VARIANT = "varlen"  # Plan.variant of the variable-length plans
@@ -80,14 +86,10 @@ def lengths_from_cu(cu_seqlens: Sequence[int] | np.ndarray, name: str = "cu_seql
     return tuple(int(x) for x in np.diff(cu))
 
 
-def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None = None,
-                     lengths_q: Sequence[int] | None = None, lengths_k: Sequence[int] | None = None,
-                     batch: int | None = None, max_q: int | None = None, max_k: int | None = None,
-                     total_q: int | None = None, total_k: int | None = None, causal: bool | str = False) -> Plan:
-    """The variable-length forward (:mod:`iokernels.plan.varlen`) on the sm_90 tma kernel: ``lengths_q`` and
-    ``lengths_k`` (B each; ``lengths_k`` default ``lengths_q``) for an exact plan, or, for a launch plan,
-    ``batch``, ``max_q``, ``max_k`` (the longest sequences) and ``total_q``, ``total_k`` (the packed rows).
-    ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left"."""
+def _problem(d: int, dtype: str, heads: int, kv_heads: int | None, lengths_q: Sequence[int] | None,
+             lengths_k: Sequence[int] | None, batch: int | None, max_q: int | None, max_k: int | None,
+             total_q: int | None, total_k: int | None) -> tuple[Varlen, int, int, int, str, int]:
+    """(varlen, batch, the grid's N_q and N_k, dtype, kv_heads) of a variable-length problem, checked."""
     if lengths_q is not None:
         lq = _lengths("lengths_q", lengths_q)
         lk = lq if lengths_k is None else _lengths("lengths_k", lengths_k)
@@ -113,17 +115,43 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
     if d not in TMA_HEAD_DIMS or dtype not in FAST_DTYPES:
-        raise Unsupported(f"variable-length batches run on the sm_90 tma kernel: float16 or bfloat16, d a multiple of "
-                          f"8 from 16 to 256; got d={d}, {dtype}")
+        raise Unsupported(f"variable-length batches run on the sm_90 tma kernels: float16 or bfloat16, d a multiple "
+                          f"of 8 from 16 to 256; got d={d}, {dtype}")
+    return varlen, batch, n_q, n_k, dtype, kv_heads
+
+
+def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None = None,
+                     lengths_q: Sequence[int] | None = None, lengths_k: Sequence[int] | None = None,
+                     batch: int | None = None, max_q: int | None = None, max_k: int | None = None,
+                     total_q: int | None = None, total_k: int | None = None, causal: bool | str = False,
+                     direction: str = "fwd") -> Plan:
+    """The variable-length forward or backward (``direction``; :mod:`iokernels.plan.varlen`) on the sm_90 tma kernels:
+    ``lengths_q`` and ``lengths_k`` (B each; ``lengths_k`` default ``lengths_q``) for an exact plan, or, for a launch
+    plan, ``batch``, ``max_q``, ``max_k`` (the longest sequences) and ``total_q``, ``total_k`` (the packed rows).
+    ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left"."""
+    if direction not in ("fwd", "bwd"):
+        raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+    varlen, batch, n_q, n_k, dtype, kv_heads = _problem(d, dtype, heads, kv_heads, lengths_q, lengths_k, batch,
+                                                         max_q, max_k, total_q, total_k)
     alignment = normalize_causal(causal)
+    mask = (("VARLEN", 1),) + ((("CAUSAL", CAUSAL_CODES[alignment]),) if alignment else ())
+    if direction == "bwd":  # the dense tma backward's tiles and kernel; its stages over the packed rows
+        dense = make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
+                                        kv_heads=kv_heads, kernel="tma")
+        main = dense.stage("main")
+        stages = (rowwise_stage("prep", "flash_bwd_prep", max(varlen.total_q, 1), d, heads),
+                  replace(main, grid=(main.grid[0], batch, kv_heads), params=(*main.params, *mask)),
+                  rowwise_stage("dq", "flash_bwd_dq", max(varlen.total_q, 1), d, heads))
+        return replace(dense, variant=VARLEN_VARIANT, stages=stages, causal=alignment, varlen=varlen,
+                       sram_bytes=max(st.smem_bytes for st in stages))
     tile_d = tile_head_dim(d)
     # the causal plans' tiles, B_r 128 with or without the mask: a sequence's last tile wastes fewer rows than at 192,
     # and three consumer warpgroups' counting build spills with VARLEN's state
     block_r, block_c = TMA_TILES[tile_d, True]
     buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
     tr, tc = cdiv(n_q, block_r), cdiv(n_k, block_c)
-    params = (*tile_params(d), ("VARLEN", 1)) + ((("CAUSAL", CAUSAL_CODES[alignment]),) if alignment else ())
-    stage = Stage("main", "flash_tma_fwd", (tr, batch, heads), 2 * block_r + 128, layout(buffers), params)
+    stage = Stage("main", "flash_tma_fwd", (tr, batch, heads), 2 * block_r + 128, layout(buffers),
+                  (*tile_params(d), *mask))
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=n_q, N_k=n_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
                 variant=VARLEN_VARIANT, tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)),
@@ -156,3 +184,43 @@ def varlen_sums(plan: Plan) -> dict[str, int]:
             rows_q += min(t["Br"], v.total_q - oq - row0)
             rows_k += sum(min(t["Bc"], v.total_k - ok - k0) for k0 in range(0, keys, t["Bc"]))
     return {"rows_q": rows_q, "rows_k": rows_k, "blocks": t["Tr"] * plan.batch, "area": area}
+
+
+def key_block_queries(plan: Plan, length_q: int, length_k: int, col0: int) -> range:
+    """The query blocks the backward's key block at ``col0`` of a sequence of (``length_q``, ``length_k``) visits
+    (empty: a block past the sequence's keys, or one no query sees): every one, or from the first whose last row sees
+    its first key when causal (flash_tma_bwd.cu's schedule)."""
+    br = plan.tile["Br"]
+    if col0 >= length_k or length_q == 0:
+        return range(0)
+    q_lo = max(0, col0 - causal_offset(length_q, length_k, plan.causal)) if plan.causal else 0
+    return range(q_lo // br, cdiv(length_q, br)) if length_q > q_lo else range(0)
+
+
+def varlen_backward_sums(plan: Plan) -> dict[str, int]:
+    """A variable-length backward's sums over its sequences, per K/V head, for the model and the simulator: ``rows_k``
+    the key rows its copies load (each key block with a step, B_c rows inside the packed tensor, for K and again for
+    V), ``rows_q`` the query rows (each step's B_r rows inside the packed tensor, for Q and again for dO), ``scalars``
+    the lse (and D) floats its steps read (their rows inside the sequence), ``dq`` the dQacc rows it adds (d floats
+    each, read and written: the bulk reduce-add's 64-row boxes inside the packed tensor; the wide tiles' float32
+    reductions, the rows inside the sequence), ``blocks`` the grid's blocks (each reads its sequence's two offsets of
+    each)."""
+    v, t = plan.varlen, plan.tile
+    group, br, bc = plan.heads // plan.kv_heads, t["Br"], t["Bc"]
+    wide = plan.stage("main").kernel != "flash_tma_bwd"
+    rows_k = rows_q = scalars = dq = 0
+    for oq, lq, ok, lk in v.sequences():
+        for col0 in range(0, lk, bc):
+            blocks = key_block_queries(plan, lq, lk, col0)
+            if not blocks:
+                continue
+            rows_k += min(bc, v.total_k - ok - col0)
+            for i in blocks:
+                q0 = i * br
+                rows_q += group * min(br, v.total_q - oq - q0)
+                scalars += group * min(br, lq - q0)
+                if wide:
+                    dq += group * min(br, lq - q0)
+                else:
+                    dq += group * sum(max(0, min(64, v.total_q - oq - q0 - r)) for r in range(0, br, 64))
+    return {"rows_k": rows_k, "rows_q": rows_q, "scalars": scalars, "dq": dq, "blocks": t["Tc"] * plan.batch}

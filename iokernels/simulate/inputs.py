@@ -11,7 +11,7 @@ from ..plan import Plan
 from ..plan.units import round_to
 from . import reference
 from .simulator import kv_rows, reference_dropout
-from .varlen import varlen_inputs, varlen_reference
+from .varlen import varlen_inputs, varlen_reference, varlen_reference_grads
 
 
 def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnitude: float = 1.0,
@@ -168,6 +168,8 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
                       ) -> dict[str, np.ndarray]:
     """What the simulated outputs must equal: the naive float64 reference on the same inputs."""
     if plan.varlen is not None:
+        if plan.direction == "bwd":
+            return varlen_reference_grads(plan, inputs, scale)
         return {"O": varlen_reference(plan, inputs, scale)[0]}
     if plan.kv_cache is not None:
         return {"O": cache_reference(plan, inputs, scale)[0]}

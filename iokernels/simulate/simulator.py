@@ -21,7 +21,7 @@ from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
 from .decode import run_decode
 from .hbm import ALL, KV_TENSORS, Hbm, blocks, divide, finite, rescale, transpose
-from .varlen import run_varlen
+from .varlen import run_varlen, run_varlen_bwd
 
 # ---------------------------------------------------------------------------------------------
 # the causal mask and the sliding window (iokernels.plan.causal): Plan.visible
@@ -397,7 +397,7 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
     if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read
         hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (plan.bh, *plan.block_grid().shape)))
     if plan.varlen is not None:  # packed tensors of their own shapes (simulate/varlen.py)
-        run_varlen(hbm, scale)
+        (run_varlen if plan.direction == "fwd" else run_varlen_bwd)(hbm, scale)
     else:
         extent = {"q": plan.N_q, "k": plan.N_k, "d": plan.d}
         for name, dims in DIMS.items():

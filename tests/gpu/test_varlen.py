@@ -1,9 +1,9 @@
-"""Variable-length batches on the GPU (issue #23; flash_tma.cu built with VARLEN; iokernels/plan/varlen.py): counters ==
-model.exact; O and lse equal the float64 reference of each sequence alone within flash-attention's same-precision
-tolerance, for empty sequences, one-row sequences, lengths that are not multiples of the tiles, N_q ≠ N_k per
-sequence, causal in both alignments, grouped-query attention and d inside a wider tile and past 128; the plain build
-agrees with the counting one; NaN in one sequence never reaches another; ``iokernels.attention_varlen`` runs the same
-plans (and its fast path twice).
+"""Variable-length batches on the GPU (issue #23; flash_tma.cu and flash_tma_bwd.cu built with VARLEN;
+iokernels/plan/varlen.py): counters == model.exact; O and lse, and dQ, dK, dV, equal the float64 reference of each
+sequence alone within flash-attention's same-precision tolerance, for empty sequences, one-row sequences, lengths that
+are not multiples of the tiles, N_q ≠ N_k per sequence, causal in both alignments, grouped-query attention and d inside
+a wider tile and past 128; the plain build agrees with the counting one; NaN in one sequence never reaches another;
+``iokernels.attention_varlen`` and ``attention_varlen_backward`` run the same plans (and their fast paths twice).
 
 Run alone: ``PYTHONPATH=. pytest tests/gpu/test_varlen.py`` (skips without an sm_90 device).
 """
@@ -20,7 +20,7 @@ from iokernels.plan.causal import causal_offset
 from iokernels.plan.units import round_to
 from iokernels.plan.varlen import make_varlen_plan
 from iokernels.simulate import reference
-from iokernels.simulate.varlen import varlen_reference
+from iokernels.simulate.varlen import varlen_reference, varlen_reference_grads
 
 from .helpers import assert_within_naive, ulp
 
@@ -132,3 +132,98 @@ def test_library_call(causal):
         counted[r["tensor"]] = (r["read_bytes"], r["write_bytes"])
     assert counted == model.exact(plan)["main"]
     _assert_outputs(plan, {"O": o, "lse": lse}, host)
+
+
+def _naive_grads(plan, host, scale):
+    """Each sequence's same-precision naive dQ, dK, dV (S, P, dP, dS rounded to the dtype), packed as the kernels'."""
+    v, group = plan.varlen, plan.heads // plan.kv_heads
+    out = {"dQ": np.zeros((v.total_q, plan.heads, plan.d)), "dK": np.zeros((v.total_k, plan.kv_heads, plan.d)),
+           "dV": np.zeros((v.total_k, plan.kv_heads, plan.d))}
+    dt = plan.dtype
+    for oq, lq, ok, lk in v.sequences():
+        if lq == 0 or lk == 0:
+            continue
+        q, do = (np.swapaxes(host[n][oq:oq + lq], 0, 1) for n in ("Q", "dO"))
+        k, vv = (np.repeat(np.swapaxes(host[n][ok:ok + lk], 0, 1), group, axis=0) for n in ("K", "V"))
+        s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dt)
+        if plan.causal:
+            off = causal_offset(lq, lk, plan.causal)
+            s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + off, s, -np.inf)
+        m = s.max(axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+        l = e.sum(axis=-1, keepdims=True)
+        p = round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), dt)
+        dv = round_to(np.swapaxes(p, -1, -2) @ do, dt)
+        dp = round_to(do @ np.swapaxes(vv, -1, -2), dt)
+        ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dt)
+        out["dQ"][oq:oq + lq] = np.swapaxes(round_to(scale * (ds @ k), dt), 0, 1)
+        dk = round_to(scale * (np.swapaxes(ds, -1, -2) @ q), dt)
+        for name, x in (("dK", dk), ("dV", dv)):
+            out[name][ok:ok + lk] = np.swapaxes(x.reshape(plan.kv_heads, group, lk, plan.d).sum(axis=1), 0, 1)
+    return out
+
+
+def _assert_grads(plan, buffers, host):
+    scale = reference.default_scale(plan.d)
+    want = varlen_reference_grads(plan, host, scale)
+    got = {n: launch.to_float64(buffers[n], plan.dtype) for n in want}
+    assert all(got[n].shape == want[n].shape for n in want)
+    assert_within_naive(got, want, _naive_grads(plan, host, scale))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_backward_counters_and_gradients(case):
+    lq, lk, d, dtype, heads, kv_heads, causal = case
+    plan = make_varlen_plan(d=d, dtype=dtype, heads=heads, kv_heads=kv_heads, lengths_q=lq, lengths_k=lk,
+                            causal=causal, direction="bwd")
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("bwd", case))
+    run = launch.run_plan(plan, inputs, counting=True)
+    assert run.counts == model.exact(plan)
+    _assert_grads(plan, run.buffers, host)
+    plain = launch.run_plan(plan, inputs, counting=False)
+    _assert_grads(plan, plain.buffers, host)
+
+
+def test_backward_nan_stays_in_its_sequence():
+    """NaN in sequence 1's Q and dO: its gradients are NaN, sequence 0's (whose last query block loads sequence 1's
+    rows, zeroed in shared memory) and sequence 2's are not."""
+    plan = make_varlen_plan(d=64, dtype="float16", heads=2, lengths_q=(100, 150, 90), lengths_k=(70, 200, 60),
+                            direction="bwd")
+    inputs, host = launch.make_device_inputs(plan, seed=5)
+    (oq1, lq1, ok1, lk1), (oq2, _, ok2, _) = plan.varlen.sequences()[1:]
+    inputs["Q"][oq1:oq1 + lq1] = cp.nan
+    inputs["dO"][oq1:oq1 + lq1] = cp.nan
+    run = launch.run_plan(plan, inputs, counting=False)
+    got = {n: launch.to_float64(run.buffers[n], plan.dtype) for n in ("dQ", "dK", "dV")}
+    assert np.all(np.isfinite(got["dQ"][:oq1])) and np.all(np.isfinite(got["dQ"][oq2:]))
+    for n in ("dK", "dV"):
+        assert np.all(np.isfinite(got[n][:ok1])) and np.all(np.isfinite(got[n][ok2:]))
+        assert np.all(np.isnan(got[n][ok1:ok1 + lk1]))
+    want = varlen_reference_grads(plan, host)
+    for n, rows in (("dQ", slice(0, oq1)), ("dK", slice(0, ok1)), ("dV", slice(0, ok1))):
+        assert np.max(np.abs(got[n][rows] - want[n][rows])) < 2e-2 * max(1.0, np.max(np.abs(want[n][rows])))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_library_backward(causal):
+    """attention_varlen_backward on attention_varlen's O and lse: the reference's gradients, twice (the fast path), and
+    inside count_io the model's bytes per stage."""
+    lengths = (17, 0, 500, 129, 1)
+    plan = make_varlen_plan(d=96, dtype="float16", heads=4, kv_heads=2, lengths_q=lengths, causal=causal,
+                            direction="bwd")
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("library-bwd", causal))
+    cu = (inputs["cu_seqlens_q"], inputs["cu_seqlens_k"], max(lengths), max(lengths))
+    o, lse = iokernels.attention_varlen(inputs["Q"], inputs["K"], inputs["V"], *cu, causal=causal, return_lse=True)
+    host["O"] = launch.to_float64(o, plan.dtype)
+    host["lse"] = cp.asnumpy(lse).astype(np.float64)
+    for _ in range(2):
+        dq, dk, dv = iokernels.attention_varlen_backward(inputs["dO"], inputs["Q"], inputs["K"], inputs["V"], o, lse,
+                                                         *cu, causal=causal)
+        _assert_grads(plan, {"dQ": dq, "dK": dk, "dV": dv}, host)
+    with iokernels.count_io() as records:
+        iokernels.attention_varlen_backward(inputs["dO"], inputs["Q"], inputs["K"], inputs["V"], o, lse, *cu,
+                                            causal=causal)
+    counted: dict = {}
+    for r in records:
+        counted.setdefault(r["stage"], {})[r["tensor"]] = (r["read_bytes"], r["write_bytes"])
+    assert counted == model.exact(plan)

@@ -73,12 +73,15 @@ def _case_id(source: str, defines: tuple, arch: str) -> str:
 
 CASES = [pytest.param(*key, id=_case_id(*key)) for key in merged()]
 
-# The one counting build allowed a small spill (flash_tma.cu's comment on its register split says why): the split-KV
-# decode with a cache of per-sequence lengths and the causal mask on packed rows, in a tile past 128 columns
+# The counting builds allowed a small spill (the kernels' comments on their register splits say why): the split-KV
+# decode with a cache of per-sequence lengths and the causal mask on packed rows, in a tile past 128 columns; the
+# variable-length backward at d 64
 SPILL_BYTES_ALLOWED = 32
 
 
 def spills_allowed(source: str, defines: dict) -> bool:
+    if source == "flash_tma_bwd.cu":  # the variable-length backward's counting build at d 64 (its register split)
+        return "VARLEN" in defines and defines.get("HEAD_D_TILE", defines["HEAD_D"]) == 64
     return (source == "flash_tma.cu" and all(k in defines for k in ("SPLIT", "RAGGED", "PACKED_CAUSAL"))
             and defines.get("HEAD_D_TILE", defines["HEAD_D"]) > 128)
 
