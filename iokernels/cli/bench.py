@@ -58,6 +58,10 @@ def _command_line(ctx: click.Context) -> str:
 NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "overhead", "overhead_calls", "long_table",
               "long_only", "long_max_n", "long_dtype", "sram")
 DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
+# the bench options that --varlen does not take, and the --varlen options
+NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "overhead", "overhead_calls", "long_table", "long_only",
+              "long_max_n", "long_dtype", "sram", "impls", "peers", "decode")
+VARLEN_ONLY = ("varlen_batch", "varlen_max")
 
 
 @cli.command("bench")
@@ -120,18 +124,33 @@ DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
               help=f"with --decode: cache lengths N_k [default: {_csv(configs.DECODE_NKS)}]")
 @click.option("--decode-nq", default=None,
               help=f"with --decode: new tokens N_q, N_q > 1 causal bottom-right [default: {_csv(configs.DECODE_NQS)}]")
+@click.option("--varlen", is_flag=True,
+              help="a variable-length batch (issue #23) instead: B sequences of lengths uniform in 1..--varlen-max, "
+                   "packed; ours (iokernels.torch.attention_varlen) beside the dense fast path on the padded batch "
+                   "and on the mean length, torch SDPA FLASH and CUDNN on the padded batch and SDPA on nested "
+                   "(jagged) tensors; TFLOP/s on the real tokens [d default 128, dtype float16, both modes]")
+@click.option("--varlen-batch", type=int, default=64, show_default=True, help="with --varlen: the sequences B")
+@click.option("--varlen-max", type=int, default=8192, show_default=True, help="with --varlen: the longest length")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
 @user_errors
 def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward, mode, overhead, overhead_calls,
               long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats, max_call_ms,
-              time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, as_json) -> None:
+              time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen, varlen_batch,
+              varlen_max, as_json) -> None:
     """TFLOP/s of iokernels and its peers (torch SDPA backends, FlexAttention, cupy/cuBLAS) in one run, all
     timed the same way, with ratios; with --overhead, host microseconds per call; with --decode, decode attention
-    against long K/V caches (KV bandwidth, percent of copy, time ratios)."""
+    against long K/V caches (KV bandwidth, percent of copy, time ratios); with --varlen, a variable-length batch."""
     from ..bench import clocks, implementations, suite
     from ..bench import overhead as host
 
+    if varlen:
+        _varlen(ctx, ds, dtypes, heads, causal, backward, mode, warmup, repeats, max_call_ms, time_budget,
+                varlen_batch, varlen_max, as_json)
+        return
+    for name in VARLEN_ONLY:
+        if _given(ctx, name):
+            raise ValueError(f"--{name.replace('_', '-')} applies to bench --varlen only")
     if decode:
         _decode(ctx, ds, dtypes, mode, impls, peers, warmup, repeats, max_call_ms, time_budget, decode_heads,
                 decode_batch, decode_nk, decode_nq, backward, as_json)
@@ -248,3 +267,30 @@ def _decode(ctx: click.Context, ds, dtypes, mode, impls, peers, warmup, repeats,
 
     doc = decode.run(problems, chosen, timing, modes=modes, progress=progress, header={"command": _command_line(ctx)})
     emit(doc, as_json, decode.render(doc))
+
+
+def _varlen(ctx: click.Context, ds, dtypes, heads, causal, backward, mode, warmup, repeats, max_call_ms, time_budget,
+            batch, longest, as_json) -> None:
+    """bench --varlen: one problem per d and dtype, every implementation of iokernels.bench.varlen, both passes."""
+    from ..bench import clocks, varlen
+
+    given = [name for name in NOT_VARLEN if _given(ctx, name)]
+    if given:
+        flags = ", ".join(max(p.opts, key=len) for p in ctx.command.params if p.name in given)
+        raise ValueError(f"--varlen takes --varlen-batch, --varlen-max, --d, --dtype, --heads, --causal, --backward, "
+                         f"--mode and the timing options; {flags} do not apply to it")
+    if batch < 1 or longest < 1:
+        raise ValueError(f"--varlen-batch and --varlen-max must be >= 1, got {batch}, {longest}")
+    modes = clocks.parse_mode(mode or "both")
+    timing = clocks.Timing(warmup=warmup, repeats=repeats, max_call_seconds=max_call_ms / 1e3,
+                           budget_seconds=time_budget)
+    timing.check()
+    problems = [varlen.VarlenProblem(batch=batch, max_len=longest, heads=heads, d=d, dtype=t, causal=causal)
+                for d in configs.parse_ints("--d", ds or "128") for t in configs.parse_dtypes(dtypes or "float16")]
+    chosen = varlen.make_impls(varlen.VARLEN_IMPLS)
+    click.echo(f"iokernels: bench --varlen of {len(chosen)} implementations on {len(problems)} problems, mode "
+               f"{', '.join(modes)} ...", err=True)
+    doc = varlen.run(problems, chosen, timing, modes=modes, passes=varlen.PASSES if backward else ("fwd",),
+                     progress=lambda msg: click.echo(f"iokernels: {msg}", err=True),
+                     header={"command": _command_line(ctx)})
+    emit(doc, as_json, varlen.render(doc))
