@@ -47,8 +47,9 @@ def simulator_memory_bytes(plan: Plan) -> int:
 def one_batch_head(plan: Plan) -> Plan | None:
     """``plan`` for batch = heads = 1 (grids' batch*heads extent 1), when every batch-head of ``plan`` moves
     the same bytes, so that its counts times batch*heads are ``plan``'s exactly; None where they do not
-    (grouped-query attention: K and V are read per K/V head) or there is one batch-head already."""
-    if plan.bh == 1 or plan.kv_heads != plan.heads:
+    (grouped-query attention: K and V are read per K/V head; a variable-length batch's sequences differ) or there is
+    one batch-head already."""
+    if plan.bh == 1 or plan.kv_heads != plan.heads or plan.varlen is not None:
         return None
     stages = tuple(dataclasses.replace(s, grid=(s.grid[0], s.grid[1], 1)) if s.grid[2] == plan.bh else s
                    for s in plan.stages)
@@ -115,7 +116,8 @@ def run_gpu(plan: Plan, seed: int = 0, repeats: int = 10, reference_check: bool 
     err = None
     if reference_check:
         want = reference_outputs(checked, host)
-        got = {name: launch.to_float64(run.buffers[name][:checked.bh], plan.dtype) for name in want}
+        got = {name: launch.to_float64(run.buffers[name] if checked is plan else run.buffers[name][:checked.bh],
+                                       plan.dtype) for name in want}
         err = max_relative_error(got, want)
     outputs = sum(int(run.buffers[n].nbytes) for n in OUTPUTS[plan.direction])
     extra, counts = run.workspace_bytes - outputs, run.counts

@@ -42,6 +42,7 @@ STAGE_MATMULS: dict[tuple[str, ...], dict[str, int]] = {
     ("flash", "fast", "bwd"): {"main": 5},
     ("flash", "fast", "bwd", "deterministic"): {"dq": 3, "dkdv": 4},  # S, dP recomputed by the dq stage
     ("flash", "fast", "fwd", "split"): {"main": 2}, ("flash", "fast", "fwd", "packed"): {"main": 2},  # + combine
+    ("flash", "fast", "fwd", "varlen"): {"main": 2}, ("flash", "fast", "bwd", "varlen"): {"main": 5},
 }
 
 

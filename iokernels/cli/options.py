@@ -18,6 +18,7 @@ from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
 from ..plan.units import check_dtype, format_bytes, parse_size
+from ..plan.varlen import make_varlen_plan
 
 SIZE_HELP = "bytes, or with a unit: 192KB, 192KiB, 1MB (KB, MB are binary: 1 KB = 1024 bytes, same as KiB)"
 
@@ -211,6 +212,10 @@ DECODE_OPTION = click.option(
     "--decode", is_flag=True,
     help="also the split-KV decode plan (issue #23; model and simulator only, no kernel yet): the query heads of a "
          "K/V head packed into one tile, the keys cut into splits chosen for the GPU's SMs, and their combine")
+VARLEN_OPTION = click.option(
+    "--varlen", "varlen", default=None, metavar="L1,L2,...",
+    help="a variable-length batch (issue #23) instead: sequences of these lengths (queries and keys) packed without "
+         "padding, its plans alone (the tma forward, and the backward with --backward; --N and --batch not used)")
 KV_HEADS_OPTION = click.option(
     "--kv-heads", "kv_heads", type=int, default=None,
     help="grouped-query attention: K and V with this many heads, each shared by heads / kv-heads query heads "
@@ -218,9 +223,20 @@ KV_HEADS_OPTION = click.option(
 
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
-                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False):
+                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False, varlen=None):
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
     causal = causal_spec(causal, causal_align)
+    if varlen is not None:  # a variable-length batch's plans alone
+        if sparse is not None or mask is not None or dropout is not None or window is not None or decode:
+            raise ValueError("--varlen: the variable-length plans take causal alone (no block-sparse, mask, dropout, "
+                             "window or --decode)")
+        try:
+            lengths = [int(x) for x in varlen.split(",")]
+        except ValueError:
+            raise ValueError(f"--varlen: expected comma-separated lengths (ints >= 0), got {varlen!r}") from None
+        return [make_varlen_plan(d=d, dtype=check_dtype(dtype), heads=heads, kv_heads=kv_heads, lengths_q=lengths,
+                                 causal=causal, direction=direction)
+                for direction in (("fwd", "bwd") if backward else ("fwd",))], resolve_spec(gpu)
     n_q = n if n_q is None else n_q
     n_k = n if n_k is None else n_k
     if n_q is None or n_k is None:

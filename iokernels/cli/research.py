@@ -16,6 +16,7 @@ from .app import cli
 from .options import (
     DECODE_OPTION,
     KV_HEADS_OPTION,
+    VARLEN_OPTION,
     block_sparse_options,
     causal_spec,
     check_repeats,
@@ -37,16 +38,18 @@ from .options import (
 @mask_dropout_options
 @KV_HEADS_OPTION
 @DECODE_OPTION
+@VARLEN_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
 def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
               block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-              kv_heads, decode, detail, latex) -> None:
+              kv_heads, decode, varlen, detail, latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
     plans, spec = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
                          sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
-                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window), decode=decode)
+                         **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window), decode=decode,
+                         varlen=varlen)
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
                                                     variant=p.variant, causal=p.causal,
@@ -108,6 +111,7 @@ def specs_cmd(as_json: bool) -> None:
 @mask_dropout_options
 @KV_HEADS_OPTION
 @DECODE_OPTION
+@VARLEN_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows")
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
@@ -115,7 +119,7 @@ def specs_cmd(as_json: bool) -> None:
 @user_errors
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
                 block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-                kv_heads, decode, detail, simulate, seed, repeats) -> None:
+                kv_heads, decode, varlen, detail, simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor, and each
     plan's roofline. Without --batch and --heads: heads 16 and a batch that fills the GPU (see the header)."""
     from ..analysis import roofline
@@ -127,9 +131,12 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
         return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
                                   sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
                                   **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window),
-                                  decode=decode)[0]
+                                  decode=decode, varlen=varlen)[0]
 
-    plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
+    if varlen is not None:  # the batch is the sequences given
+        plans, note = make(1, 16 if heads is None else heads), "a variable-length batch (--varlen)"
+    else:
+        plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
     if device is not None:  # a GPU runs the plans that have kernels (a window: flash/fast's; no decode kernel yet)
         runnable = [p for p in plans if _runnable(p)]
         if not runnable:

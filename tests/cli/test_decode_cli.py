@@ -1,6 +1,6 @@
-"""``--decode`` on ``model`` and ``compare`` (CPU): the split-KV decode plan beside the others, its rows named
-fast+split, its simulated bytes equal to the predicted ones, and fewer bytes than the tensor-core forward that reads
-K and V once per query head."""
+"""``--decode`` and ``--varlen`` on ``model`` and ``compare`` (CPU): the split-KV decode plan beside the others, its
+rows named fast+split, its simulated bytes equal to the predicted ones, and fewer bytes than the tensor-core forward
+that reads K and V once per query head; the variable-length plans alone, their simulated bytes the predicted ones."""
 
 import json
 
@@ -32,3 +32,16 @@ def test_model_decode_prints_the_split_and_its_theta():
     assert "fast+split" in out and "S=16" in out and "Θ(N_k d + S N_q d)" in out
     bad = CliRunner().invoke(cli, ["model", "--N", "64", "--decode", "--causal", "--dtype", "float16"])
     assert bad.exit_code != 0 and "--decode" in bad.output
+
+
+def test_compare_varlen_simulated_equals_predicted():
+    """compare --varlen: the variable-length forward and backward plans alone, meas/pred 1.000 on the simulator."""
+    result = CliRunner().invoke(cli, ["compare", "--varlen", "5,300,0,129", "--d", "64", "--dtype", "float16",
+                                      "--heads", "2", "--kv-heads", "1", "--backward", "--causal", "--simulate",
+                                      "--json"], catch_exceptions=False)
+    doc = json.loads(result.output[result.output.index("{"):])
+    totals = [r for r in doc["rows"] if r["tensor"] == "total"]
+    assert {r["schedule"] for r in totals} == {"fast+varlen"} and {r["pass"] for r in totals} == {"fwd", "bwd"}
+    assert all(r["measured_bytes"] == r["predicted_bytes"] for r in totals)
+    bad = CliRunner().invoke(cli, ["compare", "--varlen", "5,x", "--d", "64", "--dtype", "float16", "--simulate"])
+    assert bad.exit_code != 0 and "comma-separated lengths" in bad.output
