@@ -26,6 +26,7 @@ from ..plan.kvcache import make_kv_cache
 from ..plan.masks import ExplicitMask, pattern
 from ..plan.research import FORCED_TILE_PROBLEMS
 from ..plan.units import DTYPE_ITEMSIZE
+from ..plan.varlen import make_varlen_plan
 
 KB = 1024
 BATCH, HEADS = 1, 2  # blockIdx.z > 0 exercises the batch·head offsets
@@ -75,7 +76,9 @@ def _describe(plan: Plan) -> str:
     if plan.kv_cache is not None:
         extra.append(f"cache={'paged' + str(plan.kv_cache.page_size) if plan.kv_cache.paged else 'ragged'}"
                      + (f"+append{plan.kv_cache.append}" if plan.kv_cache.append else ""))
-    if plan.causal and plan.variant:
+    if plan.varlen is not None:
+        extra.append(f"varlen={','.join(map(str, plan.varlen.lengths_q))}/{','.join(map(str, plan.varlen.lengths_k))}")
+    elif plan.causal and plan.variant:
         extra.append("packed_causal")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
 
@@ -194,6 +197,23 @@ def _decode_configs(quick: bool) -> Iterator[Factory]:
         yield factory
 
 
+def _varlen_configs(quick: bool) -> Iterator[Factory]:
+    # variable-length batches (flash_tma.cu and flash_tma_bwd.cu with VARLEN): the shape's (N_q, N_k) sequence between
+    # an empty one, one of a single row and key, and one of 130 (a second tile, whose last rows are the next sequence's
+    # in the forward's copies and zeroed in the backward's), two K/V heads per query head; causal bottom-right, and
+    # (past quick) d past 128 and top-left. (dtype, d, causal, direction)
+    cases = [("float16", 128, False, "fwd"), ("bfloat16", 64, "bottom_right", "fwd"), ("float16", 64, False, "bwd"),
+             ("bfloat16", 128, "bottom_right", "bwd")]
+    if not quick:
+        cases += [("float16", 256, "top_left", "fwd"), ("bfloat16", 256, "bottom_right", "bwd"),
+                  ("float16", 96, "top_left", "bwd")]
+    for dtype, d, causal, direction in cases:
+        def factory(n_q: int, n_k: int, t: str = dtype, d: int = d, c: bool | str = causal, p: str = direction) -> Plan:
+            return make_varlen_plan(d=d, dtype=t, heads=2 * HEADS, kv_heads=HEADS, lengths_q=(1, n_q, 0, 130),
+                                    lengths_k=(1, n_k, 7, 130), causal=c, direction=p)
+        yield factory
+
+
 def _forced_tile_configs(quick: bool) -> Iterator[Factory]:
     if quick:
         return
@@ -210,7 +230,7 @@ def variants(quick: bool = False) -> list[Variant]:
     shapes = QUICK_SHAPES if quick else SHAPES
     out: list[Variant] = []
     seen: set[tuple] = set()
-    families = (_research_configs, _fast_forward_configs, _fast_backward_configs, _decode_configs,
+    families = (_research_configs, _fast_forward_configs, _fast_backward_configs, _decode_configs, _varlen_configs,
                 _forced_tile_configs)
     for family in families:
         for unmasked in family(quick):

@@ -54,7 +54,7 @@ def test_every_kernel_the_launcher_knows_is_exercised(variants):
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 def test_every_schedule_direction_dtype_and_build(key, variants):
     mine = [v for v in variants if (v.plan.algorithm, v.plan.schedule, v.plan.direction) == key
-            and v.plan.variant not in DECODE_VARIANTS]  # (the decode plans: test_decode_variants)
+            and v.plan.variant not in (*DECODE_VARIANTS, "varlen")]  # (the decode and varlen plans: tests of theirs)
     offered = _dtypes_offered(key)
     assert offered and {v.plan.dtype for v in mine} == offered
     head_dims = set(FAST_HEAD_DIMS) if key[1] == "fast" else set(sanitize_cases.RESEARCH_HEAD_DIMS)
@@ -81,10 +81,22 @@ def test_decode_variants(variants):
     assert variants is QUICK or {("packed", None), ("packed", 0)} <= caches
 
 
+@pytest.mark.parametrize("variants", [FULL, QUICK], ids=["full", "quick"])
+def test_varlen_variants(variants):
+    """Variable-length batches at every shape: the shape's sequence among an empty one, one of a single row and one
+    of 130 rows; forward and backward, causal and not, both builds, both dtypes."""
+    mine = [v for v in variants if v.plan.variant == "varlen"]
+    shapes = sanitize_cases.QUICK_SHAPES if variants is QUICK else sanitize_cases.SHAPES
+    assert {v.plan.varlen.lengths_q[1:2] + v.plan.varlen.lengths_k[1:2] for v in mine} == set(shapes)
+    assert {v.plan.varlen.lengths_q[2] for v in mine} == {0}
+    assert {v.counting for v in mine} == {True, False} and {v.plan.dtype for v in mine} == {"float16", "bfloat16"}
+    assert {v.plan.direction for v in mine} == {"fwd", "bwd"} and {bool(v.plan.causal) for v in mine} == {True, False}
+
+
 def test_sizes_are_small_ragged_and_batched():
-    ns = {n for v in FULL if v.plan.variant not in DECODE_VARIANTS for n in (v.plan.N_q, v.plan.N_k)}
-    assert ns == {1, 17, 113}
-    assert all(v.plan.N_q != v.plan.N_k and v.plan.bh == 2 for v in FULL)
+    dense = [v for v in FULL if v.plan.variant not in (*DECODE_VARIANTS, "varlen")]
+    assert {n for v in dense for n in (v.plan.N_q, v.plan.N_k)} == {1, 17, 113}
+    assert all(v.plan.N_q != v.plan.N_k and v.plan.bh == 2 for v in FULL if v.plan.varlen is None)
     assert {v.plan.d for v in FULL} == {16, 64, 96, 128, 256}
     assert [v.index for v in FULL] == list(range(len(FULL)))
     assert len({v.label for v in FULL}) == len(FULL)
