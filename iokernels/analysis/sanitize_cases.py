@@ -57,7 +57,10 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return f"{self.config} N_q={self.plan.N_q} N_k={self.plan.N_k} {'count' if self.counting else 'plain'}"
+        v = self.plan.varlen
+        size = (f"N_q={self.plan.N_q} N_k={self.plan.N_k}" if v is None else
+                f"lengths={','.join(map(str, v.lengths_q))}/{','.join(map(str, v.lengths_k))}")
+        return f"{self.config} {size} {'count' if self.counting else 'plain'}"
 
 
 def _describe(plan: Plan) -> str:
@@ -77,7 +80,7 @@ def _describe(plan: Plan) -> str:
         extra.append(f"cache={'paged' + str(plan.kv_cache.page_size) if plan.kv_cache.paged else 'ragged'}"
                      + (f"+append{plan.kv_cache.append}" if plan.kv_cache.append else ""))
     if plan.varlen is not None:
-        extra.append(f"varlen={','.join(map(str, plan.varlen.lengths_q))}/{','.join(map(str, plan.varlen.lengths_k))}")
+        extra.append("varlen")
     elif plan.causal and plan.variant:
         extra.append("packed_causal")
     return " ".join([plan.label, plan.dtype, f"d={plan.d}", kernels, tiles, f"smem={smem}", *extra])
