@@ -8,7 +8,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cudnn', torch.backends.cudnn.version())" >> $R/env.txt 2>&1
 echo "commit ${COMMIT:-}" >> $R/env.txt; date -u >> $R/env.txt
 T="timeout 300 python3 -m pytest -q --tb=short -p no:cacheprovider"
-($T tests/gpu/test_varlen.py tests/gpu/test_varlen_torch.py > $L/t-varlen.log 2>&1; echo "rc $?" >> $L/t-varlen.log) &
+($T tests/gpu/test_varlen.py > $L/t-varlen.log 2>&1; echo "rc $?" >> $L/t-varlen.log) &
 ($T tests/gpu/test_flash_tc_bwd.py -k tma tests/gpu/test_library_window.py > $L/t-bwd.log 2>&1; echo "rc $?" >> $L/t-bwd.log) &
 ($T tests/gpu/test_flash_tc.py tests/gpu/test_decode.py tests/gpu/test_persistent.py tests/gpu/test_fast_path.py tests/gpu/test_torch_op.py > $L/t-fwd.log 2>&1; echo "rc $?" >> $L/t-fwd.log) &
 (for tool in memcheck racecheck; do timeout 240 compute-sanitizer --tool $tool python3 $S/san_varlen.py > $L/san-$tool.txt 2>&1; echo "rc $?" >> $L/san-$tool.txt; done) &
