@@ -1,7 +1,7 @@
 """library: the attention functions users call (numpy/cupy in :mod:`.api`, torch in :mod:`.torch`, on the
-custom operators of :mod:`.torch_ops`), their plan choice (kept per call signature by :mod:`.dispatch`) and
-execution, the KV-cache decode step (:mod:`.kvcache`), variable-length batches (:mod:`.varlen`), :mod:`.warmup`, and
-the generated API reference (:mod:`.apidoc`).
+custom operators of :mod:`.torch_ops`, :mod:`.torch_kvcache` and :mod:`.torch_varlen`), their plan choice (kept per
+call signature by :mod:`.dispatch`) and execution, the KV-cache decode step (:mod:`.kvcache`), variable-length batches
+(:mod:`.varlen`), :mod:`.warmup`, and the generated API reference (:mod:`.apidoc`).
 Imports plan/, simulate/ and kernels/.
 """
 

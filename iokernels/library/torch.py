@@ -33,6 +33,7 @@ from .torch_ops import (
     signed_seed,
     window_ints,
 )
+from .torch_varlen import check_varlen_tensors, varlen_forward
 
 ALGORITHMS = ("flash", "two_pass", "standard")
 
@@ -217,6 +218,57 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             out, lse = torch.ops.iokernels.attention_with_kvcache(*tensors, causal, scale, num_splits)
         else:
             out, lse = torch.ops.iokernels.attention_with_kvcache_append(*tensors, k, v, causal, scale, num_splits)
+    return (out, lse) if return_lse else out
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
+                     scale: float | None = None, return_lse: bool = False
+                     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention of B sequences packed without padding on CUDA tensors, with autograd:
+    :func:`iokernels.attention_varlen` (FlashAttention's ``flash_attn_varlen_func``) with torch tensors, float16 or
+    bfloat16.
+
+    Shapes: q (total_q, H, d), k and v (total_k, H_kv, d), the rows of every sequence one after another;
+    ``cu_seqlens_q`` and ``cu_seqlens_k`` (B + 1,) int32 on the same device: sequence b's queries are rows
+    [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, and
+    its queries see its keys only. ``max_seqlen_q``, ``max_seqlen_k``: ints, the longest sequences (the grid's length:
+    at least the longest, or a longer sequence's rows past them are not computed). H_kv divides H (grouped-query
+    attention); d a multiple of 8 from 16 to 256. q, k and v one dtype (torch.float16 or torch.bfloat16), every tensor
+    contiguous (read in place, never copied) on one CUDA device. The offsets stay on the device and are not checked
+    there (non-decreasing, from 0 to total_q and total_k): a call reads nothing back, so the forward and the backward
+    can be captured in a CUDA graph (``torch.cuda.graph``) and replayed after the offsets change in place (with the
+    same longest lengths and totals). A sequence with no key gives O = 0, lse −inf and dq = 0; a key no query of its
+    sequence sees gets dk = dv = 0.
+
+    causal: False, or True / "bottom_right" (FlashAttention's: query i of a sequence of L_q queries and L_k keys sees
+    its keys up to L_k − L_q + i) or "top_left" (up to i), per sequence. scale: 1/sqrt(d) by default. return_lse: also
+    return lse (total_q, H), float32 (it carries no gradient).
+
+    The call is the operator ``torch.ops.iokernels.attention_varlen_fwd`` (:mod:`iokernels.library.torch_varlen`),
+    with a fake implementation and an autograd formula: it saves q, k, v, O and lse, and its backward,
+    ``torch.ops.iokernels.attention_varlen_bwd``, runs :func:`iokernels.attention_varlen_backward` on them (dk and dv
+    shaped as k and v, each K/V head's the sum over its query heads); the offsets and the ints get no gradient.
+    ``torch.compile(fullgraph=True)`` traces it as one node each way, specialized on ``max_seqlen_q`` and
+    ``max_seqlen_k`` (a graph per value). It runs on torch's current stream, outputs from torch's caching allocator (a
+    graph capture's pool while capturing); a signature's later calls allocate and launch, nothing else. Runs on sm_90
+    GPUs (H100, H200).
+
+    Returns O (total_q, H, d) in q's dtype, with a grad_fn when q, k or v requires grad, and lse with ``return_lse``
+    (meta tensors in: meta tensors out, nothing run). Raises TypeError/ValueError for what a user can get wrong
+    (non-tensors, CPU tensors, other dtypes, int64 or mismatched offsets, non-contiguous tensors, shapes that do not
+    fit, a bad max_seqlen, causal, scale or return_lse), before anything is launched.
+    """
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    causal, scale = normalize_causal(causal), check_scale(scale)
+    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+    grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
+    if _plain_eager(*tensors) and not grad:
+        out, lse = varlen_forward(*tensors, max_seqlen_q, max_seqlen_k, causal, scale, keep_lse=return_lse)
+    else:  # traced, fake or meta tensors, a dispatch mode, under autograd (the operator's formula), or refused
+        check_varlen_tensors(*tensors, max_seqlen_q, max_seqlen_k)
+        out, lse = torch.ops.iokernels.attention_varlen_fwd(*tensors, max_seqlen_q, max_seqlen_k, causal, scale)
     return (out, lse) if return_lse else out
 
 

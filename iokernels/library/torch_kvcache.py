@@ -41,15 +41,10 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def check_kv_tensors(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, k_new: Any = None,
-                     v_new: Any = None) -> None:
-    """TypeError/ValueError for what :func:`iokernels.attention_with_kvcache` refuses, from metadata only (the fake
-    implementation runs it too): torch tensors (the lengths and the page table optional) on one CUDA (or meta)
-    device, contiguous (read in place: a cache is never copied), q, k_cache and v_cache of one dtype, float16 or
-    bfloat16; the shapes and int32 checked by :func:`.kvcache.cache_problem`, the cupy function's own."""
-    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
-    tensors.update((n, t) for n, t in (("cache_seqlens", cache_seqlens), ("page_table", page_table), ("k", k_new),
-                                       ("v", v_new)) if t is not None)
+def check_in_place(tensors: dict[str, Any]) -> None:
+    """TypeError/ValueError unless each of ``tensors`` (by argument name) is a torch tensor on one CUDA (or meta)
+    device, contiguous: what a front end that reads its inputs where they lie (never a copy) takes; the decode step's
+    and the variable-length call's (:mod:`.torch_varlen`)."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}.{type(t).__name__}")
@@ -61,6 +56,18 @@ def check_kv_tensors(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, pag
     if len({t.device for t in tensors.values()}) > 1:
         raise ValueError("the tensors must be on one device, got " + ", ".join(f"{n} on {t.device}"
                                                                            for n, t in tensors.items()))
+
+
+def check_kv_tensors(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, k_new: Any = None,
+                     v_new: Any = None) -> None:
+    """TypeError/ValueError for what :func:`iokernels.attention_with_kvcache` refuses, from metadata only (the fake
+    implementation runs it too): torch tensors (the lengths and the page table optional) on one CUDA (or meta)
+    device, contiguous (read in place: a cache is never copied), q, k_cache and v_cache of one dtype, float16 or
+    bfloat16; the shapes and int32 checked by :func:`.kvcache.cache_problem`, the cupy function's own."""
+    tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache}
+    tensors.update((n, t) for n, t in (("cache_seqlens", cache_seqlens), ("page_table", page_table), ("k", k_new),
+                                       ("v", v_new)) if t is not None)
+    check_in_place(tensors)
     same = (k_cache, v_cache, k_new, v_new)
     if q.dtype not in KV_DTYPES or any(t is not None and t.dtype != q.dtype for t in same):
         raise TypeError(f"q, k_cache, v_cache (and k, v) must be one dtype, torch.float16 or torch.bfloat16, got "

@@ -2,7 +2,8 @@
 ``torch.ops.iokernels.attention_bwd``, registered through ``torch.library`` at import, each with a fake
 implementation (output shapes, dtypes and strides; no computation) and the forward with an autograd
 formula whose backward is the second op. ``torch.compile`` traces them as single nodes (no graph break),
-and ``torch.library.opcheck`` checks them. The decode step's operators are :mod:`.torch_kvcache`'s.
+and ``torch.library.opcheck`` checks them. The decode step's operators are :mod:`.torch_kvcache`'s, the
+variable-length ones :mod:`.torch_varlen`'s.
 
 Schemas (tensors; mask optional; options as float, int, bool or str)::
 
