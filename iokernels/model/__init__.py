@@ -1,7 +1,8 @@
 """model: what the kernels' bytes should be, as sympy expressions (imports only plan/).
 
 :mod:`.hbm` holds the exact per-stage HBM bytes of every plan (equal to the counters), the paper's Θ forms,
-FLOPs and footprints; :mod:`.l2` the two-level (L2-aware) model of the bytes that reach DRAM
+FLOPs and footprints (its symbols and byte tables in :mod:`.terms`, the decode's and variable-length batches' stages in
+:mod:`.serving`); :mod:`.l2` the two-level (L2-aware) model of the bytes that reach DRAM
 (``dram_*``, kept apart from the counted ones); :mod:`.specs` the GPU specs (``gpus.json``, data not code).
 """
 

@@ -41,8 +41,6 @@ import sympy as sp
 
 from ..plan import (
     BLOCK_SPARSE_STAGES,
-    BYTE_TENSORS,
-    FLOAT32_TENSORS,
     MASK_STAGES,
     SCHEDULES,
     Plan,
@@ -50,123 +48,90 @@ from ..plan import (
     pair_sums,
     visible_area,
 )
-from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, decode_sums
 from ..plan.tensors import DIMS, TENSORS
 from ..plan.units import ACC_ITEMSIZE
 from ..plan.varlen import VARLEN_VARIANT, varlen_backward_sums, varlen_sums
+from .serving import flash_decode, flash_varlen, flash_varlen_bwd
 from .specs import GpuSpec
-
-
-def _pos(name: str) -> sp.Symbol:
-    return sp.Symbol(name, positive=True, integer=True)
-
-
-N_q, N_k, d, BH, e = _pos("N_q"), _pos("N_k"), _pos("d"), _pos("BH"), _pos("e")
-BH_kv = _pos("BH_kv")  # rows of K and V (batch * kv_heads): BH, or fewer with grouped-query attention
-B_r, B_c, BM, BN = _pos("B_r"), _pos("B_c"), _pos("BM"), _pos("BN")
-M = sp.Symbol("M", positive=True)  # SRAM size in elements, as in the paper
-N = _pos("N")  # N_q = N_k = N, for the Θ forms
-
-T_r = sp.ceiling(N_q / B_r)
-T_c = sp.ceiling(N_k / B_c)
-
-# causal plans: sums over the visible (query block, key block) pairs (iokernels.plan.causal_sums)
-R_K = _pos("R_K")  # key rows the query-block loops load: Σ cols_j (N_k·T_r without a mask)
-R_Q = _pos("R_Q")  # query rows the key-block loops load: Σ rows_i (N_q·T_c)
-A_S = _pos("A_S")  # elements of the visible S blocks: Σ rows_i·cols_j (N_q·N_k)
-N_qv = _pos("N_qv")  # rows of query blocks with a visible pair (N_q)
-N_kv = _pos("N_kv")  # rows of key blocks with a visible pair (N_k)
-CAUSAL_SYMBOLS = {R_K: "R_K", R_Q: "R_Q", A_S: "A_S", N_qv: "N_qv", N_kv: "N_kv"}
-# block-sparse plans (iokernels.plan.pair_sums): the same sums over the pairs the block mask keeps, and
-N_bm = _pos("N_bm")  # block-mask entries read per (batch, head): the pairs the loops visit (T_r·T_c)
-s_density = sp.Symbol("s", positive=True)  # Θ forms: the fraction of visited pairs the block mask keeps
-e_m = _pos("e_m")  # explicit masks: bytes per mask element (1 boolean, 4 additive)
-A_v = _pos("A_v")  # sliding-window plans: visible elements of S, a plan's value (iokernels.plan.visible_area)
-S_split = _pos("S_split")  # split-KV decode: the splits of the key sequence (iokernels.plan.decode)
-# a decode plan's cache of per-sequence lengths (iokernels.plan.decode_sums), as means over the batch: key rows a K/V
-# head's copies load per sequence (N_k without a cache), non-empty splits (S_split), page-table entries per copy
-L_k, S_q, G_pt = _pos("L_k"), _pos("S_q"), _pos("G_pt")
-A_new = _pos("A_new")  # keys and values a decode step appends to each sequence's cache first
-K_seq = _pos("K_seq")  # the keys a decode step's queries attend to, per sequence on average (its FLOPs)
-# a variable-length batch (iokernels.plan.varlen_sums), per query head: H the query heads, T_vq the packed query rows,
-# R_vq and R_vk the query and key rows its copies load (each tile's rows inside the packed tensor), G_v the grid's
-# blocks (each reads its sequence's two offsets of each), A_vl Σ L_q·L_k over the sequences
-H, T_vq, R_vq, R_vk, G_v, A_vl = (_pos(x) for x in ("H", "T_vq", "R_vq", "R_vk", "G_v", "A_vl"))
-# its backward (iokernels.plan.varlen_backward_sums), per K/V head: H_kv the K/V heads, T_vk the packed key rows, R_bk
-# and R_bq the key and query rows its copies load, R_bs the lse (and D) floats its steps read, R_bd the dQacc rows its
-# additions read and write, G_bv the grid's blocks per K/V head
-H_kv, T_vk, R_bk, R_bq, R_bs, R_bd, G_bv = (_pos(x) for x in ("H_kv", "T_vk", "R_bk", "R_bq", "R_bs", "R_bd", "G_bv"))
-
-
-class _Loops:
-    """What a schedule's block loops move: the unmasked products, or the causal sums."""
-
-    def __init__(self, causal: bool) -> None:
-        if causal:
-            self.k_by_q, self.q_by_k, self.s, self.q_any, self.k_any = R_K, R_Q, A_S, N_qv, N_kv
-        else:
-            self.k_by_q, self.q_by_k, self.s, self.q_any, self.k_any = N_k * T_r, N_q * T_c, N_q * N_k, N_q, N_k
-
-IoTable = dict[str, dict[str, tuple[sp.Expr, sp.Expr]]]  # stage -> tensor -> (read, write) bytes
-
-
-def _size(tensor: str) -> sp.Expr:
-    if tensor == "mask":
-        return e_m
-    if tensor in BYTE_TENSORS:
-        return sp.Integer(1)
-    if tensor in INT32_TENSORS:
-        return sp.Integer(4)
-    return sp.Integer(ACC_ITEMSIZE) if tensor in FLOAT32_TENSORS else e
-
-
-class _Stage:
-    def __init__(self) -> None:
-        self.io: dict[str, list[sp.Expr]] = defaultdict(lambda: [sp.Integer(0), sp.Integer(0)])
-
-    def read(self, tensor: str, elements: sp.Expr, rows: sp.Expr = BH) -> _Stage:
-        """``elements`` of ``tensor`` per row of the batch (``rows``: BH, or BH_kv for K/V heads)."""
-        self.io[tensor][0] += rows * elements * _size(tensor)
-        return self
-
-    def write(self, tensor: str, elements: sp.Expr, rows: sp.Expr = BH) -> _Stage:
-        self.io[tensor][1] += rows * elements * _size(tensor)
-        return self
-
-    def gemm(self, a: str, b: str, c: str, m: sp.Expr, n: sp.Expr, k: sp.Expr) -> _Stage:
-        # C (m x n) = A (m x k) B (k x n) with BM x BN output tiles: each block reads its
-        # A row panel and its B column panel once, whatever the k-slice size.
-        return self.read(a, m * k * sp.ceiling(n / BN)).read(b, k * n * sp.ceiling(m / BM)).write(c, m * n)
+from .terms import (
+    A_S,
+    BH,
+    BM,
+    BN,
+    CAUSAL_SYMBOLS,
+    R_K,
+    R_Q,
+    A_new,
+    A_v,
+    A_vl,
+    B_c,
+    B_r,
+    BH_kv,
+    G_bv,
+    G_pt,
+    G_v,
+    H,
+    H_kv,
+    IoTable,
+    K_seq,
+    L_k,
+    Loops,
+    M,
+    N,
+    N_bm,
+    N_k,
+    N_kv,
+    N_q,
+    N_qv,
+    R_bd,
+    R_bk,
+    R_bq,
+    R_bs,
+    R_vk,
+    R_vq,
+    S_q,
+    S_split,
+    StageIo,
+    T_c,
+    T_r,
+    T_vk,
+    T_vq,
+    d,
+    e,
+    e_m,
+    s_density,
+    tensor_size,
+)
 
 
 # causal: S computed in full (−inf where masked). An explicit mask (io_exprs): the qk stage reads every element,
 # BH·N_q·N_k·e_m. Dropout moves nothing: pv (and the backward's dv, rowdot, ds) regenerate Z.
-def _standard_fwd(c: _Loops) -> dict[str, _Stage]:
+def _standard_fwd(c: Loops) -> dict[str, StageIo]:
     return {
-        "qk": _Stage().gemm("Q", "K", "S", N_q, N_k, d),
-        "rowmax": _Stage().read("S", N_q * N_k).write("m", N_q),
-        "rowsum": _Stage().read("S", N_q * N_k).read("m", N_q).write("l", N_q),
-        "normalize": _Stage().read("S", N_q * N_k).read("m", N_q).read("l", N_q).write("P", N_q * N_k),
-        "pv": _Stage().gemm("P", "V", "O", N_q, d, N_k),
+        "qk": StageIo().gemm("Q", "K", "S", N_q, N_k, d),
+        "rowmax": StageIo().read("S", N_q * N_k).write("m", N_q),
+        "rowsum": StageIo().read("S", N_q * N_k).read("m", N_q).write("l", N_q),
+        "normalize": StageIo().read("S", N_q * N_k).read("m", N_q).read("l", N_q).write("P", N_q * N_k),
+        "pv": StageIo().gemm("P", "V", "O", N_q, d, N_k),
     }
 
 
-def _standard_bwd(c: _Loops) -> dict[str, _Stage]:  # causal: P is 0 where masked, same products
+def _standard_bwd(c: Loops) -> dict[str, StageIo]:  # causal: P is 0 where masked, same products
     return {
-        "dv": _Stage().gemm("P", "dO", "dV", N_k, d, N_q),
-        "dp": _Stage().gemm("dO", "V", "dP", N_q, N_k, d),
-        "rowdot": _Stage().read("P", N_q * N_k).read("dP", N_q * N_k).write("D", N_q),
-        "ds": _Stage().read("P", N_q * N_k).read("dP", N_q * N_k).read("D", N_q).write("dS", N_q * N_k),
-        "dq": _Stage().gemm("dS", "K", "dQ", N_q, d, N_k),
-        "dk": _Stage().gemm("dS", "Q", "dK", N_k, d, N_q),
+        "dv": StageIo().gemm("P", "dO", "dV", N_k, d, N_q),
+        "dp": StageIo().gemm("dO", "V", "dP", N_q, N_k, d),
+        "rowdot": StageIo().read("P", N_q * N_k).read("dP", N_q * N_k).write("D", N_q),
+        "ds": StageIo().read("P", N_q * N_k).read("dP", N_q * N_k).read("D", N_q).write("dS", N_q * N_k),
+        "dq": StageIo().gemm("dS", "K", "dQ", N_q, d, N_k),
+        "dk": StageIo().gemm("dS", "Q", "dK", N_k, d, N_q),
     }
 
 
-def _two_pass(schedule: str, c: _Loops) -> dict[str, _Stage]:
+def _two_pass(schedule: str, c: Loops) -> dict[str, StageIo]:
     # causal: a query block with no visible key loads nothing (and writes m = −inf, l = 0, O = 0)
-    stats = _Stage().read("Q", c.q_any * d).read("K", d * c.k_by_q).write("m", N_q).write("l", N_q)
-    output = _Stage().read("m", c.q_any).read("l", c.q_any).read("V", d * c.k_by_q).write("O", N_q * d)
+    stats = StageIo().read("Q", c.q_any * d).read("K", d * c.k_by_q).write("m", N_q).write("l", N_q)
+    output = StageIo().read("m", c.q_any).read("l", c.q_any).read("V", d * c.k_by_q).write("O", N_q * d)
     if schedule == "store":
         stats.write("S", c.s)
         output.read("S", c.s)
@@ -175,100 +140,44 @@ def _two_pass(schedule: str, c: _Loops) -> dict[str, _Stage]:
     return {"stats": stats, "output": output}
 
 
-def _flash_kv_outer_fwd(c: _Loops) -> dict[str, _Stage]:
-    main = _Stage().read("K", c.k_any * d).read("V", c.k_any * d).read("Q", d * c.q_by_k)
+def _flash_kv_outer_fwd(c: Loops) -> dict[str, StageIo]:
+    main = StageIo().read("K", c.k_any * d).read("V", c.k_any * d).read("Q", d * c.q_by_k)
     for tensor, width in (("l", 1), ("m", 1), ("Oacc", d)):  # O's round trips, in float32
         main.read(tensor, width * c.q_by_k).write(tensor, width * c.q_by_k)
-    return {"init": _Stage().write("m", N_q).write("l", N_q).write("Oacc", N_q * d),
+    return {"init": StageIo().write("m", N_q).write("l", N_q).write("Oacc", N_q * d),
             "main": main,
-            "finalize": _Stage().write("O", N_q * d).read("Oacc", N_q * d)}
+            "finalize": StageIo().write("O", N_q * d).read("Oacc", N_q * d)}
 
 
-def _flash_q_outer_fwd(c: _Loops) -> dict[str, _Stage]:
-    main = (_Stage().read("Q", c.q_any * d).read("K", d * c.k_by_q).read("V", d * c.k_by_q)
+def _flash_q_outer_fwd(c: Loops) -> dict[str, StageIo]:
+    main = (StageIo().read("Q", c.q_any * d).read("K", d * c.k_by_q).read("V", d * c.k_by_q)
             .write("O", N_q * d).write("lse", N_q))
     return {"main": main}
 
 
-def _flash_bwd(c: _Loops, kv: sp.Expr = BH) -> dict[str, _Stage]:
+def _flash_bwd(c: Loops, kv: sp.Expr = BH) -> dict[str, StageIo]:
     # causal: a key block no query sees loads nothing and writes dK_j = dV_j = 0. ``kv``: the rows of
     # K, V, dK, dV; BH_kv for the tensor-core backward, whose block owns a K/V head's key block and
     # loops over the query heads that share it (grouped-query attention), so that K_j, V_j are read
     # and dK_j, dV_j written once per K/V head
-    main = (_Stage().read("K", c.k_any * d, kv).read("V", c.k_any * d, kv)
+    main = (StageIo().read("K", c.k_any * d, kv).read("V", c.k_any * d, kv)
             .read("Q", d * c.q_by_k).read("dO", d * c.q_by_k)
             .read("lse", c.q_by_k).read("D", c.q_by_k)
             .read("dQacc", d * c.q_by_k).write("dQacc", d * c.q_by_k)  # atomic adds
             .write("dK", N_k * d, kv).write("dV", N_k * d, kv))
     return {
-        "prep": _Stage().read("dO", N_q * d).read("O", N_q * d).write("D", N_q).write("dQacc", N_q * d),
+        "prep": StageIo().read("dO", N_q * d).read("O", N_q * d).write("D", N_q).write("dQacc", N_q * d),
         "main": main,
-        "dq": _Stage().read("dQacc", N_q * d).write("dQ", N_q * d),
+        "dq": StageIo().read("dQacc", N_q * d).write("dQ", N_q * d),
     }
 
 
-def _flash_decode(c: _Loops, split: bool, cache: str = "") -> dict[str, _Stage]:
-    # split-KV decode (iokernels.plan.decode): the query rows of a K/V head's g query heads packed into
-    # ceil(g N_q / B_r) tiles; every tile reads its split's K and V rows (the splits cover the keys once) and each
-    # non-empty split reads the tile's Q rows; splits > 1 write float32 partials that the combine merges. ``cache``
-    # "ragged" / "paged" (iokernels.plan.kvcache): per-sequence lengths (means L_k, S_q), read by every block (and
-    # by the combine, once per row); paged: a page-table entry per box of each K and V copy (G_pt); "+append": a stage
-    # first copies A_new new rows of Knew, Vnew into K, V, reading each row's length (and page) once
-    tiles = sp.ceiling(BH * N_q / (BH_kv * B_r))
-    splits = S_split if split else sp.Integer(1)
-    rows, used = (L_k, S_q) if cache else (N_k, splits)
-    main = (_Stage().read("Q", used * N_q * d).read("K", tiles * rows * d, BH_kv).read("V", tiles * rows * d, BH_kv))
-    if cache:
-        main.read("seqlens", tiles * splits, BH_kv)  # each block's sequence length, empty splits' too
-    if cache.startswith("paged"):
-        main.read("page_table", 2 * tiles * G_pt, BH_kv)
-    first = {}
-    if cache.endswith("+append"):
-        append = (_Stage().read("Knew", A_new * d, BH_kv).read("Vnew", A_new * d, BH_kv).write("K", A_new * d, BH_kv)
-                  .write("V", A_new * d, BH_kv).read("seqlens", A_new, BH_kv))
-        if cache.startswith("paged"):
-            append.read("page_table", A_new, BH_kv)
-        first = {"append": append}
-    if not split:
-        return {**first, "main": main.write("O", N_q * d).write("lse", N_q)}
-    main.write("Opart", used * N_q * d).write("lse_part", used * N_q)
-    combine = (_Stage().read("Opart", used * N_q * d).read("lse_part", used * N_q)
-               .write("O", N_q * d).write("lse", N_q))
-    if cache:
-        combine.read("seqlens", N_q)  # a row's sequence length: its splits
-    return {**first, "main": main, "combine": combine}
-
-
-def _flash_varlen(c: _Loops) -> dict[str, _Stage]:
-    # a variable-length batch (iokernels.plan.varlen): each query head's tiles of each sequence read their Q rows once
-    # and their sequence's (visible) key tiles, rows counted inside the packed tensor; O and lse written once per real
-    # row; every block of the grid reads its sequence's offsets
-    main = (_Stage().read("Q", R_vq * d, H).read("K", R_vk * d, H).read("V", R_vk * d, H)
-            .write("O", T_vq * d, H).write("lse", T_vq, H)
-            .read("cu_seqlens_q", 2 * G_v, H).read("cu_seqlens_k", 2 * G_v, H))
-    return {"main": main}
-
-
-def _flash_varlen_bwd(c: _Loops) -> dict[str, _Stage]:
-    # its backward: D and dQacc's zeros over the packed rows; each K/V head's key blocks read K and V once and the
-    # query blocks of its g query heads that see them (Q, dO, lse, D), add to dQacc (the reduce-add's boxes inside the
-    # packed rows), write dK and dV of every key; dQ rounded from dQacc
-    qd = T_vq * d
-    main = (_Stage().read("Q", R_bq * d, H_kv).read("K", R_bk * d, H_kv).read("V", R_bk * d, H_kv)
-            .read("dO", R_bq * d, H_kv).read("lse", R_bs, H_kv).read("D", R_bs, H_kv)
-            .read("dQacc", R_bd * d, H_kv).write("dQacc", R_bd * d, H_kv)
-            .write("dK", T_vk * d, H_kv).write("dV", T_vk * d, H_kv)
-            .read("cu_seqlens_q", 2 * G_bv, H_kv).read("cu_seqlens_k", 2 * G_bv, H_kv))
-    return {"prep": _Stage().read("dO", qd, H).read("O", qd, H).write("D", T_vq, H).write("dQacc", qd, H),
-            "main": main, "dq": _Stage().read("dQacc", qd, H).write("dQ", qd, H)}
-
-
-def _flash_fast_bwd_deterministic(c: _Loops) -> dict[str, _Stage]:
+def _flash_fast_bwd_deterministic(c: Loops) -> dict[str, StageIo]:
     # no atomics: a query-outer stage computes and writes D_i, re-reads K and V once per query block
     # and writes dQ once; the K/V-outer stage is the main stage without dQacc
-    dq = (_Stage().read("Q", N_q * d).read("dO", N_q * d).read("O", N_q * d).read("lse", N_q).write("D", N_q)
+    dq = (StageIo().read("Q", N_q * d).read("dO", N_q * d).read("O", N_q * d).read("lse", N_q).write("D", N_q)
           .read("K", N_k * d * T_r).read("V", N_k * d * T_r).write("dQ", N_q * d))
-    dkdv = (_Stage().read("K", N_k * d).read("V", N_k * d)
+    dkdv = (StageIo().read("K", N_k * d).read("V", N_k * d)
             .read("Q", N_q * d * T_c).read("dO", N_q * d * T_c)
             .read("lse", N_q * T_c).read("D", N_q * T_c)
             .write("dK", N_k * d).write("dV", N_k * d))
@@ -288,13 +197,13 @@ _BUILDERS = {
     ("flash", "fast", "bwd"): lambda c: _flash_bwd(c, BH_kv),
     # variants (Plan.variant): keyed (algorithm, schedule, direction, variant)
     ("flash", "fast", "bwd", "deterministic"): _flash_fast_bwd_deterministic,
-    ("flash", "fast", "fwd", "split"): lambda c: _flash_decode(c, True),
-    ("flash", "fast", "fwd", "packed"): lambda c: _flash_decode(c, False),
-    ("flash", "fast", "fwd", VARLEN_VARIANT): _flash_varlen,
-    ("flash", "fast", "bwd", VARLEN_VARIANT): _flash_varlen_bwd,
+    ("flash", "fast", "fwd", "split"): lambda c: flash_decode(c, True),
+    ("flash", "fast", "fwd", "packed"): lambda c: flash_decode(c, False),
+    ("flash", "fast", "fwd", VARLEN_VARIANT): flash_varlen,
+    ("flash", "fast", "bwd", VARLEN_VARIANT): flash_varlen_bwd,
 }
 # a decode plan's cache (io_exprs's ``cache``): its builders with per-sequence lengths, contiguous or paged
-_CACHE_BUILDERS = {(split, cache): (lambda c, split=split, cache=cache: _flash_decode(c, split == "split", cache))
+_CACHE_BUILDERS = {(split, cache): (lambda c, split=split, cache=cache: flash_decode(c, split == "split", cache))
                    for split in DECODE_VARIANTS
                    for cache in ("ragged", "paged", "ragged+append", "paged+append")}
 assert {k for k in _BUILDERS if len(k) == 3} == {(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss}
@@ -355,7 +264,7 @@ def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *
     window, the same sums as causal over the pairs with a visible element. ``cache``: a decode plan's cache of
     per-sequence lengths, "ragged" (contiguous) or "paged", in the means L_k, S_q, G_pt, and "+append" with the
     appended rows A_new)."""
-    loops = _Loops(bool(normalize_causal(causal)) or block_sparse or window)
+    loops = Loops(bool(normalize_causal(causal)) or block_sparse or window)
     if cache:
         if variant not in DECODE_VARIANTS:
             raise ValueError(f"a cache of per-sequence lengths is a decode plan's ({DECODE_VARIANTS}), got {variant!r}")
@@ -492,9 +401,9 @@ def footprint_expr(algorithm: str, schedule: str, direction: str, variant: str =
     """Extra HBM bytes beyond inputs and outputs (standard: O(N²); flash: O(N); split-KV decode: the partials)."""
     partials = S_split * BH * N_q * (d + 1) * ACC_ITEMSIZE if variant == "split" else sp.Integer(0)
     if variant == VARLEN_VARIANT:  # per packed query row and head
-        return sum(H * T_vq * _size(t) * (d if DIMS[t][-1] == "d" else 1)
+        return sum(H * T_vq * tensor_size(t) * (d if DIMS[t][-1] == "d" else 1)
                    for t in _EXTRA[_k(algorithm, schedule, direction, variant)])
-    return sum((BH * _elements(t) * _size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
+    return sum((BH * _elements(t) * tensor_size(t) for t in _EXTRA[_k(algorithm, schedule, direction, variant)]),
                partials)
 
 

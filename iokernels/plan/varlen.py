@@ -23,67 +23,16 @@ the model then has no exact bytes).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import replace
 
 from .causal import CAUSAL_CODES, causal_offset, normalize_causal
 from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes, rowwise_stage
 from .fast import FAST_DTYPES, TMA_HEAD_DIMS, TMA_TILES, fast_buffers, tile_head_dim, tile_params
 from .fast_bwd import make_fast_backward_plan
+from .sequences import Varlen, check_lengths
 from .units import cdiv, itemsize
 
 VARLEN_VARIANT = "varlen"  # Plan.variant of the variable-length plans
-
-
-@dataclass(frozen=True)
-class Varlen:
-    """A variable-length batch: the packed rows ``total_q`` and ``total_k`` and, where known, each sequence's
-    ``lengths_q`` and ``lengths_k`` (None: a launch plan)."""
-
-    total_q: int
-    total_k: int
-    lengths_q: tuple[int, ...] | None = None
-    lengths_k: tuple[int, ...] | None = None
-
-    @property
-    def known(self) -> bool:
-        return self.lengths_q is not None
-
-    def sequences(self) -> list[tuple[int, int, int, int]]:
-        """(offset_q, length_q, offset_k, length_k) of each sequence (the lengths must be known)."""
-        if not self.known:
-            raise ValueError("a variable-length launch plan: the sequences' lengths are not known (no exact bytes)")
-        out, oq, ok = [], 0, 0
-        for lq, lk in zip(self.lengths_q, self.lengths_k, strict=True):
-            out.append((oq, lq, ok, lk))
-            oq, ok = oq + lq, ok + lk
-        return out
-
-    def cu_seqlens(self) -> tuple[np.ndarray, np.ndarray]:
-        """``cu_seqlens_q`` and ``cu_seqlens_k`` as int32 arrays of B + 1 offsets."""
-        if not self.known:
-            raise ValueError("a variable-length launch plan: the sequences' lengths are not known")
-        return (np.concatenate([[0], np.cumsum(self.lengths_q)]).astype(np.int32),
-                np.concatenate([[0], np.cumsum(self.lengths_k)]).astype(np.int32))
-
-
-def _lengths(name: str, values: Sequence[int] | np.ndarray) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise ValueError(f"{name} must be a sequence of ints >= 0, got {values!r}")
-    raw = np.asarray(values).reshape(-1)
-    out = tuple(int(x) for x in raw)
-    if not out or any(x < 0 for x in out) or any(float(x) != float(y) for x, y in zip(out, raw, strict=True)):
-        raise ValueError(f"{name} must be a non-empty sequence of ints >= 0, got {values!r}")
-    return out
-
-
-def lengths_from_cu(cu_seqlens: Sequence[int] | np.ndarray, name: str = "cu_seqlens") -> tuple[int, ...]:
-    """The lengths of cumulative offsets ``cu_seqlens`` (B + 1 non-decreasing ints from 0)."""
-    cu = np.asarray(cu_seqlens).reshape(-1)
-    if cu.size < 2 or cu[0] != 0 or np.any(np.diff(cu) < 0):
-        raise ValueError(f"{name} must be B + 1 >= 2 non-decreasing offsets starting at 0, got {cu_seqlens!r}")
-    return tuple(int(x) for x in np.diff(cu))
 
 
 def _problem(d: int, dtype: str, heads: int, kv_heads: int | None, lengths_q: Sequence[int] | None,
@@ -91,8 +40,8 @@ def _problem(d: int, dtype: str, heads: int, kv_heads: int | None, lengths_q: Se
              total_q: int | None, total_k: int | None) -> tuple[Varlen, int, int, int, str, int]:
     """(varlen, batch, the grid's N_q and N_k, dtype, kv_heads) of a variable-length problem, checked."""
     if lengths_q is not None:
-        lq = _lengths("lengths_q", lengths_q)
-        lk = lq if lengths_k is None else _lengths("lengths_k", lengths_k)
+        lq = check_lengths("lengths_q", lengths_q)
+        lk = lq if lengths_k is None else check_lengths("lengths_k", lengths_k)
         if len(lk) != len(lq):
             raise ValueError(f"lengths_q and lengths_k must name the same sequences: {len(lq)} and {len(lk)}")
         varlen = Varlen(sum(lq), sum(lk), lq, lk)

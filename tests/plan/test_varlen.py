@@ -8,7 +8,8 @@ import pytest
 from iokernels import model
 from iokernels.kernels import launch
 from iokernels.plan import Unsupported
-from iokernels.plan.varlen import lengths_from_cu, make_varlen_plan, varlen_sums
+from iokernels.plan.sequences import lengths_from_cu
+from iokernels.plan.varlen import make_varlen_plan, varlen_sums
 from iokernels.simulate import make_inputs, reference, simulate
 from iokernels.simulate.inputs import reference_outputs
 
