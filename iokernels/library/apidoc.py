@@ -22,6 +22,8 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels.attention", "library/api.py", "attention"),
     ("iokernels.attention_backward", "library/api.py", "attention_backward"),
     ("iokernels.attention_with_kvcache", "library/kvcache.py", "attention_with_kvcache"),
+    ("iokernels.attention_varlen", "library/varlen.py", "attention_varlen"),
+    ("iokernels.attention_varlen_backward", "library/varlen.py", "attention_varlen_backward"),
     ("iokernels.memory_needed", "library/api.py", "memory_needed"),
     ("iokernels.DeviceMemoryError", "library/memory.py", "DeviceMemoryError"),
     ("iokernels.clear_graphs", "library/execute.py", "clear_graphs"),
@@ -32,6 +34,7 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels.torch", "library/torch.py", ""),
     ("iokernels.torch.attention", "library/torch.py", "attention"),
     ("iokernels.torch.attention_with_kvcache", "library/torch.py", "attention_with_kvcache"),
+    ("iokernels.torch.attention_varlen", "library/torch.py", "attention_varlen"),
     ("iokernels warmup", "library/warmup.py", ""),
     ("iokernels info", "analysis/info.py", ""),
 )

@@ -1,5 +1,7 @@
-"""PyTorch front end: ``iokernels.torch.attention(q, k, v)``, differentiable, on CUDA tensors, and the decode step
-``iokernels.torch.attention_with_kvcache(q, k_cache, v_cache, ...)``, forward only.
+"""PyTorch front end: ``iokernels.torch.attention(q, k, v)``, differentiable, on CUDA tensors, the decode step
+``iokernels.torch.attention_with_kvcache(q, k_cache, v_cache, ...)``, forward only, and variable-length batches
+``iokernels.torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)``, differentiable
+(``torch.ops.iokernels.attention_varlen_fwd`` / ``_bwd``).
 
 An optional module: ``import iokernels`` never imports torch, and this module needs it. The call is the
 custom operator ``torch.ops.iokernels.attention_fwd`` (:mod:`iokernels.library.torch_ops`), with a fake
