@@ -63,6 +63,7 @@ def test_the_memo_serves_each_spelling_of_a_call_its_own_outputs():
 def test_the_fast_path_runs_on_the_callers_stream():
     q, k, v = _arrays((1, 2, 300, 64))
     want = iokernels.attention(q, k, v)
+    cp.cuda.get_current_stream().synchronize()  # q, k, v are written: the other stream does not wait for this one
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         got = [iokernels.attention(q, k, v) for _ in range(3)]
