@@ -2,7 +2,7 @@
 # (flash_tma.cu's other builds, flash_tma_bwd.cu, wg_bwd.cuh's stores), compare --varlen on the GPU (counters against
 # the model), and the four sanitizers on every varlen launch of iokernels.analysis.sanitize_cases.
 # OUT=<dir>, COMMIT=<hash>; run from the repository root.
-export PYTHONPATH=. PYTHONUNBUFFERED=1 IOKERNELS_COMMIT=${COMMIT:-}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 IOKERNELS_COMMIT=${COMMIT:?give COMMIT, the tree's commit (the device's .git is stale)}
 R=$OUT; S=results/h100/issue23/varlen/scripts; L=$R/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cupy', cupy.__version__, 'cudnn', torch.backends.cudnn.version())" >> $R/env.txt 2>&1

@@ -2,7 +2,7 @@
 # its tests failed in checks.sh's run, with three test groups and two sanitizers sharing the GPU), then the
 # sanitizers on every varlen launch with the GPU to themselves (checks.sh's memcheck, racecheck and synccheck ran out
 # of time there). OUT=<dir>, COMMIT=<hash>; run from the repository root.
-export PYTHONPATH=. PYTHONUNBUFFERED=1 IOKERNELS_COMMIT=${COMMIT:-}
+export PYTHONPATH=. PYTHONUNBUFFERED=1 IOKERNELS_COMMIT=${COMMIT:?give COMMIT, the tree's commit (the device's .git is stale)}
 R=$OUT; S=results/h100/issue23/varlen/scripts; L=$R/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $R/env.txt; echo "commit ${COMMIT:-}" >> $R/env.txt
 T="timeout 200 python3 -m pytest -q --tb=short -p no:cacheprovider"
