@@ -73,11 +73,12 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
                      lengths_q: Sequence[int] | None = None, lengths_k: Sequence[int] | None = None,
                      batch: int | None = None, max_q: int | None = None, max_k: int | None = None,
                      total_q: int | None = None, total_k: int | None = None, causal: bool | str = False,
-                     direction: str = "fwd") -> Plan:
+                     direction: str = "fwd", block_r: int | None = None) -> Plan:
     """The variable-length forward or backward (``direction``; :mod:`iokernels.plan.varlen`) on the sm_90 tma kernels:
     ``lengths_q`` and ``lengths_k`` (B each; ``lengths_k`` default ``lengths_q``) for an exact plan, or, for a launch
     plan, ``batch``, ``max_q``, ``max_k`` (the longest sequences) and ``total_q``, ``total_k`` (the packed rows).
-    ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left"."""
+    ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left". ``block_r``: the
+    forward's B_r, for tuning (128, or 192 at d up to 64; default 128)."""
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
     varlen, batch, n_q, n_k, dtype, kv_heads = _problem(d, dtype, heads, kv_heads, lengths_q, lengths_k, batch,
@@ -85,6 +86,8 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
     alignment = normalize_causal(causal)
     mask = (("VARLEN", 1),) + ((("CAUSAL", CAUSAL_CODES[alignment]),) if alignment else ())
     if direction == "bwd":  # the dense tma backward's tiles and kernel; its stages over the packed rows
+        if block_r is not None:
+            raise ValueError("block_r: the varlen backward takes the dense tma backward's tiles")
         dense = make_fast_backward_plan(N_q=n_q, N_k=n_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                         kv_heads=kv_heads, kernel="tma")
         main = dense.stage("main")
@@ -96,7 +99,10 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
     tile_d = tile_head_dim(d)
     # the causal plans' tiles, B_r 128 with or without the mask: a sequence's last tile wastes fewer rows than at 192,
     # and three consumer warpgroups' counting build spills with VARLEN's state
-    block_r, block_c = TMA_TILES[tile_d, True]
+    default_r, block_c = TMA_TILES[tile_d, True]
+    block_r = default_r if block_r is None else block_r
+    if block_r not in ((128, 192) if tile_d == 64 else (128,)):
+        raise ValueError(f"varlen forward tiles: block_r 128 (or 192 at d up to 64), got {block_r!r} at d={d}")
     buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
     tr, tc = cdiv(n_q, block_r), cdiv(n_k, block_c)
     stage = Stage("main", "flash_tma_fwd", (tr, batch, heads), 2 * block_r + 128, layout(buffers),
