@@ -85,8 +85,12 @@ constexpr int LAUNCH_REGS = CAP_REGS < CONSUMER_REGS ? CAP_REGS : CONSUMER_REGS;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= LAUNCH_REGS * THREADS, "the block's registers");
 #ifdef IOK_COUNT
 // the counting build's iok_flush runs in every thread after the roles: each role moves to an even share first
-// (the flush's sums need more than the producer's share)
+// (the flush's sums need more than the producer's share). The producer takes its share back only once the consumers
+// have given theirs up (named barrier BAR_REGS): a block with no step (a key block no query sees, past a sequence's end)
+// would otherwise let the producer's increase take the registers the consumers' first increase waits for, a deadlock
+// (seen under compute-sanitizer's synccheck, which slows the consumers' start)
 constexpr int FLUSH_REGS = LAUNCH_REGS;
+constexpr int BAR_REGS = 4;
 #endif
 
 constexpr int TB_DSLABS = TILE_D / 64;  // 64-column slabs of the tiles
@@ -335,6 +339,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         }
 #endif
 #ifdef IOK_COUNT
+        iok_bar_sync(BAR_REGS, THREADS);  // the consumers are down to FLUSH_REGS
         iok_regs_inc<FLUSH_REGS>();
 #endif
     } else {  // the consumer warpgroups
@@ -578,6 +583,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef IOK_COUNT
         if constexpr (FLUSH_REGS < CONSUMER_REGS) iok_regs_dec<FLUSH_REGS>();
+        iok_bar_arrive(BAR_REGS, THREADS);
 #endif
     }
     iok_flush(io, iok_counters, smem);  // one call site for every role: its barriers are the same instructions
