@@ -121,3 +121,12 @@ def test_backward_bytes_by_hand():
     assert main["dQacc"] == (100 * 128 * 4, 100 * 128 * 4)
     assert main["dK"] == main["dV"] == (0, 100 * 128 * 2)
     assert model.predict(plan).flops == 5 * 2 * 100 * 100 * 128
+
+
+def test_forward_block_r_for_tuning():
+    assert make_varlen_plan(d=64, dtype="float16", lengths_q=(5,), block_r=192).tile["Br"] == 192
+    assert make_varlen_plan(d=64, dtype="float16", lengths_q=(5,)).tile["Br"] == 128
+    with pytest.raises(ValueError, match="block_r 128"):
+        make_varlen_plan(d=128, dtype="float16", lengths_q=(5,), block_r=192)
+    with pytest.raises(ValueError, match="dense tma backward's tiles"):
+        make_varlen_plan(d=64, dtype="float16", lengths_q=(5,), block_r=128, direction="bwd")
