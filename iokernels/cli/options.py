@@ -227,6 +227,8 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
     causal = causal_spec(causal, causal_align)
     if varlen is not None:  # a variable-length batch's plans alone
+        if n is not None or n_q is not None or n_k is not None:
+            raise ValueError("--varlen: the lengths are the sequences' (--N, --Nq and --Nk do not apply)")
         if sparse is not None or mask is not None or dropout is not None or window is not None or decode:
             raise ValueError("--varlen: the variable-length plans take causal alone (no block-sparse, mask, dropout, "
                              "window or --decode)")

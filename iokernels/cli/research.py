@@ -134,6 +134,8 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
                                   decode=decode, varlen=varlen)[0]
 
     if varlen is not None:  # the batch is the sequences given
+        if batch is not None:
+            raise ValueError("--varlen: the batch is the sequences given (--batch does not apply)")
         plans, note = make(1, 16 if heads is None else heads), "a variable-length batch (--varlen)"
     else:
         plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)

@@ -238,10 +238,12 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     at least the longest, or a longer sequence's rows past them are not computed). H_kv divides H (grouped-query
     attention); d a multiple of 8 from 16 to 256. q, k and v one dtype (torch.float16 or torch.bfloat16), every tensor
     contiguous (read in place, never copied) on one CUDA device. The offsets stay on the device and are not checked
-    there (non-decreasing, from 0 to total_q and total_k): a call reads nothing back, so the forward and the backward
-    can be captured in a CUDA graph (``torch.cuda.graph``) and replayed after the offsets change in place (with the
-    same longest lengths and totals). A sequence with no key gives O = 0, lse −inf and dq = 0; a key no query of its
-    sequence sees gets dk = dv = 0.
+    there (they must be non-decreasing from 0 to total_q and total_k: an offset past the packed rows makes the kernels
+    write out of bounds): a call reads nothing back, so the forward and the backward can be captured in a CUDA graph
+    (``torch.cuda.graph``) and replayed after the offsets change in place (with the same longest lengths and totals).
+    A sequence with no key gives O = 0, lse −inf and dq = 0; a key no query of its sequence sees gets dk = dv = 0. A
+    NaN or inf in the next sequence's k or v rows that share a sequence's last key block reaches that sequence's dq
+    (the forward keeps every sequence apart).
 
     causal: False, or True / "bottom_right" (FlashAttention's: query i of a sequence of L_q queries and L_k keys sees
     its keys up to L_k − L_q + i) or "top_left" (up to i), per sequence. scale: 1/sqrt(d) by default. return_lse: also

@@ -41,6 +41,8 @@ def varlen_problem(q: Shape, k: Shape, v: Shape, cu_q: tuple[str, Shape], cu_k: 
         raise ValueError(f"q must be (total_q, H, d) and k, v one (total_k, H_kv, d) shape, got {q}, {k}, {v}")
     total_q, heads, d = q
     total_k, kv_heads = k[0], k[1]
+    if total_q < 1 or total_k < 1:
+        raise ValueError(f"q and k must hold packed rows (total_q, total_k >= 1), got {q}, {k}")
     if k[2] != d or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"k and v's heads must divide q's and their head dim equal q's: q {q}, k {k}")
     if not (D_MIN <= d <= D_MAX) or d % D_MULTIPLE:
@@ -133,9 +135,12 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     so they must be at least the longest). H_kv divides H (grouped-query attention: query head h reads K/V head
     h // (H / H_kv)); d a multiple of 8 from 16 to 256.
 
-    The offsets stay on the device (a call reads nothing back: it can be captured in a CUDA graph); they are not
-    checked there (non-decreasing, from 0 to total_q and total_k: offsets past the packed rows read zeros, a
-    decreasing pair is an empty sequence). A sequence with no key gives O = 0 and lse −inf.
+    The offsets stay on the device (a call reads nothing back: it can be captured in a CUDA graph) and are not checked
+    there: they must be non-decreasing from 0, the last total_q (total_k); an offset past the packed rows makes the
+    kernels write out of bounds. A sequence with no key gives O = 0 and lse −inf. Rows a tile reads past its
+    sequence (the next one's) never reach its output in the forward (keys masked, values zeroed in shared memory); in
+    :func:`attention_varlen_backward` a NaN or inf in the next sequence's k or v rows that share a sequence's last key
+    block reaches that sequence's dq.
 
     causal: False, or True / "bottom_right" (FlashAttention's: query i of a sequence of L_q queries and L_k keys sees
     the keys up to L_k − L_q + i) or "top_left" (up to i), per sequence. scale: 1/sqrt(d) by default. Returns O

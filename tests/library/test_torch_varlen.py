@@ -41,7 +41,6 @@ def test_the_ops_are_registered_with_their_schemas():
 @pytest.mark.parametrize("q, k, batch, dtype", [
     ((300, 8, 64), (200, 2, 64), 3, torch.float16),  # grouped-query 4:1
     ((17, 2, 256), (1000, 2, 256), 1, torch.bfloat16),  # one sequence, d 256
-    ((5, 3, 96), (0, 3, 96), 5, torch.float16),  # no key at all
 ])
 def test_fake_implementations_give_shapes_and_dtypes(q, k, batch, dtype):
     with FakeTensorMode():
@@ -498,3 +497,11 @@ def test_every_argument_is_documented():
     for name in names:
         assert name in doc, name
     assert "flash_attn_varlen_func" in doc and "torch.ops.iokernels.attention_varlen_bwd" in doc
+
+
+def test_a_batch_without_rows_is_refused():
+    """No packed key (or query) row at all: refused with a message (the kernels' tensor maps need a row)."""
+    with FakeTensorMode():
+        args = _tensors((5, 3, 96), (0, 3, 96), cu_q=(6,), device="cuda")
+        with pytest.raises(ValueError, match="packed rows"):
+            FWD(*args, 1, 0, "", None)
