@@ -98,15 +98,16 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  (128, 1, contiguous, 1), (96, 1, None, 4)]
         plans += [make_decode_plan(N_q=q, d=d, dtype=t, splits=s, kv_cache=c, causal=q > 1, **decode)
                   for t in FAST_DTYPES for d, s, c, q in cases]
-    if source == "flash_tma.cu":  # variable-length batches (VARLEN) at every tile width, causal and not
-        from iokernels.plan.varlen import make_varlen_plan
-
-        plans += [make_varlen_plan(d=d, dtype=t, heads=4, kv_heads=2, lengths_q=(300, 5), causal=c)
-                  for t in FAST_DTYPES for d, c in ((64, False), (64, True), (128, True), (256, False))]
         if source == "kvcache.cu":  # (its attention stages are the variants above)
             appended = [make_kv_cache(batch=2, n_k=1024, append=4, **kw) for kw in ({}, {"page_size": 64, "pages": 40})]
             plans += [make_decode_plan(N_q=4, d=d, dtype=t, kv_cache=c, causal=True, **decode) for t in FAST_DTYPES
                       for d, c in zip((96, 256), appended, strict=True)]
+    if source == "flash_tma.cu":  # variable-length batches (VARLEN) at every tile width, causal and not
+        from iokernels.plan.fast import FAST_DTYPES
+        from iokernels.plan.varlen import make_varlen_plan
+
+        plans += [make_varlen_plan(d=d, dtype=t, heads=4, kv_heads=2, lengths_q=(300, 5), causal=c)
+                  for t in FAST_DTYPES for d, c in ((64, False), (64, True), (128, True), (256, False))]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,
