@@ -23,6 +23,21 @@ def module_of(x: Any) -> str:
     return mod
 
 
+def check_in_place(named: dict[str, Any], why: str) -> None:
+    """TypeError/ValueError unless every array of ``named`` (name -> array; None: not given) is a C-contiguous cupy
+    array, all on one device: the arrays a call reads where they lie (``why``: where, for the message)."""
+    given = {name: x for name, x in named.items() if x is not None}
+    for name, x in given.items():
+        if module_of(x) != "cupy":
+            raise TypeError(f"{name} must be a cupy array on the GPU ({why}; iokernels.torch takes torch tensors), "
+                            f"got a {type(x).__module__} array")
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous, got strides {x.strides} for shape {x.shape}")
+    devices = {x.data.device_id for x in given.values()}
+    if len(devices) != 1:
+        raise ValueError(f"the arrays lie on several devices: {sorted(devices)}")
+
+
 def mask_spec(mask: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> Any:
     """The plan's ExplicitMask of a numpy or cupy mask (None without one), from its dtype and shape alone."""
     if mask is None:

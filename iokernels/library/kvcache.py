@@ -20,7 +20,7 @@ from ..plan.kvcache import PAGE_SIZES, make_kv_cache
 from ..simulate import reference
 from .api import check_scale
 from .dispatch import Dispatch, DispatchCache, array_key, device_id
-from .fastpath import cupy_empty, forward_result, module_of, prepare_fast, run_fast
+from .fastpath import check_in_place, cupy_empty, forward_result, prepare_fast, run_fast
 from .memory import needed_bytes, require_memory
 from .planning import DECODE_SMS, sm_count_of
 
@@ -36,18 +36,8 @@ def _check(q: Any, k: Any, v: Any, seqlens: Any, table: Any, k_new: Any, v_new: 
     """The problem of a call, checked: every array a contiguous cupy array on one device, q (B, H, N_q, d), the cache
     contiguous (B, H_kv, N_cap, d) or paged (pages, H_kv, page_size, d) with the page table (B, max_pages) int32,
     cache_seqlens (B,) int32, the new keys and values (B, H_kv, N_new, d) of q's dtype."""
-    named = {"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": seqlens, "page_table": table, "k": k_new, "v": v_new}
-    for name, x in named.items():
-        if x is None:
-            continue
-        if module_of(x) != "cupy":
-            raise TypeError(f"{name} must be a cupy array on the GPU (attention_with_kvcache reads the cache where it "
-                            f"lies; iokernels.torch takes torch tensors), got a {type(x).__module__} array")
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{name} must be C-contiguous, got strides {x.strides} for shape {x.shape}")
-    devices = {x.data.device_id for x in named.values() if x is not None}
-    if len(devices) != 1:
-        raise ValueError(f"the arrays lie on several devices: {sorted(devices)}")
+    check_in_place({"q": q, "k_cache": k, "v_cache": v, "cache_seqlens": seqlens, "page_table": table, "k": k_new,
+                    "v": v_new}, "attention_with_kvcache reads the cache where it lies")
     dtype = "bfloat16" if bfloat16 else str(q.dtype)
     want = "uint16" if bfloat16 else q.dtype
     if dtype not in (*_DTYPES, "bfloat16") or any(x is not None and x.dtype != want for x in (k, v, k_new, v_new)):

@@ -20,7 +20,7 @@ from ..plan.varlen import make_varlen_plan
 from ..simulate import reference
 from .api import check_scale
 from .dispatch import Dispatch, DispatchCache, array_key, device_id
-from .fastpath import cupy_empty, module_of, prepare_fast, run_fast
+from .fastpath import check_in_place, cupy_empty, prepare_fast, run_fast
 from .memory import needed_bytes, require_memory
 
 VARLEN_CALLS = DispatchCache()  # a varlen call's signature -> its Dispatch (with its fast path after the first call)
@@ -86,15 +86,7 @@ def varlen_call(arrays: dict[str, Any], max_seqlen_q: Any, max_seqlen_k: Any, *,
 
     def build() -> Dispatch:
         q, k, v = arrays["Q"], arrays["K"], arrays["V"]
-        named = {_NAMES[n]: x for n, x in arrays.items()}
-        for name, x in named.items():
-            if module_of(x) != "cupy":
-                raise TypeError(f"{name} must be a cupy array on the GPU (iokernels.torch takes torch tensors), got a "
-                                f"{type(x).__module__} array")
-            if not x.flags.c_contiguous:
-                raise ValueError(f"{name} must be C-contiguous, got strides {x.strides} for shape {x.shape}")
-        if len({x.data.device_id for x in arrays.values()}) != 1:
-            raise ValueError("the arrays lie on several devices")
+        check_in_place({_NAMES[n]: x for n, x in arrays.items()}, "attention_varlen reads its inputs where they lie")
         want = "uint16" if bfloat16 else "float16"
         values = [x for n, x in arrays.items() if n in ("Q", "K", "V", "O", "dO")]
         if any(str(x.dtype) != want for x in values):
