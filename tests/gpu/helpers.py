@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from iokernels.plan.causal import causal_offset
 from iokernels.plan.units import round_to
 from iokernels.simulate import reference
 
@@ -81,3 +82,41 @@ def assert_within_naive(got, want, naive, slack=5e-4):
         bound = 2 * rel_err(naive[name], want[name], err_scale) + slack
         err = rel_err(got[name], want[name], err_scale)
         assert err <= bound, (name, err, bound)
+
+
+def varlen_naive(plan, host, scale):
+    """A variable-length plan's same-precision naive outputs, each sequence alone (S, P, O and, when ``host`` has dO,
+    dP, dS and the gradients rounded to the dtype, as :func:`naive_backward`; the plan's causal mask; rows with no
+    visible key 0), packed as the kernels' outputs: O (total_q, heads, d), dQ, and dK, dV (total_k, kv_heads, d) summed
+    over the query heads of each K/V head. host: the packed float64 Q, K, V (and dO)."""
+    v, group, dt = plan.varlen, plan.heads // plan.kv_heads, plan.dtype
+    grads = "dO" in host
+    out = {"O": np.zeros((v.total_q, plan.heads, plan.d))}
+    if grads:
+        out.update(dQ=np.zeros((v.total_q, plan.heads, plan.d)), dK=np.zeros((v.total_k, plan.kv_heads, plan.d)),
+                   dV=np.zeros((v.total_k, plan.kv_heads, plan.d)))
+    for oq, lq, ok, lk in v.sequences():
+        if lq == 0 or lk == 0:
+            continue
+        q = np.swapaxes(host["Q"][oq:oq + lq], 0, 1)
+        k, vv = (np.repeat(np.swapaxes(host[n][ok:ok + lk], 0, 1), group, axis=0) for n in ("K", "V"))
+        s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dt)
+        if plan.causal:
+            off = causal_offset(lq, lk, plan.causal)
+            s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + off, s, -np.inf)
+        m = s.max(axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+        l = e.sum(axis=-1, keepdims=True)
+        p = round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), dt)
+        out["O"][oq:oq + lq] = np.swapaxes(round_to(p @ vv, dt), 0, 1)
+        if not grads:
+            continue
+        do = np.swapaxes(host["dO"][oq:oq + lq], 0, 1)
+        dv = round_to(np.swapaxes(p, -1, -2) @ do, dt)
+        dp = round_to(do @ np.swapaxes(vv, -1, -2), dt)
+        ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dt)
+        out["dQ"][oq:oq + lq] = np.swapaxes(round_to(scale * (ds @ k), dt), 0, 1)
+        dk = round_to(scale * (np.swapaxes(ds, -1, -2) @ q), dt)
+        for name, x in (("dK", dk), ("dV", dv)):
+            out[name][ok:ok + lk] = np.swapaxes(x.reshape(plan.kv_heads, group, lk, plan.d).sum(axis=1), 0, 1)
+    return out

@@ -16,13 +16,11 @@ import pytest
 import iokernels
 from iokernels import model
 from iokernels.kernels import launch
-from iokernels.plan.causal import causal_offset
-from iokernels.plan.units import round_to
 from iokernels.plan.varlen import make_varlen_plan
 from iokernels.simulate import reference
 from iokernels.simulate.varlen import varlen_reference, varlen_reference_grads
 
-from .helpers import assert_within_naive, ulp
+from .helpers import assert_within_naive, ulp, varlen_naive
 
 cp = pytest.importorskip("cupy")
 pytestmark = pytest.mark.usefixtures("sm90")
@@ -50,33 +48,12 @@ def _plan(case):
                             causal=causal)
 
 
-def _naive(plan, host, scale):
-    """Each sequence's same-precision naive O (S and P rounded to the dtype), packed as the kernels' O."""
-    v, group = plan.varlen, plan.heads // plan.kv_heads
-    out = np.zeros((v.total_q, plan.heads, plan.d))
-    for oq, lq, ok, lk in v.sequences():
-        if lq == 0 or lk == 0:
-            continue
-        q = np.swapaxes(host["Q"][oq:oq + lq], 0, 1)
-        k, vv = (np.repeat(np.swapaxes(host[n][ok:ok + lk], 0, 1), group, axis=0) for n in ("K", "V"))
-        s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), plan.dtype)
-        if plan.causal:
-            off = causal_offset(lq, lk, plan.causal)
-            s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + off, s, -np.inf)
-        m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-        l = e.sum(axis=-1, keepdims=True)
-        p = round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), plan.dtype)
-        out[oq:oq + lq] = np.swapaxes(round_to(p @ vv, plan.dtype), 0, 1)
-    return out
-
-
 def _assert_outputs(plan, buffers, host, scale=None):
     scale = reference.default_scale(plan.d) if scale is None else scale
     o_want, lse_want = varlen_reference(plan, host, scale)
     o = launch.to_float64(buffers["O"], plan.dtype)
     assert o.shape == o_want.shape
-    assert_within_naive({"O": o}, {"O": o_want}, {"O": _naive(plan, host, scale)})
+    assert_within_naive({"O": o}, {"O": o_want}, {"O": varlen_naive(plan, host, scale)["O"]})
     lse = cp.asnumpy(buffers["lse"]).astype(np.float64)
     empty = np.isneginf(lse_want)
     assert np.array_equal(np.isneginf(lse), empty) and np.all(o[empty] == 0)
@@ -134,41 +111,13 @@ def test_library_call(causal):
     _assert_outputs(plan, {"O": o, "lse": lse}, host)
 
 
-def _naive_grads(plan, host, scale):
-    """Each sequence's same-precision naive dQ, dK, dV (S, P, dP, dS rounded to the dtype), packed as the kernels'."""
-    v, group = plan.varlen, plan.heads // plan.kv_heads
-    out = {"dQ": np.zeros((v.total_q, plan.heads, plan.d)), "dK": np.zeros((v.total_k, plan.kv_heads, plan.d)),
-           "dV": np.zeros((v.total_k, plan.kv_heads, plan.d))}
-    dt = plan.dtype
-    for oq, lq, ok, lk in v.sequences():
-        if lq == 0 or lk == 0:
-            continue
-        q, do = (np.swapaxes(host[n][oq:oq + lq], 0, 1) for n in ("Q", "dO"))
-        k, vv = (np.repeat(np.swapaxes(host[n][ok:ok + lk], 0, 1), group, axis=0) for n in ("K", "V"))
-        s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dt)
-        if plan.causal:
-            off = causal_offset(lq, lk, plan.causal)
-            s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + off, s, -np.inf)
-        m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-        l = e.sum(axis=-1, keepdims=True)
-        p = round_to(np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0), dt)
-        dv = round_to(np.swapaxes(p, -1, -2) @ do, dt)
-        dp = round_to(do @ np.swapaxes(vv, -1, -2), dt)
-        ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dt)
-        out["dQ"][oq:oq + lq] = np.swapaxes(round_to(scale * (ds @ k), dt), 0, 1)
-        dk = round_to(scale * (np.swapaxes(ds, -1, -2) @ q), dt)
-        for name, x in (("dK", dk), ("dV", dv)):
-            out[name][ok:ok + lk] = np.swapaxes(x.reshape(plan.kv_heads, group, lk, plan.d).sum(axis=1), 0, 1)
-    return out
-
-
 def _assert_grads(plan, buffers, host):
     scale = reference.default_scale(plan.d)
     want = varlen_reference_grads(plan, host, scale)
     got = {n: launch.to_float64(buffers[n], plan.dtype) for n in want}
     assert all(got[n].shape == want[n].shape for n in want)
-    assert_within_naive(got, want, _naive_grads(plan, host, scale))
+    naive = varlen_naive(plan, host, scale)
+    assert_within_naive(got, want, {n: naive[n] for n in want})
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

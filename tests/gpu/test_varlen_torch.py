@@ -17,11 +17,10 @@ import pytest
 import iokernels
 from iokernels import model
 from iokernels.plan.causal import causal_offset
-from iokernels.plan.units import round_to
 from iokernels.plan.varlen import make_varlen_plan
 from iokernels.simulate.varlen import varlen_reference, varlen_reference_grads
 
-from .helpers import assert_within_naive
+from .helpers import assert_within_naive, varlen_naive
 
 torch = pytest.importorskip("torch")
 itorch = pytest.importorskip("iokernels.torch")
@@ -75,43 +74,13 @@ def _host(t):
     return t.detach().double().cpu().numpy()
 
 
-def _naive(plan, host, scale):
-    """Each sequence's same-precision naive O, dQ, dK, dV (S, P, dP, dS and the outputs rounded to the dtype, as
-    helpers.naive_backward), packed as the outputs: flash-attention's yardstick."""
-    v, group, dt = plan.varlen, plan.heads // plan.kv_heads, plan.dtype
-    out = {"O": np.zeros((v.total_q, plan.heads, plan.d)), "dQ": np.zeros((v.total_q, plan.heads, plan.d)),
-           "dK": np.zeros((v.total_k, plan.kv_heads, plan.d)), "dV": np.zeros((v.total_k, plan.kv_heads, plan.d))}
-    for oq, lq, ok, lk in v.sequences():
-        if lq == 0 or lk == 0:
-            continue
-        q, do = (np.swapaxes(host[n][oq:oq + lq], 0, 1) for n in ("Q", "dO"))
-        k, vv = (np.repeat(np.swapaxes(host[n][ok:ok + lk], 0, 1), group, axis=0) for n in ("K", "V"))
-        s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), dt)
-        if plan.causal:
-            offset = causal_offset(lq, lk, plan.causal)
-            s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + offset, s, -np.inf)
-        m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-        denominator = e.sum(axis=-1, keepdims=True)
-        p = round_to(np.where(denominator > 0, e / np.where(denominator > 0, denominator, 1.0), 0.0), dt)
-        out["O"][oq:oq + lq] = np.swapaxes(round_to(p @ vv, dt), 0, 1)
-        dv = round_to(np.swapaxes(p, -1, -2) @ do, dt)
-        dp = round_to(do @ np.swapaxes(vv, -1, -2), dt)
-        ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dt)
-        out["dQ"][oq:oq + lq] = np.swapaxes(round_to(scale * (ds @ k), dt), 0, 1)
-        dk = round_to(scale * (np.swapaxes(ds, -1, -2) @ q), dt)
-        for name, x in (("dK", dk), ("dV", dv)):
-            out[name][ok:ok + lk] = np.swapaxes(x.reshape(plan.kv_heads, group, lk, plan.d).sum(axis=1), 0, 1)
-    return out
-
-
 def _assert_match_float64(case, q, k, v, do, o, lse, grads, scale=None):
     """O, lse and (dq, dk, dv) against the float64 reference of each sequence, the same-precision naive's error the
     yardstick; a row that sees no key: O = 0, lse −inf."""
     plan = _plan(case)
     scale = 1 / math.sqrt(plan.d) if scale is None else scale
     host = {"Q": _host(q), "K": _host(k), "V": _host(v), "dO": _host(do)}
-    naive = _naive(plan, host, scale)
+    naive = varlen_naive(plan, host, scale)
     o_want, lse_want = varlen_reference(plan, host, scale)
     assert_within_naive({"O": _host(o)}, {"O": o_want}, {"O": naive["O"]})
     got_lse = _host(lse)
@@ -191,7 +160,7 @@ def test_equals_a_per_sequence_sdpa_loop(case):
     want = torch.cat(pieces)
     (want * do.float()).sum().backward()
     plan = _plan(case)
-    naive = _naive(plan, {"Q": _host(q), "K": _host(k), "V": _host(v), "dO": _host(do)}, 1 / math.sqrt(plan.d))
+    naive = varlen_naive(plan, {"Q": _host(q), "K": _host(k), "V": _host(v), "dO": _host(do)}, 1 / math.sqrt(plan.d))
     assert_within_naive({"O": _host(o)}, {"O": _host(want)}, {"O": naive["O"]})
     names = ("dQ", "dK", "dV")
     assert_within_naive({n: _host(g) for n, g in zip(names, grads, strict=True)},
