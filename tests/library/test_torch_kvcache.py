@@ -21,6 +21,8 @@ from iokernels.library import kvcache  # noqa: E402
 from iokernels.library.dispatch import TORCH_CALLS, Dispatch  # noqa: E402
 from iokernels.plan import Unsupported  # noqa: E402
 
+from .fakes import PassAllocator, RawPlan, ViewCupy  # noqa: E402
+
 OP = torch.ops.iokernels.attention_with_kvcache
 
 
@@ -211,43 +213,10 @@ def test_the_backward_raises_and_no_grad_gives_a_plain_output(cpu_op):
 # the implementation's fast path: a signature's first call through the cupy function (stand-ins here), later calls
 # on raw addresses
 
-class _RawPlan:
-    """The prepared launches of one signature (kernels.rawlaunch.RawPlan's run), recording the addresses."""
-
-    def __init__(self, q_shape, dtype):
-        self.allocations = ((q_shape, dtype), (q_shape[:-1], np.dtype(np.float32)))
-        self.given = []
-
-    def run(self, given, allocate, stream, dropout, poison):
-        self.given.append(given)
-        return [allocate(i, shape, dtype)[0] for i, (shape, dtype) in enumerate(self.allocations)]
-
-
-class _View:
-    """What torch_ops.as_cupy builds (a cupy array on a tensor's memory), recorded."""
-
-    def __init__(self, shape, dtype, memptr, strides):
-        self.shape, self.dtype, self.ptr, self.strides = shape, dtype, memptr[0], strides
-
-
-class _Cupy:
-    """The cupy calls as_cupy makes."""
-
-    dtype = staticmethod(np.dtype)
-    ndarray = _View
-    cuda = type("cuda", (), {"UnownedMemory": staticmethod(lambda ptr, size, owner, device: (ptr, size)),
-                             "MemoryPointer": staticmethod(lambda memory, offset: memory)})
-
-
-class _Allocator:
-    def tensor(self, x, dtype):
-        return x
-
-
 @pytest.fixture
 def stand_ins(monkeypatch):
     """The cupy side replaced (torch_ops.as_cupy kept): the cupy function records the views it is given,
-    kvcache_call gives a Dispatch with a _RawPlan."""
+    kvcache_call gives a Dispatch with a RawPlan."""
     first_calls = []
 
     def first_call(q, k_cache, v_cache, cache_seqlens, page_table, k=None, v=None, **options):
@@ -257,11 +226,12 @@ def stand_ins(monkeypatch):
 
     def call_of(q, *_, **__):
         call = Dispatch("cupy", "float16", tuple(q.shape[:2]), q.shape[2], 512, q.shape[3], 4, False, (), 0, 0.125)
-        call.fast, call.outputs = _RawPlan(tuple(q.shape), q.dtype), {"O": 0, "lse": 1}
+        call.fast = RawPlan(((tuple(q.shape), q.dtype), (tuple(q.shape[:-1]), np.dtype(np.float32))))
+        call.outputs = {"O": 0, "lse": 1}
         return call
 
     monkeypatch.setattr(ops, "DEVICE_TYPES", ("cuda", "meta", "cpu"))
-    monkeypatch.setattr(ops, "torch_stream", lambda device: contextlib.nullcontext((_Cupy, _Allocator())))
+    monkeypatch.setattr(ops, "torch_stream", lambda device: contextlib.nullcontext((ViewCupy, PassAllocator())))
     monkeypatch.setattr(ops, "raw_stream", lambda device: 0)
     monkeypatch.setattr(kvcache, "attention_with_kvcache", first_call)
     monkeypatch.setattr(kvcache, "kvcache_call", call_of)

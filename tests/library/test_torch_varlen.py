@@ -20,6 +20,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from iokernels.library import varlen  # noqa: E402
 from iokernels.library.dispatch import TORCH_CALLS, Dispatch  # noqa: E402
 
+from .fakes import PassAllocator, RawPlan, ViewCupy  # noqa: E402
+
 FWD, BWD = torch.ops.iokernels.attention_varlen_fwd, torch.ops.iokernels.attention_varlen_bwd
 
 
@@ -354,42 +356,10 @@ def test_opcheck_with_gradients(cpu_ops):
 # the implementation's fast path: a signature's first call through the cupy functions (stand-ins here), later calls
 # on raw addresses
 
-class _RawPlan:
-    """The prepared launches of one signature (kernels.rawlaunch.RawPlan's run), recording the addresses."""
-
-    def __init__(self, allocations):
-        self.allocations, self.given = allocations, []
-
-    def run(self, given, allocate, stream, dropout, poison):
-        self.given.append(given)
-        return [allocate(i, shape, dtype)[0] for i, (shape, dtype) in enumerate(self.allocations)]
-
-
-class _View:
-    """What torch_ops.as_cupy builds (a cupy array on a tensor's memory), recorded."""
-
-    def __init__(self, shape, dtype, memptr, strides):
-        self.shape, self.dtype, self.ptr, self.strides = shape, dtype, memptr[0], strides
-
-
-class _Cupy:
-    """The cupy calls as_cupy makes."""
-
-    dtype = staticmethod(np.dtype)
-    ndarray = _View
-    cuda = type("cuda", (), {"UnownedMemory": staticmethod(lambda ptr, size, owner, device: (ptr, size)),
-                             "MemoryPointer": staticmethod(lambda memory, offset: memory)})
-
-
-class _Allocator:
-    def tensor(self, x, dtype):
-        return x
-
-
 @pytest.fixture
 def stand_ins(monkeypatch):
     """The cupy side replaced (torch_ops.as_cupy kept): the cupy functions record the views they are given,
-    varlen_call gives a Dispatch with a _RawPlan of the outputs' shapes."""
+    varlen_call gives a Dispatch with a RawPlan of the outputs' shapes."""
     first_calls = []
 
     def forward(q, k, v, cu_q, cu_k, max_q, max_k, **options):
@@ -404,15 +374,15 @@ def stand_ins(monkeypatch):
         q, k = arrays["Q"], arrays["K"]
         call = Dispatch("cupy", "float16", tuple(q.shape[:2]), max_q, max_k, q.shape[2], 4, False, (), 0, 0.125)
         if direction == "fwd":
-            call.fast = _RawPlan(((q.shape, q.dtype), (q.shape[:-1], np.dtype(np.float32))))
+            call.fast = RawPlan(((q.shape, q.dtype), (q.shape[:-1], np.dtype(np.float32))))
             call.outputs = {"O": 0, "lse": 1}
         else:
-            call.fast = _RawPlan(((q.shape, q.dtype), (k.shape, q.dtype), (k.shape, q.dtype)))
+            call.fast = RawPlan(((q.shape, q.dtype), (k.shape, q.dtype), (k.shape, q.dtype)))
             call.outputs = {"dQ": 0, "dK": 1, "dV": 2}
         return call
 
     monkeypatch.setattr(ops, "DEVICE_TYPES", ("cuda", "meta", "cpu"))
-    monkeypatch.setattr(ops, "torch_stream", lambda device: contextlib.nullcontext((_Cupy, _Allocator())))
+    monkeypatch.setattr(ops, "torch_stream", lambda device: contextlib.nullcontext((ViewCupy, PassAllocator())))
     monkeypatch.setattr(ops, "raw_stream", lambda device: 0)
     monkeypatch.setattr(varlen, "attention_varlen", forward)
     monkeypatch.setattr(varlen, "attention_varlen_backward", backward)
