@@ -280,29 +280,43 @@ def torch_runner(problem: Problem, direction: str, attend: Callable[..., Any], *
                  context: Callable[[], Any] | None = None,
                  first: Callable[[Callable[[], Any]], Any] | None = None) -> Runner:
     """A Runner of ``attend(q, k, v)`` on random torch tensors (B, H, N, d), for every torch callable alike
-    (ours and the peers'): inputs, the first call (``first`` wraps it, to read a refusal) and ``out``
-    are made on the clock's stream, so that autograd's backward runs there too."""
+    (ours and the peers'): :func:`leaves_runner` on q, k, v and dout drawn from one seeded generator."""
+    def make(torch: Any) -> tuple[tuple[Any, ...], Any, Callable[..., Any]]:
+        dt = getattr(torch, problem.dtype)
+        shape = (problem.batch, problem.heads, problem.n, problem.d)
+        gen = torch.Generator(device=device).manual_seed(0)
+        q, k, v, dout = (torch.randn(shape, device=device, dtype=dt, generator=gen) for _ in range(4))
+        return (q, k, v), dout, attend
+
+    return leaves_runner(direction, make, device=device, context=context, first=first)
+
+
+def leaves_runner(direction: str, make: Callable[[Any], tuple[tuple[Any, ...], Any, Callable[..., Any]]], *,
+                  device: str = "cuda", context: Callable[[], Any] | None = None,
+                  first: Callable[[Callable[[], Any]], Any] | None = None) -> Runner:
+    """A Runner of ``attend(*leaves)`` in pass ``direction``: ``make(torch)`` gives the leaves (the tensors the
+    backward differentiates), the output's gradient ``dout`` and ``attend``. The leaves, the first call (``first``
+    wraps it, to read a refusal) and ``out`` are made on the clock's stream, so that autograd's backward runs there
+    too. "fwd": the call under ``torch.no_grad``; "bwd": ``torch.autograd.grad`` of an ``out`` computed once, here;
+    "fwdbwd": a forward and its backward per call."""
     import torch
 
-    dt = getattr(torch, problem.dtype)
-    shape = (problem.batch, problem.heads, problem.n, problem.d)
     clock = TorchClock(torch, device)
     grad = direction != "fwd"
     forward_ctx = contexts(context, None if grad else torch.no_grad)
     with clock.on():
-        gen = torch.Generator(device=device).manual_seed(0)
-        q, k, v, dout = (torch.randn(shape, device=device, dtype=dt, generator=gen) for _ in range(4))
-        for x in (q, k, v):
+        leaves, dout, attend = make(torch)
+        for x in leaves:
             x.requires_grad_(grad)
         with forward_ctx() if forward_ctx else contextlib.nullcontext():
-            out = first(lambda: attend(q, k, v)) if first is not None else attend(q, k, v)
+            out = first(lambda: attend(*leaves)) if first is not None else attend(*leaves)
         clock.synchronize()
     if direction == "fwd":
-        return Runner(call=lambda: attend(q, k, v), clock=clock, context=forward_ctx)
+        return Runner(call=lambda: attend(*leaves), clock=clock, context=forward_ctx)
     if direction == "bwd":
-        return Runner(call=lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), clock=clock,
+        return Runner(call=lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True), clock=clock,
                       context=context)
-    return Runner(call=lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout), clock=clock, context=context)
+    return Runner(call=lambda: torch.autograd.grad(attend(*leaves), leaves, dout), clock=clock, context=context)
 
 
 class IokernelsTorch(Impl):

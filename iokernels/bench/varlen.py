@@ -32,8 +32,15 @@ from typing import Any
 import numpy as np
 
 from . import clocks
-from .clocks import Runner, TorchClock, free_device_memory
-from .implementations import TORCH_BACKENDS, contexts, cupy_reason, sdpa_first_call, torch_import_reason, torch_reason
+from .clocks import Runner, free_device_memory
+from .implementations import (
+    TORCH_BACKENDS,
+    cupy_reason,
+    leaves_runner,
+    sdpa_first_call,
+    torch_import_reason,
+    torch_reason,
+)
 from .suite import CELL, TIMING, environment, note_lines, text_table
 
 VARLEN_IMPLS = ("iokernels_varlen", "iokernels_padded", "iokernels_dense", "torch_flash", "torch_cudnn",
@@ -96,48 +103,19 @@ class VarlenImpl:
         return {"name": self.name, "label": self.label, "ours": self.ours, "description": self.description}
 
 
-def _runner(direction: str, make: Callable[[Any], tuple[tuple[Any, ...], Callable[..., Any]]], *,
-            context: Callable[[], Any] | None = None,
-            first: Callable[[Callable[[], Any]], Any] | None = None) -> Runner:
-    """A Runner of ``attend(*leaves)``: ``make(torch)`` returns the leaves (made on the clock's stream) and attend;
-    "bwd": torch.autograd.grad of the output (computed once, here) with respect to the leaves."""
-    import torch
-
-    clock = TorchClock(torch, "cuda")
-    grad = direction == "bwd"
-    forward_ctx = contexts(context, None if grad else torch.no_grad)
-    with clock.on():
-        leaves, attend = make(torch)
-        for x in leaves:
-            x.requires_grad_(grad)
-        with forward_ctx() if forward_ctx else _null():
-            out = first(lambda: attend(*leaves)) if first is not None else attend(*leaves)
-        dout = torch.randn_like(out) if grad else None
-        clock.synchronize()
-    if not grad:
-        return Runner(call=lambda: attend(*leaves), clock=clock, context=forward_ctx)
-    return Runner(call=lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True), clock=clock,
-                  context=context)
-
-
-def _null() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
-def _randn(torch: Any, problem: VarlenProblem, *shape: int) -> tuple[Any, Any, Any]:
-    """q, k, v of ``shape``, random normal (one generator seeded with the problem's seed)."""
+def _randn(torch: Any, problem: VarlenProblem, *shape: int) -> tuple[tuple[Any, Any, Any], Any]:
+    """(q, k, v) and dout of ``shape``, random normal (one generator seeded with the problem's seed)."""
     gen = torch.Generator(device="cuda").manual_seed(problem.seed)
-    return tuple(torch.randn(shape, device="cuda", dtype=getattr(torch, problem.dtype), generator=gen)
-                 for _ in range(3))
+    q, k, v, dout = (torch.randn(shape, device="cuda", dtype=getattr(torch, problem.dtype), generator=gen)
+                     for _ in range(4))
+    return (q, k, v), dout
 
 
-def _packed(torch: Any, problem: VarlenProblem) -> tuple[Any, Any, Any, Any]:
-    """q, k, v (total, H, d) and the offsets (B + 1,) int32 on the device."""
-    q, k, v = _randn(torch, problem, sum(problem.lengths), problem.heads, problem.d)
+def _packed(torch: Any, problem: VarlenProblem) -> tuple[tuple[Any, Any, Any], Any, Any]:
+    """(q, k, v) and dout (total, H, d), and the offsets (B + 1,) int32 on the device."""
+    leaves, dout = _randn(torch, problem, sum(problem.lengths), problem.heads, problem.d)
     cu = torch.tensor(np.concatenate([[0], np.cumsum(problem.lengths)]), dtype=torch.int32, device="cuda")
-    return q, k, v, cu
+    return leaves, dout, cu
 
 
 class OursVarlen(VarlenImpl):
@@ -151,13 +129,13 @@ class OursVarlen(VarlenImpl):
     def setup(self, problem: VarlenProblem, direction: str) -> Runner:
         from ..torch import attention_varlen
 
-        def make(torch: Any) -> tuple[tuple[Any, ...], Callable[..., Any]]:
-            q, k, v, cu = _packed(torch, problem)
+        def make(torch: Any) -> tuple[tuple[Any, ...], Any, Callable[..., Any]]:
+            leaves, dout, cu = _packed(torch, problem)
             longest = problem.longest
-            return (q, k, v), lambda q, k, v: attention_varlen(q, k, v, cu, cu, longest, longest,
-                                                               causal=problem.causal)
+            return leaves, dout, lambda q, k, v: attention_varlen(q, k, v, cu, cu, longest, longest,
+                                                                  causal=problem.causal)
 
-        return _runner(direction, make)
+        return leaves_runner(direction, make)
 
 
 class OursDense(VarlenImpl):
@@ -183,11 +161,11 @@ class OursDense(VarlenImpl):
 
         n = self.own_lengths(problem)[0]
 
-        def make(torch: Any) -> tuple[tuple[Any, ...], Callable[..., Any]]:
-            leaves = _randn(torch, problem, problem.batch, problem.heads, n, problem.d)
-            return leaves, lambda q, k, v: attention(q, k, v, causal=problem.causal)
+        def make(torch: Any) -> tuple[tuple[Any, ...], Any, Callable[..., Any]]:
+            leaves, dout = _randn(torch, problem, problem.batch, problem.heads, n, problem.d)
+            return leaves, dout, lambda q, k, v: attention(q, k, v, causal=problem.causal)
 
-        return _runner(direction, make)
+        return leaves_runner(direction, make)
 
 
 class TorchPadded(VarlenImpl):
@@ -212,12 +190,12 @@ class TorchPadded(VarlenImpl):
 
         n = problem.longest
 
-        def make(torch: Any) -> tuple[tuple[Any, ...], Callable[..., Any]]:
-            leaves = _randn(torch, problem, problem.batch, problem.heads, n, problem.d)
-            return leaves, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
+        def make(torch: Any) -> tuple[tuple[Any, ...], Any, Callable[..., Any]]:
+            leaves, dout = _randn(torch, problem, problem.batch, problem.heads, n, problem.d)
+            return leaves, dout, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
 
-        return _runner(direction, make, context=lambda: sdpa_kernel(getattr(SDPBackend, self.backend)),
-                       first=sdpa_first_call)
+        return leaves_runner(direction, make, context=lambda: sdpa_kernel(getattr(SDPBackend, self.backend)),
+                             first=sdpa_first_call)
 
 
 class TorchNested(VarlenImpl):
@@ -232,8 +210,8 @@ class TorchNested(VarlenImpl):
     def setup(self, problem: VarlenProblem, direction: str) -> Runner:
         import torch.nn.functional as F
 
-        def make(torch: Any) -> tuple[tuple[Any, ...], Callable[..., Any]]:
-            q, k, v, cu = _packed(torch, problem)
+        def make(torch: Any) -> tuple[tuple[Any, ...], Any, Callable[..., Any]]:
+            leaves, dout, cu = _packed(torch, problem)
             offsets = cu.to(torch.int64)
             longest = problem.longest
 
@@ -242,9 +220,9 @@ class TorchNested(VarlenImpl):
                               for x in (q, k, v))
                 return F.scaled_dot_product_attention(nq, nk, nv, is_causal=problem.causal).transpose(1, 2).values()
 
-            return (q, k, v), attend
+            return leaves, dout, attend
 
-        return _runner(direction, make, first=sdpa_first_call)
+        return leaves_runner(direction, make, first=sdpa_first_call)
 
 
 def make_impls(names: Sequence[str]) -> list[VarlenImpl]:
