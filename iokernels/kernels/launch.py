@@ -101,9 +101,9 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     if plan.varlen is not None:  # packed: (total, heads, d) rows, (total, heads) row scalars, (batch + 1,) offsets
         if name in VARLEN_TENSORS:
             return (plan.batch + 1,)
-        kv = name in KV_TENSORS
-        total = plan.varlen.total_k if kv or DIMS[name][0] == "k" else plan.varlen.total_q
-        return (total, plan.kv_heads if kv else plan.heads, *((plan.d,) if DIMS[name][-1] == "d" else ()))
+        total = plan.varlen.total_k if DIMS[name][0] == "k" else plan.varlen.total_q
+        heads = plan.kv_heads if name in KV_TENSORS else plan.heads
+        return (total, heads, *((plan.d,) if DIMS[name][-1] == "d" else ()))
     cache = plan.kv_cache
     if name in CACHE_TENSORS:  # a decode's cache: lengths (batch,), page table (batch, max_pages)
         return (plan.batch,) if name == "seqlens" else (plan.batch, cache.max_pages(plan.N_k))
