@@ -304,6 +304,22 @@ __device__ __forceinline__ void iok_cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+#ifdef VARLEN
+// Sequence b's rows in the packed tensors (one thread reads them, counted): rows[0], rows[1] its first query row and one
+// past its last, rows[2], rows[3] its keys'. Each offset is clamped to the packed rows (n_q, n_k) and to the one before
+// it, so offsets out of range or out of order (bad input the host cannot see without a copy) give a shorter or empty
+// sequence, never a copy or a store outside the tensors.
+template <int... Ts>
+__device__ __forceinline__ void iok_varlen_rows(IokCounters<Ts...>& c, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                                                int b, int n_q, int n_k, int (&rows)[4])
+{
+    rows[0] = min(max(iok_ld<IOK_T_cu_seqlens_q>(c, cu_seqlens_q + b), 0), n_q);
+    rows[1] = min(max(iok_ld<IOK_T_cu_seqlens_q>(c, cu_seqlens_q + b + 1), rows[0]), n_q);
+    rows[2] = min(max(iok_ld<IOK_T_cu_seqlens_k>(c, cu_seqlens_k + b), 0), n_k);
+    rows[3] = min(max(iok_ld<IOK_T_cu_seqlens_k>(c, cu_seqlens_k + b + 1), rows[2]), n_k);
+}
+#endif
+
 #ifdef BLOCK_SPARSE
 // Whether pair (i, j) of the tile grid (t_c key blocks) is computed. Thread 0 reads its byte, counted once
 // per block and visit; the barrier hands it to every thread, so all threads of the block call this together.

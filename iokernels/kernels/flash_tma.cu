@@ -250,12 +250,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef VARLEN
     // the block's sequence: its first query and key rows and one past their last (read once, by one thread)
     __shared__ int seq_rows[4];
-    if (threadIdx.x == 0) {
-        seq_rows[0] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y);
-        seq_rows[1] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y + 1);
-        seq_rows[2] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y);
-        seq_rows[3] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y + 1);
-    }
+    if (threadIdx.x == 0) iok_varlen_rows(io, cu_seqlens_q, cu_seqlens_k, blockIdx.y, n_q_in, n_k_in, seq_rows);
 #endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
@@ -355,16 +350,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // the sequence's last V tile (stage (tiles - 1) % 2 of a block's one item): once copied, its rows past
             // the end are set to 0 (128 bytes of each 64-column slab a row: the swizzle moves 16-byte chunks within a
             // row), made visible to the tensor cores, and the stage is full
-            const int st = (block_item.tiles - 1) & 1, from = block_item.zero_from;
+            const int st = (block_item.tiles - 1) & 1;
             iok_mbar_wait(&bar_tail, 0);
-            unsigned char* v = smem + (st ? SMEM_V1 : SMEM_V0) + from * 128;
-            const int chunks = (BC - from) * 8;  // 16-byte chunks of a slab's rows
-#pragma unroll
-            for (int sl = 0; sl < TILE_D / 64; ++sl) {
-                for (int c = lane; c < chunks; c += 32) {
-                    *reinterpret_cast<uint4*>(v + sl * BC * 128 + c * 16) = make_uint4(0u, 0u, 0u, 0u);
-                }
-            }
+            wg_zero_tail<BC>(smem + (st ? SMEM_V1 : SMEM_V0), block_item.zero_from, lane);
             wg_fence_async_smem();
             __syncwarp();
             if (lane == 0) iok_mbar_arrive(&full_v[st]);

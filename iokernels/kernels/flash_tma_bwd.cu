@@ -27,10 +27,11 @@
 // VARLEN (a variable-length batch, iokernels/plan/varlen.py; flash_tma.cu's): Q, dO, dQacc as (total_q, heads, d), K,
 // V, dK, dV as (total_k, kv_heads, d), lse and D as (total_q, heads), packed; block (x, b, z) takes key block x of
 // sequence b for K/V head z (its offsets read first): n_q and n_k become the sequence's lengths (CAUSAL per sequence),
-// the copies' rows are offset by its first and bounded by the packed rows (n_q, n_k as passed); the loader zeroes the
-// rows of the sequence's last query block past its end (the next sequence's) in Q and dO once copied, so they add
-// nothing, as the rows the copy engine zero-fills past N do without it. A key block past the sequence's end does
-// nothing; one whose sequence has no query writes dK = dV = 0.
+// the copies' rows are offset by its first and bounded by the packed rows (n_q, n_k as passed; the offsets clamped to
+// them, common.cuh); the loader zeroes the rows past the sequence's end (the next sequence's) once copied: of Q and dO
+// in its last query block, so they add nothing, and of K and V in its last key block, so that a NaN or inf there
+// reaches nothing (masked keys still enter dQ = dS K), as the rows the copy engine zero-fills past N do without it.
+// A key block past the sequence's end does nothing; one whose sequence has no query writes dK = dV = 0.
 //
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
@@ -193,8 +194,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // bytes and its 32 lanes' arrivals after their scalar stores) and empty (one arrival per consumer warp)
     __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
 #ifdef VARLEN
-    // bar_tail: the copies of the sequence's last query block, which the loader completes on its stage's full barrier
-    // once it has zeroed the rows past the end; seq_rows: the sequence's first query and key rows and one past their
+    // bar_tail: the copies of the sequence's last key block (first use) and of its last query block, which the loader
+    // completes on bar_kv or on its stage's full barrier once it has zeroed the rows past the end; seq_rows: the sequence's first query and key rows and one past their
     // last (read once, by one thread)
     __shared__ __align__(8) unsigned long long bar_tail;
     __shared__ int seq_rows[4];
@@ -208,10 +209,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         }
 #ifdef VARLEN
         iok_mbar_init(&bar_tail, 1);
-        seq_rows[0] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y);
-        seq_rows[1] = iok_ld<IOK_T_cu_seqlens_q>(io, cu_seqlens_q + blockIdx.y + 1);
-        seq_rows[2] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y);
-        seq_rows[3] = iok_ld<IOK_T_cu_seqlens_k>(io, cu_seqlens_k + blockIdx.y + 1);
+        iok_varlen_rows(io, cu_seqlens_q, cu_seqlens_k, blockIdx.y, n_q_in, n_k_in, seq_rows);
 #endif
         iok_mbar_fence_init();
     }
@@ -260,14 +258,33 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         iok_regs_dec<PRODUCER_REGS>();
         const int steps = schedule();
         if (warp == 0 && steps > 0) {  // the loader
+            [[maybe_unused]] int tails = 0;  // (VARLEN: the uses of bar_tail so far)
+#ifdef VARLEN
+            // the sequence's last key block: its copies go to bar_tail, the rows past the end (the next sequence's,
+            // masked in P but a NaN or inf there would reach dQ through dS K and dP) are set to 0, then bar_kv completes
+            const bool kv_tail = cols < BC;
+            unsigned long long* kv_bar = kv_tail ? &bar_tail : &bar_kv;
+#else
+            unsigned long long* kv_bar = &bar_kv;
+#endif
             if (lane == 0) {
                 iok_tma_prefetch_map(&tmQ);
                 iok_tma_prefetch_map(&tmdO);
-                iok_mbar_expect_tx(&bar_kv, 2 * BC * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, &bar_kv, k_base + col0, k_extent, blockIdx.z);
-                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, &bar_kv, k_base + col0, k_extent, blockIdx.z);
+                iok_mbar_expect_tx(kv_bar, 2 * BC * TILE_D * sizeof(T));
+                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, blockIdx.z);
+                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, blockIdx.z);
             }
-            [[maybe_unused]] int tails = 0;  // (VARLEN: the uses of bar_tail so far)
+#ifdef VARLEN
+            if (kv_tail) {
+                iok_mbar_wait(&bar_tail, 0);
+                ++tails;
+                wg_zero_tail<BC>(smem + SMEM_K, cols, lane);
+                wg_zero_tail<BC>(smem + SMEM_V, cols, lane);
+                wg_fence_async_smem();
+                __syncwarp();
+                if (lane == 0) iok_mbar_arrive(&bar_kv);
+            }
+#endif
 #pragma unroll 1
             for (int s = 0; s < steps; ++s) {
                 const int st = s & 1, head = step_head(s), q0 = step_q0(s);
@@ -302,15 +319,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     // arrives on the stage for its expect_tx, which went to bar_tail
                     iok_mbar_wait(&bar_tail, tails & 1);
                     ++tails;
-                    const int chunks = (BR - rows) * 8;  // 16-byte chunks of a slab's rows past the end
-#pragma unroll
-                    for (int sl = 0; sl < TILE_D / 64; ++sl) {
-                        for (int c = lane; c < chunks; c += 32) {
-                            const int off = sl * BR * 128 + rows * 128 + c * 16;
-                            *reinterpret_cast<uint4*>(q + off) = make_uint4(0u, 0u, 0u, 0u);
-                            *reinterpret_cast<uint4*>(dO + off) = make_uint4(0u, 0u, 0u, 0u);
-                        }
-                    }
+                    wg_zero_tail<BR>(q, rows, lane);
+                    wg_zero_tail<BR>(dO, rows, lane);
                     wg_fence_async_smem();
                     __syncwarp();
                     if (lane == 0) iok_mbar_arrive(&full[st]);

@@ -120,6 +120,21 @@ __device__ __forceinline__ void wg_tma_tile(IokCounters<Ts...>& io, unsigned cha
 #pragma unroll
     for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * SLAB_ROWS * 128, map, bar, 64 * s, row0, head);
 }
+// Rows [from, ROWS) of a landed ROWS-row tile (wg_tma_tile's slabs) set to 0 by the 32 lanes of a warp: rows a copy
+// read past a sequence's end (the next sequence's, or a cache's rows past its length, which may hold anything, NaN
+// included). The swizzle moves 16-byte chunks within a row, so a row's 128 bytes of each slab stay its own. The
+// caller then fences them for the tensor cores (wg_fence_async_smem) before the stage's barrier completes.
+template <int ROWS>
+__device__ __forceinline__ void wg_zero_tail(unsigned char* tile, int from, int lane)
+{
+    const int chunks = (ROWS - from) * 8;  // 16-byte chunks of a slab's rows past the end
+#pragma unroll
+    for (int s = 0; s < TILE_D / 64; ++s) {
+        for (int c = lane; c < chunks; c += 32) {
+            *reinterpret_cast<uint4*>(tile + s * ROWS * 128 + from * 128 + c * 16) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+}
 #ifdef PAGED
 // The copy of key tile [key0, key0 + BCR) of one sequence (its `keys` keys; `table`: its row of the page table) for
 // K/V head `kv` of `kv_heads`, from a paged pool's map (pages · kv_heads, PAGED, d): box by box of min(PAGED, BCR)

@@ -74,13 +74,15 @@ def test_counters_outputs_and_lse(case):
 
 
 def test_nan_stays_in_its_sequence():
-    """A NaN in every V row of sequence 1 (and in Q and K of sequence 2) makes those sequences' O NaN and nothing else:
-    sequence 0's last tiles load sequence 1's rows (V's zeroed in shared memory, K's masked), sequence 1's load 2's."""
+    """A NaN in every K and V row of sequence 1 (and in Q and K of sequence 2) makes those sequences' O NaN and nothing
+    else: sequence 0's last tiles load sequence 1's rows (V's zeroed in shared memory, K's masked), sequence 1's load
+    2's."""
     plan = make_varlen_plan(d=64, dtype="float16", heads=2, lengths_q=(100, 150, 90), lengths_k=(70, 200, 60),
                             causal=False)
     inputs, host = launch.make_device_inputs(plan, seed=3)
     (first, _, ok1, lk1), (oq2, lq2, ok2, lk2) = plan.varlen.sequences()[1:]
     inputs["V"][ok1:ok1 + lk1] = cp.nan
+    inputs["K"][ok1:ok1 + lk1] = cp.nan
     inputs["Q"][oq2:oq2 + lq2] = cp.nan
     inputs["K"][ok2:ok2 + lk2] = cp.nan
     run = launch.run_plan(plan, inputs, counting=False)
@@ -133,15 +135,17 @@ def test_backward_counters_and_gradients(case):
     _assert_grads(plan, plain.buffers, host)
 
 
-def test_backward_nan_stays_in_its_sequence():
-    """NaN in sequence 1's Q and dO: its gradients are NaN, sequence 0's (whose last query block loads sequence 1's
-    rows, zeroed in shared memory) and sequence 2's are not."""
-    plan = make_varlen_plan(d=64, dtype="float16", heads=2, lengths_q=(100, 150, 90), lengths_k=(70, 200, 60),
+@pytest.mark.parametrize("d", [64, 256])
+def test_backward_nan_stays_in_its_sequence(d):
+    """NaN in sequence 1's Q, dO, K and V: its gradients are NaN, sequence 0's (whose last query block loads sequence
+    1's Q and dO rows, and its last key block sequence 1's K and V rows, all zeroed in shared memory) and sequence
+    2's are not."""
+    plan = make_varlen_plan(d=d, dtype="float16", heads=2, lengths_q=(100, 150, 90), lengths_k=(70, 200, 60),
                             direction="bwd")
     inputs, host = launch.make_device_inputs(plan, seed=5)
     (oq1, lq1, ok1, lk1), (oq2, _, ok2, _) = plan.varlen.sequences()[1:]
-    inputs["Q"][oq1:oq1 + lq1] = cp.nan
-    inputs["dO"][oq1:oq1 + lq1] = cp.nan
+    for name, first, rows in (("Q", oq1, lq1), ("dO", oq1, lq1), ("K", ok1, lk1), ("V", ok1, lk1)):
+        inputs[name][first:first + rows] = cp.nan
     run = launch.run_plan(plan, inputs, counting=False)
     got = {n: launch.to_float64(run.buffers[n], plan.dtype) for n in ("dQ", "dK", "dV")}
     assert np.all(np.isfinite(got["dQ"][:oq1])) and np.all(np.isfinite(got["dQ"][oq2:]))
@@ -150,6 +154,31 @@ def test_backward_nan_stays_in_its_sequence():
         assert np.all(np.isnan(got[n][ok1:ok1 + lk1]))
     want = varlen_reference_grads(plan, host)
     for n, rows in (("dQ", slice(0, oq1)), ("dK", slice(0, ok1)), ("dV", slice(0, ok1))):
+        assert np.max(np.abs(got[n][rows] - want[n][rows])) < 2e-2 * max(1.0, np.max(np.abs(want[n][rows])))
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_offsets_out_of_range_stay_inside_the_tensors(direction):
+    """Offsets past the packed rows, or out of order (bad input: the host never reads them), are clamped on the device:
+    sequence 1 then runs to the last packed row and sequence 2 is empty, nothing is read or written outside the
+    tensors (compute-sanitizer's memcheck runs this test), every output is finite and sequence 0's are the
+    reference's."""
+    plan = make_varlen_plan(d=64, dtype="float16", heads=2, lengths_q=(100, 150, 90), lengths_k=(70, 200, 60),
+                            direction=direction)
+    inputs, host = launch.make_device_inputs(plan, seed=7)
+    inputs["cu_seqlens_q"][2:] = cp.asarray([2**30, -7], dtype=cp.int32)
+    inputs["cu_seqlens_k"][3] = 2**31 - 1
+    buffers = launch.run_plan(plan, inputs, counting=False).buffers
+    names = ("O",) if direction == "fwd" else ("dQ", "dK", "dV")
+    got = {n: launch.to_float64(buffers[n], plan.dtype) for n in names}
+    assert all(np.all(np.isfinite(g)) for g in got.values())
+    if direction == "fwd":
+        want = {"O": varlen_reference(plan, host)[0]}
+    else:
+        want = varlen_reference_grads(plan, host)
+    first_rows = {"O": 100, "dQ": 100, "dK": 70, "dV": 70}
+    for n in names:
+        rows = slice(0, first_rows[n])
         assert np.max(np.abs(got[n][rows] - want[n][rows])) < 2e-2 * max(1.0, np.max(np.abs(want[n][rows])))
 
 
