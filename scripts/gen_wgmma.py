@@ -14,6 +14,8 @@ RS_WIDTHS = (192, 256)  # the forward's O += P V past d 128 (flash_tma.cu)
 # dV or dK of the block's keys with Pᵀ, dSᵀ from shared memory (wg_mma_ss_tb, the tile's width)
 SS32_WIDTH = 32
 SS_TB_WIDTHS = (192, 256)
+# the forward's S = Q K_jᵀ at B_c 176 (flash_tma.cu, d up to 128 without a mask: FlashAttention-3's tile)
+SS_FWD_WIDTHS = (176,)
 
 
 def _regs(first: int, count: int) -> str:
@@ -85,6 +87,7 @@ __device__ __forceinline__ void wg_mma_ss_tb(float (&d)[N / 2], unsigned long lo
             parts += [_ss(ctype, n), _rs(ctype, n), _ss(ctype, n, "wg_mma_ss_tt", 1, 1)]
         parts += [_rs(ctype, n) for n in RS_WIDTHS] + [_ss(ctype, SS32_WIDTH)]
         parts += [_ss(ctype, n, "wg_mma_ss_tb", 0, 1) for n in SS_TB_WIDTHS]
+        parts += [_ss(ctype, n) for n in SS_FWD_WIDTHS]
     return "\n".join(parts)
 
 

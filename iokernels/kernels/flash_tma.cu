@@ -78,7 +78,8 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= (65536 / THREAD
 // TILE_D (wg.cuh): the tile's width; HEAD_D the problem's d. The copy engine zero-fills the columns past d, so
 // they add nothing to S or O; those of O are not stored. The row strides of Q, K, V and O are d's (the tensor
 // maps', HEAD_D in the stores).
-static_assert((BC == 64 || BC == 128) && TILE_D <= 256, "wgmma tile widths");
+static_assert((BC == 64 || BC == 128 || (BC == 176 && TILE_D <= 128 && WGS == 2)) && TILE_D <= 256,
+              "wgmma tile widths (176: FlashAttention-3's keys per tile at d up to 128, two consumer warpgroups)");
 static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P fit the registers at 128 x 64 only");
 
 #if defined(RAGGED) && (defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT))

@@ -133,8 +133,12 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     block_r = tiles[0] if block_r is None else block_r
     block_c = tiles[1] if block_c is None else block_c
     if kernel == "tma":
-        if block_r not in (128, 192) or block_c not in (64, 128):
-            raise ValueError(f"tma tiles: block_r 128 or 192 and block_c in (64, 128), got {block_r!r}, {block_c!r}")
+        if block_r not in (128, 192) or block_c not in (64, 128, 176):
+            raise ValueError(f"tma tiles: block_r 128 or 192 and block_c in (64, 128, 176), got {block_r!r}, "
+                             f"{block_c!r}")
+        if block_c == 176 and (block_r != 128 or tile_d > 128 or dropout):
+            raise ValueError(f"tma tiles: block_c 176 takes block_r 128, d up to 128 and no dropout, got block_r "
+                             f"{block_r!r}, d={d}, dropout={dropout}")
         if block_r == 192 and tile_d > 64:
             raise ValueError(f"tma tiles: block_r 192 (three consumer warpgroups, 160 registers each) takes d up to "
                              f"64, got d={d}")

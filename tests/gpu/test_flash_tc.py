@@ -90,7 +90,7 @@ def test_counters_and_outputs(case, kernel):
 
 
 VARIANTS = ([("mma", *t) for t in FAST_TUNING] + [("wgmma", *t) for t in WGMMA_TUNING]
-            + [("tma", d, 128, bc) for d in (64, 128) for bc in (64, 128)] + [("tma", 64, 192, 128)])
+            + [("tma", d, 128, bc) for d in (64, 128) for bc in (64, 128, 176)] + [("tma", 64, 192, 128)])
 
 
 @pytest.mark.parametrize("kernel, d, br, bc", VARIANTS)
