@@ -191,7 +191,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 
     // barriers: K and V; per stage of the Q / dO / lse / D ring, full (the loader's expect_tx arrival, the copies'
-    // bytes and its 32 lanes' arrivals after their scalar stores) and empty (one arrival per consumer warp)
+    // bytes and its 32 lanes' arrivals after their scalar stores) and empty (an arrival per consumer thread: with one
+    // per warp after __syncwarp, compute-sanitizer's racecheck reported the loader's next lse / D stores into the
+    // stage as hazards against the other lanes' reads, 8 per launch; with one per thread, none)
     __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
 #ifdef VARLEN
     // bar_tail: the copies of the sequence's last key block (first use) and of its last query block, which the loader
@@ -205,7 +207,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
             iok_mbar_init(&full[st], 33);
-            iok_mbar_init(&empty[st], CONSUMERS / 32);
+            iok_mbar_init(&empty[st], CONSUMERS);
         }
 #ifdef VARLEN
         iok_mbar_init(&bar_tail, 1);
@@ -503,8 +505,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             }
             wg_wait<0>();  // the dV or dK product done: the stage may be reused
             wg_fence_regs(kv);
-            __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty[buf]);  // this warp is done with the stage
+            iok_mbar_arrive(&empty[buf]);  // this thread is done with the stage
         }
 
         // dV_j (warpgroup 0) or dK_j = τ dK (warpgroup 1) rounded and written once
@@ -553,6 +554,11 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // writer has handed it back: box (query slab qs, 32 columns c) holds row r, float column x at byte
             // r * 128 + 16 ((x / 4) ^ (r % 8)) + 4 (x % 4) (the 128-byte swizzle of the map)
             if (step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
+#ifdef VARLEN
+            // rows past the sequence's end are the next sequence's rows of dQacc: 0 is added there (their dS rows are
+            // 0, or NaN where this sequence's V holds one: dP = 0 · V), so a NaN stays in its sequence
+            const int q_rows = n_q - step_q0(step);
+#endif
 #pragma unroll 1
             for (int blk = wg; blk < TB_DQ_BLOCKS; blk += WGS) {
                 const int qs = blk / TB_DSLABS, ds = blk % TB_DSLABS;
@@ -568,12 +574,18 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = warp * 16 + g + 8 * h;  // row of the query slab
+#ifdef VARLEN
+                    const bool in = qs * 64 + r < q_rows;
+#else
+                    constexpr bool in = true;
+#endif
 #pragma unroll
                     for (int n = 0; n < 8; ++n) {  // columns 64 ds + 8n + 2t and the next
                         const int x = 8 * (n & 3) + 2 * t;
                         unsigned char* box = smem + SMEM_DQ + (qs * (TILE_D / 32) + 2 * ds + (n >> 2)) * 8192;
                         *reinterpret_cast<float2*>(box + r * 128 + (((x >> 2) ^ (r & 7)) << 4) + 4 * (x & 3))
-                            = make_float2(acc[4 * n + 2 * h] * scale, acc[4 * n + 2 * h + 1] * scale);
+                            = in ? make_float2(acc[4 * n + 2 * h] * scale, acc[4 * n + 2 * h + 1] * scale)
+                                 : make_float2(0.0f, 0.0f);
                     }
                 }
             }
@@ -584,8 +596,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_fence_regs(dsa);
             wg_fence_regs(dv);
             wg_fence_regs(dk);
-            __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&empty[buf]);  // this warp is done with the stage
+            iok_mbar_arrive(&empty[buf]);  // this thread is done with the stage
         }
 
         // dK_j = τ dK, dV_j rounded and written once

@@ -42,9 +42,10 @@ FAST_HEAD_DIMS = (64, 128)  # the tile widths; every kernel takes these d
 # zero-fills the columns past d; kernels/flash_tma.cu)
 TMA_HEAD_DIMS = tuple(range(16, 257, 8))
 # (tile width, causal) -> the tma kernel's (B_r, B_c), timed on an H100 (results/h100/issue21/tma-ab-820a93d.txt):
-# three consumer warpgroups at d 64 unless causal (where the diagonal's masked work grows with B_r); past d 128,
-# S, O and P fit the registers at 128 x 64 only
-TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 128), (128, True): (128, 128),
+# three consumer warpgroups at d 64 unless causal (where the diagonal's masked work grows with B_r); 176 keys a tile at
+# d 72-128 without a mask (FlashAttention-3's tile: fewer softmax rescales per key; results/h100/issue21/bc176/); past
+# d 128, S, O and P fit the registers at 128 x 64 only
+TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128, 176), (128, True): (128, 128),
              (192, False): (128, 64), (192, True): (128, 64), (256, False): (128, 64), (256, True): (128, 64)}
 # the tma forward's persistent grid (B_r 128, not causal alone): at most this many blocks, each taking work items (query
 # block, head) in turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200. The plan does not know the device:
@@ -112,7 +113,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     ``kernel``: ``"tma"``, ``"wgmma"`` or ``"mma"`` (default :func:`default_kernel`). ``block_r`` and
     ``block_c`` override the tiles, for tuning: mma takes multiples of 16 (16 rows per warp), wgmma
     B_r a multiple of 64 up to 256 (64 rows per warpgroup) and B_c of 64 or 128, tma B_r 128 (or 192 at d up to
-    64) and B_c 64 or 128 (64 past d 128). ``kv_heads``: grouped-query attention, K and V with that many heads
+    64) and B_c 64 or 128 (64 past d 128; 176 at B_r 128 and d up to 128 without dropout). ``kv_heads``:
+    grouped-query attention, K and V with that many heads
     (dividing ``heads``; default ``heads``). ``causal``: a causal plan's default tiles (:data:`TMA_TILES`; the mask
     itself is added by :func:`iokernels.plan.variants.with_causal`) and, for tma, a block per work item.
     ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: unless ``causal``.
@@ -136,12 +138,12 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
         if block_r not in (128, 192) or block_c not in (64, 128, 176):
             raise ValueError(f"tma tiles: block_r 128 or 192 and block_c in (64, 128, 176), got {block_r!r}, "
                              f"{block_c!r}")
-        if block_c == 176 and (block_r != 128 or tile_d > 128 or dropout):
-            raise ValueError(f"tma tiles: block_c 176 takes block_r 128, d up to 128 and no dropout, got block_r "
-                             f"{block_r!r}, d={d}, dropout={dropout}")
         if block_r == 192 and tile_d > 64:
             raise ValueError(f"tma tiles: block_r 192 (three consumer warpgroups, 160 registers each) takes d up to "
                              f"64, got d={d}")
+        if block_c == 176 and (block_r != 128 or tile_d > 128 or dropout):
+            raise ValueError(f"tma tiles: block_c 176 takes block_r 128, d up to 128 and no dropout, got block_r "
+                             f"{block_r!r}, d={d}, dropout={dropout}")
         if tile_d > 128 and (block_r, block_c) != (128, 64):
             raise ValueError(f"tma tiles past d 128: block_r 128 and block_c 64 (S, O and P in the registers), got "
                              f"{block_r!r}, {block_c!r} at d={d}")
@@ -185,6 +187,8 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
                           "flash_wgmma.cu); the mma.sync kernel (flash_tc.cu) has none")
     options = [{"kernel": kernel}]
     if kernel == "tma":
+        if window and TMA_TILES[tile_head_dim(d), bool(causal)][1] == 176:
+            options = [{"kernel": "tma", "block_c": 128}]  # a band's blocks: 128 keys (176 was timed dense only)
         if dropout:
             tiles = TMA_DROPOUT_TILES[tile_head_dim(d)]
             options = [{"kernel": "tma", "block_r": tiles[0], "block_c": tiles[1]}]

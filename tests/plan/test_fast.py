@@ -59,8 +59,8 @@ def test_unsupported_problems_are_refused(kwargs, message):
 
 
 @pytest.mark.parametrize("d, tile, br, bc", [(16, 64, 192, 128), (32, 64, 192, 128), (56, 64, 192, 128),
-                                             (64, 64, 192, 128), (72, 128, 128, 128), (96, 128, 128, 128),
-                                             (128, 128, 128, 128), (136, 192, 128, 64), (192, 192, 128, 64),
+                                             (64, 64, 192, 128), (72, 128, 128, 176), (96, 128, 128, 176),
+                                             (128, 128, 128, 176), (136, 192, 128, 64), (192, 192, 128, 64),
                                              (200, 256, 128, 64), (256, 256, 128, 64)])
 def test_the_tma_kernel_takes_d_in_the_next_tile(d, tile, br, bc):
     """d a multiple of 8 up to 256: the tile of the next multiple of 64; shared memory is the tile's (Q, two
