@@ -4,6 +4,7 @@ copy under /tmp/alt, run with cwd there): the main stage alone in CUDA-graph rep
 import cupy as cp
 
 from iokernels.kernels import launch
+from iokernels.kernels.timing import time_plan
 from iokernels.plan import make_plan
 from iokernels.plan.fast_bwd import make_fast_backward_plan
 
@@ -16,5 +17,5 @@ for d, dtype, n in ((64, "float16", 4096), (128, "float16", 4096), (128, "bfloat
     frun = launch.run_plan(fplan, fin, counting=False)
     plan = make_fast_backward_plan(N_q=n, d=d, dtype=dtype, batch=bh // 16, heads=16, kernel="tma")
     inputs = {**fin, "O": frun.buffers["O"], "lse": frun.buffers["lse"], "dO": x[3]}
-    _, stages = launch.time_plan(plan, inputs, repeats=20)
+    _, stages = time_plan(plan, inputs, repeats=20)
     print(f"bwd d {d} {dtype} N {n}: main {2.5 * 4 * bh * n * n * d / stages['main'] / 1e12:.1f} TFLOP/s", flush=True)
