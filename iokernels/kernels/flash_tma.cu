@@ -176,13 +176,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #elif defined(PERSISTENT)
         w.row0 = (it % t_r) * BR;
         w.z = it / t_r;
-#elif defined(CAUSAL) && !defined(VARLEN)
-        // the longest rows first across every head, as the hardware starts blocks in their linear order: block L of
-        // the grid (T_r, 1, BH) takes row tile T_r - 1 - L / BH of head L % BH, so the last blocks to start are the
-        // shortest
-        const int lin = blockIdx.x + gridDim.x * blockIdx.z;
-        w.row0 = (gridDim.x - 1 - lin / gridDim.z) * BR;
-        w.z = lin % gridDim.z;
 #elif defined(CAUSAL)
         w.row0 = (gridDim.x - 1 - blockIdx.x) * BR;
         w.z = blockIdx.z;

@@ -223,16 +223,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     n_k = seq_rows[3] - k_base;
 #endif
 
-    // the block's key block and K/V head: (blockIdx.x, blockIdx.z); CAUSAL, the longest key blocks (the first) first
-    // across every head, as the hardware starts blocks in their linear order: block L of the grid (T_c, 1, BH_kv) takes
-    // key block L / BH_kv of head L % BH_kv, so the last blocks to start are the shortest
-#if defined(CAUSAL) && !defined(VARLEN)
-    const int lin = blockIdx.x + gridDim.x * blockIdx.z;
-    const int kv_block = lin / gridDim.z, kv_head = lin % gridDim.z;
-#else
-    const int kv_block = blockIdx.x, kv_head = blockIdx.z;
-#endif
-    const int col0 = kv_block * BC;
+    const int col0 = blockIdx.x * BC;
     const int cols = min(BC, n_k - col0);  // the last K/V block is ragged (VARLEN: <= 0 past the sequence's end)
     // the query blocks [first, first + span) per query head: those with a row that sees a key of the block (rows
     // col0 - hi .. col0 + cols - 1 - lo of the band, common.cuh; all of them without a band); the steps, (query
@@ -261,8 +252,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
         return span * kv_group;
     };
-    // step s: query head kv_head * kv_group + s / span, query block first + s % span
-    auto step_head = [&](int s) { return kv_head * kv_group + s / span; };
+    // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
+    auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
     auto step_q0 = [&](int s) { return (first + s % span) * BR; };
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
@@ -282,8 +273,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_tma_prefetch_map(&tmQ);
                 iok_tma_prefetch_map(&tmdO);
                 iok_mbar_expect_tx(kv_bar, 2 * BC * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, kv_head);
-                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, kv_head);
+                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, blockIdx.z);
+                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, blockIdx.z);
             }
 #ifdef VARLEN
             if (kv_tail) {
@@ -369,10 +360,10 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
 #ifdef VARLEN
-        const size_t kv_off = static_cast<size_t>(k_base + col0) * gridDim.z + kv_head;  // packed rows
+        const size_t kv_off = static_cast<size_t>(k_base + col0) * gridDim.z + blockIdx.z;  // packed rows
         const int kv_stride = gridDim.z;
 #else
-        const size_t kv_off = static_cast<size_t>(kv_head) * n_k + col0;
+        const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
         constexpr int kv_stride = 1;
 #endif
         const float scale2 = scale * WG_LOG2E;
