@@ -175,3 +175,29 @@ def test_causal_alone_keeps_a_block_per_item_and_a_window_is_persistent():
     assert causal.grid == (128, 1, 16) and "PERSISTENT" not in dict(causal.params)
     assert window.grid == (132, 1, 1) and dict(window.params)["PERSISTENT"] == 1
 
+
+
+def test_unmasked_d_72_to_128_takes_176_keys_a_tile_and_masks_keep_128():
+    """The tma forward's 128 x 176 tile (FlashAttention-3's, timed in results/h100/issue21/bc176/) is the default at
+    d 72-128 without a mask only: causal plans, windows and dropout keep 128 keys a tile, d 64 its 192 x 128 (128 x 128
+    with a mask), and 176 is refused where its registers would not suffice (B_r 192, past d 128) and with dropout."""
+    from iokernels.plan import make_plan
+    from iokernels.plan.dropout import Dropout
+
+    kw = dict(N_q=4096, dtype="float16", sram=227 * 1024, heads=16)
+    options = {"dense": {}, "causal": {"causal": True}, "window": {"window": (512, 512)},
+               "dropout": {"dropout": Dropout(0.1, 1, 0)}}
+    got = {(d, label): (make_plan("flash", "fast", d=d, **o, **kw).tile["Br"],
+                        make_plan("flash", "fast", d=d, **o, **kw).tile["Bc"])
+           for d in (64, 72, 128) for label, o in options.items()}
+    masked = {"causal": (128, 128), "window": (128, 128)}
+    want = {(64, "dense"): (192, 128), **{(64, k): v for k, v in masked.items()}}
+    for d in (72, 128):
+        want |= {(d, "dense"): (128, 176), **{(d, k): v for k, v in masked.items()}}
+    assert {k: v for k, v in got.items() if k[1] != "dropout"} == want
+    assert all(got[d, "dropout"][1] != 176 for d in (64, 72, 128))
+    for bad in ({"block_r": 192, "d": 64}, {"d": 192}):
+        with pytest.raises(ValueError, match="176"):
+            make_fast_plan(N_q=128, dtype="float16", kernel="tma", block_c=176, **{"block_r": 128, **bad})
+    with pytest.raises(ValueError, match="176"):
+        make_fast_plan(N_q=128, d=128, dtype="float16", kernel="tma", block_c=176, dropout=True)
