@@ -68,12 +68,18 @@ def classify(exc: BaseException) -> tuple[str, str]:
 # mode "call": CUDA events around ``loop`` back-to-back calls of the implementation's public function,
 #   nothing in between (no spin, no synchronisation), so the host's time per call counts wherever the
 #   GPU would wait for it, as it does for a user; the figure is the loop's time divided by ``loop``.
+#   One untimed call is enqueued before the start event (IN_FLIGHT), so that the timed calls find the GPU
+#   busy as every call but the first of a user's loop does: without it each timed loop began on an idle GPU
+#   (the loop before was synchronised) and the first call's host time, about 250 µs for a backward through
+#   autograd, counted once per loop of a few long calls (loops of 3-4 at 1.5 ms a call; 2026-11-27,
+#   results/h100/issue21/bc176/: steady-state loops of 20 gave every implementation's backward 7-14 % more).
 # mode "graph": the same call captured once in a CUDA graph (torch.cuda.graph for torch callables,
 #   cupy's stream capture for cupy ones) and ``loop`` replays timed by the same events.
 # Each measurement is the median of ``repeats`` loops after ``warmup`` calls (or replays); ``loop`` is
 # chosen per configuration from one call, so that a loop lasts about LOOP_TARGET_SECONDS.
 
 MODES = ("call", "graph")
+IN_FLIGHT = 1  # untimed calls enqueued before each timed loop's start event
 LOOP_TARGET_SECONDS = 0.005
 MAX_LOOP = 200
 OVERHEAD_CHUNK = 50  # host-overhead calls between synchronisations (which fall outside the timed calls)
@@ -109,6 +115,8 @@ class CupyClock:
     def loop_seconds(self, fn: Callable[[], Any], loop: int) -> float:
         cp = self.cp
         start, stop = cp.cuda.Event(), cp.cuda.Event()
+        for _ in range(IN_FLIGHT):
+            fn()
         start.record(self.stream)
         for _ in range(loop):
             fn()
@@ -156,6 +164,8 @@ class TorchClock:
                 fn()
             return (time.perf_counter() - t0) / loop
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(IN_FLIGHT):
+            fn()
         start.record()
         for _ in range(loop):
             fn()

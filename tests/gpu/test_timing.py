@@ -31,3 +31,24 @@ def test_time_plan_total_is_about_the_sum_of_its_stages():
     assert set(stages) == {s.name for s in plan.stages}
     assert all(t > 0 for t in stages.values())
     assert 0.8 < total / sum(stages.values()) < 1.25
+
+
+def test_call_mode_enqueues_the_in_flight_calls_before_its_timed_loop():
+    """bench's call mode (iokernels.bench.clocks): IN_FLIGHT untimed calls, then `loop` timed ones; the figure is per
+    timed call, so a loop of one call of ~n kernels' work reads about one call's GPU time, not two."""
+    from iokernels.bench import clocks
+
+    clock = clocks.CupyClock()
+    x = cp.zeros(1 << 24, dtype=cp.float32)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        with clock.on():
+            x.__iadd__(1.0)
+
+    one = clock.loop_seconds(fn, 1)
+    assert len(calls) == 1 + clocks.IN_FLIGHT
+    ten = clock.loop_seconds(fn, 10)
+    assert len(calls) == 11 + 2 * clocks.IN_FLIGHT
+    assert 0.5 * one < ten < 2.0 * one  # per call either way
