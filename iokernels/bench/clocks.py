@@ -71,8 +71,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
 #   One untimed call is enqueued before the start event (IN_FLIGHT), so that the timed calls find the GPU
 #   busy as every call but the first of a user's loop does: without it each timed loop began on an idle GPU
 #   (the loop before was synchronised) and the first call's host time, about 250 µs for a backward through
-#   autograd, counted once per loop of a few long calls (loops of 3-4 at 1.5 ms a call; 2026-11-27,
-#   results/h100/issue21/bc176/: steady-state loops of 20 gave every implementation's backward 7-14 % more).
+#   autograd, counted once per loop of a few long calls (loops of 3-4 at 1.5 ms a call). On an H100 at d 64, N 4096
+#   (results/h100/issue21/bc176/, run3 against run6) every implementation's backward read 4-16 % faster with it.
 # mode "graph": the same call captured once in a CUDA graph (torch.cuda.graph for torch callables,
 #   cupy's stream capture for cupy ones) and ``loop`` replays timed by the same events.
 # Each measurement is the median of ``repeats`` loops after ``warmup`` calls (or replays); ``loop`` is
