@@ -166,7 +166,8 @@ def environment(impls: Sequence[Impl]) -> dict:
 
 TIMING = ("every implementation alike (iokernels.bench.clocks.time_runner): mode call: CUDA events around `loop` "
           "back-to-back calls of its public function (host time included wherever the GPU waits for it; no "
-          "CUDA graph, no prebuilt plan), divided by `loop`; mode graph: the same call captured once in a "
+          "CUDA graph, no prebuilt plan; one untimed call enqueued first, as in a loop of calls), divided by "
+          "`loop`; mode graph: the same call captured once in a "
           "CUDA graph (torch.cuda.graph for torch callables, cupy stream capture for cupy ones) and `loop` "
           "replays timed the same way. Median of `repeats` loops after `warmup` calls; `loop` per row, "
           "chosen from one call so that a loop lasts about 5 ms. torch backward: "
@@ -311,7 +312,7 @@ def render(doc: dict) -> str:
              f"TFLOP/s, {h['flop_convention']}",
              f"mode{'s' if len(modes) > 1 else ''} {', '.join(modes)}: "
              + "; ".join({"call": "CUDA events around back-to-back calls of each public function, host time "
-                                  "included",
+                                  "included, one untimed call in flight first",
                           "graph": "the same call captured in a CUDA graph, replays timed the same way"}[m]
                          for m in modes)
              + f"; median of {h['repeats']} timed loops after {h['warmup']} warm-ups; a configuration over "
