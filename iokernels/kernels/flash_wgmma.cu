@@ -172,13 +172,13 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #else
             const float mx_ref = mx;
 #endif
-            corr[h] = fast_exp2(m[h] - mx_ref);  // m = -inf at first: 0
+            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
             m[h] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < BC / 8; ++n) {
-                s[4 * n + 2 * h] = fast_exp2(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
-                s[4 * n + 2 * h + 1] = fast_exp2(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
+                s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
                 sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
             }
             l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end

@@ -10,15 +10,6 @@ static_assert(THREADS % 32 == 0, "whole warps");
 static_assert(HEAD_D % 8 == 0, "rows of T move as 16-byte vectors");
 enum : int { NWARPS = THREADS / 32 };  // not a variable: no unused warning in the stages that need none
 __device__ __forceinline__ float neg_inf() { return __int_as_float(static_cast<int>(0xff800000u)); }
-// 2^x on the special function unit, results below 2^-126 flushed to zero (ex2.approx.ftz: FlashAttention's exp2f
-// under --use_fast_math). exp2f's own lowering adds a range check and two predicated multiplies per call to keep those
-// denormal results, which a softmax weight never needs: the tensor-core kernels' softmax and backward use this one.
-__device__ __forceinline__ float fast_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }

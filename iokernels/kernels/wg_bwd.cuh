@@ -44,7 +44,7 @@ __device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, fl
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
         const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
-        const float p = fast_exp2(fmaf(s[i], scale2, -l2));
+        const float p = exp2f(fmaf(s[i], scale2, -l2));
         s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
     }
 }
