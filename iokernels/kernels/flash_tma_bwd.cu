@@ -197,8 +197,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
 #ifdef VARLEN
     // bar_tail: the copies of the sequence's last key block (first use) and of its last query block, which the loader
-    // completes on bar_kv or on its stage's full barrier once it has zeroed the rows past the end; seq_rows: the sequence's first query and key rows and one past their
-    // last (read once, by one thread)
+    // completes on bar_kv or on its stage's full barrier once it has zeroed the rows past the end; seq_rows: the
+    // sequence's first query and key rows and one past their last (read once, by one thread)
     __shared__ __align__(8) unsigned long long bar_tail;
     __shared__ int seq_rows[4];
 #endif
