@@ -66,7 +66,7 @@ constexpr int WGS = BR / 64;  // consumer warpgroups
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 #elif defined(RAGGED) || (defined(IOK_COUNT) && defined(PERSISTENT))  // (RAGGED: the page table's, the tail's state)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
-#elif defined(IOK_COUNT)
+#elif defined(IOK_COUNT)  // (VARLEN with three consumer warpgroups: their 160 spill 40 bytes, the counting build only)
 constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
 #else
 constexpr int PRODUCER_REGS = WGS == 2 ? 24 : 32, CONSUMER_REGS = WGS == 2 ? 240 : 160;

@@ -33,6 +33,10 @@ from .sequences import Varlen, check_lengths
 from .units import cdiv, itemsize
 
 VARLEN_VARIANT = "varlen"  # Plan.variant of the variable-length plans
+# tile width -> the varlen forward's (B_r, B_c), causal or not: three consumer warpgroups (192 rows) at d up to 64, as
+# the dense forward's (timed on bench --varlen's batch, H100: 417 -> 459 TFLOP/s, causal 385 -> 402, against 128 rows;
+# results/h100/issue23/varlen/), else the causal plans' 128 x 128 (a sequence's last tile wastes fewer keys than at 176)
+VARLEN_TILES = {64: TMA_TILES[64, False], **{w: TMA_TILES[w, True] for w in (128, 192, 256)}}
 
 
 def _problem(d: int, dtype: str, heads: int, kv_heads: int | None, lengths_q: Sequence[int] | None,
@@ -78,7 +82,7 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
     ``lengths_q`` and ``lengths_k`` (B each; ``lengths_k`` default ``lengths_q``) for an exact plan, or, for a launch
     plan, ``batch``, ``max_q``, ``max_k`` (the longest sequences) and ``total_q``, ``total_k`` (the packed rows).
     ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left". ``block_r``: the
-    forward's B_r, for tuning (128, or 192 at d up to 64; default 128)."""
+    forward's B_r, for tuning (128, or 192 at d up to 64; default :data:`VARLEN_TILES`)."""
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
     varlen, batch, n_q, n_k, dtype, kv_heads = _problem(d, dtype, heads, kv_heads, lengths_q, lengths_k, batch,
@@ -97,9 +101,7 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
         return replace(dense, variant=VARLEN_VARIANT, stages=stages, causal=alignment, varlen=varlen,
                        sram_bytes=max(st.smem_bytes for st in stages))
     tile_d = tile_head_dim(d)
-    # the causal plans' tiles, B_r 128 with or without the mask: a sequence's last tile wastes fewer rows than at 192,
-    # and three consumer warpgroups' counting build spills with VARLEN's state
-    default_r, block_c = TMA_TILES[tile_d, True]
+    default_r, block_c = VARLEN_TILES[tile_d]
     block_r = default_r if block_r is None else block_r
     if block_r not in ((128, 192) if tile_d == 64 else (128,)):
         raise ValueError(f"varlen forward tiles: block_r 128 (or 192 at d up to 64), got {block_r!r} at d={d}")

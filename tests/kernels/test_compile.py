@@ -81,13 +81,16 @@ CASES = [pytest.param(*key, id=_case_id(*key)) for key in merged()]
 
 # The counting builds allowed a small spill (the kernels' comments on their register splits say why): the split-KV
 # decode with a cache of per-sequence lengths and the causal mask on packed rows, in a tile past 128 columns; the
-# variable-length backward at d 64
-SPILL_BYTES_ALLOWED = 32
+# variable-length backward at d 64; the variable-length forward with three consumer warpgroups (B_r 192, 160
+# registers each: 40 bytes)
+SPILL_BYTES_ALLOWED = 40
 
 
 def spills_allowed(source: str, defines: dict) -> bool:
     if source == "flash_tma_bwd.cu":  # the variable-length backward's counting build at d 64 (its register split)
         return "VARLEN" in defines and defines.get("HEAD_D_TILE", defines["HEAD_D"]) == 64
+    if source == "flash_tma.cu" and "VARLEN" in defines:  # B_r 192: three consumer warpgroups
+        return defines["BR"] == 192
     return (source == "flash_tma.cu" and all(k in defines for k in ("SPLIT", "RAGGED", "PACKED_CAUSAL"))
             and defines.get("HEAD_D_TILE", defines["HEAD_D"]) > 128)
 

@@ -124,8 +124,13 @@ def test_backward_bytes_by_hand():
 
 
 def test_forward_block_r_for_tuning():
-    assert make_varlen_plan(d=64, dtype="float16", lengths_q=(5,), block_r=192).tile["Br"] == 192
-    assert make_varlen_plan(d=64, dtype="float16", lengths_q=(5,)).tile["Br"] == 128
+    """B_r 192 (three consumer warpgroups) is the default at d up to 64, causal or not, 128 elsewhere; 128 can be asked
+    for at d 64, 192 nowhere past it."""
+    for causal in (False, True):
+        assert make_varlen_plan(d=64, dtype="float16", lengths_q=(5,), causal=causal).tile["Br"] == 192
+        assert make_varlen_plan(d=72, dtype="float16", lengths_q=(5,), causal=causal).tile["Br"] == 128
+    plan = make_varlen_plan(d=64, dtype="float16", lengths_q=(5,), block_r=128)
+    assert plan.tile["Br"] == 128 and plan.stages[0].threads == 2 * 128 + 128
     with pytest.raises(ValueError, match="block_r 128"):
         make_varlen_plan(d=128, dtype="float16", lengths_q=(5,), block_r=192)
     with pytest.raises(ValueError, match="dense tma backward's tiles"):
