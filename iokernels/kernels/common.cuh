@@ -307,8 +307,8 @@ __device__ __forceinline__ void iok_cp_async_wait()
 #ifdef VARLEN
 // Sequence b's rows in the packed tensors (one thread reads them, counted): rows[0], rows[1] its first query row and one
 // past its last, rows[2], rows[3] its keys'. Each offset is clamped to the packed rows (n_q, n_k) and to the one before
-// it, so offsets out of range or out of order (bad input the host cannot see without a copy) give a shorter or empty
-// sequence, never a copy or a store outside the tensors.
+// it, so offsets out of range or out of order (bad input the host cannot see without a copy) give a shorter, longer or
+// empty sequence, never a copy or a store outside the tensors.
 template <int... Ts>
 __device__ __forceinline__ void iok_varlen_rows(IokCounters<Ts...>& c, const int* cu_seqlens_q, const int* cu_seqlens_k,
                                                 int b, int n_q, int n_k, int (&rows)[4])

@@ -129,11 +129,11 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
 
     The offsets stay on the device (a call reads nothing back: it can be captured in a CUDA graph); they must be
     non-decreasing from 0, the last total_q (total_k). The kernels clamp each offset to the packed rows and to the one
-    before it, so offsets out of range or out of order give a shorter or empty sequence (a wrong result, never a read
-    or write outside the arrays). A sequence with no key gives O = 0 and lse −inf. Rows a tile reads past its sequence
-    (the next one's) never reach its outputs: keys are masked and values zeroed in shared memory in the forward; in
-    :func:`attention_varlen_backward` the next sequence's q, dO, k and v rows are zeroed, and nothing is added to its
-    dq rows, so a NaN or inf stays in its sequence.
+    before it, so offsets out of range or out of order give a shorter, longer or empty sequence (a wrong result; rows
+    past ``max_seqlen_q`` are not computed), never a read or write outside the arrays. A sequence with no key gives
+    O = 0 and lse −inf. Rows a tile reads past its sequence (the next one's) never reach its outputs: keys are masked
+    and values zeroed in shared memory in the forward; in :func:`attention_varlen_backward` the next sequence's q, dO,
+    k and v rows are zeroed, and nothing is added to its dq rows, so a NaN or inf stays in its sequence.
 
     causal: False, or True / "bottom_right" (FlashAttention's: query i of a sequence of L_q queries and L_k keys sees
     the keys up to L_k − L_q + i) or "top_left" (up to i), per sequence. scale: 1/sqrt(d) by default. Returns O

@@ -160,9 +160,9 @@ def test_backward_nan_stays_in_its_sequence(d):
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_offsets_out_of_range_stay_inside_the_tensors(direction):
     """Offsets past the packed rows, or out of order (bad input: the host never reads them), are clamped on the device:
-    sequence 1 then runs to the last packed row and sequence 2 is empty, nothing is read or written outside the
-    tensors (compute-sanitizer's memcheck runs this test), every output is finite and sequence 0's are the
-    reference's."""
+    sequence 1 then runs to the last packed row (longer than max_seqlen: its rows past the grid are not computed) and
+    sequence 2 is empty; nothing is read or written outside the tensors (compute-sanitizer's memcheck runs this test)
+    and sequence 0's outputs are the reference's."""
     plan = make_varlen_plan(d=64, dtype="float16", heads=2, lengths_q=(100, 150, 90), lengths_k=(70, 200, 60),
                             direction=direction)
     inputs, host = launch.make_device_inputs(plan, seed=7)
@@ -171,7 +171,6 @@ def test_offsets_out_of_range_stay_inside_the_tensors(direction):
     buffers = launch.run_plan(plan, inputs, counting=False).buffers
     names = ("O",) if direction == "fwd" else ("dQ", "dK", "dV")
     got = {n: launch.to_float64(buffers[n], plan.dtype) for n in names}
-    assert all(np.all(np.isfinite(g)) for g in got.values())
     if direction == "fwd":
         want = {"O": varlen_reference(plan, host)[0]}
     else:
