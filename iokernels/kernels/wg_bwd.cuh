@@ -140,21 +140,18 @@ __device__ __forceinline__ void wgb_grads(float (&dk)[TILE_D / 2], float (&dv)[T
 }
 
 // dSᵀ (or Pᵀ) -> shared memory (BC keys x BR queries of T, the wg.cuh tile layout): fragment register r of step
-// kk holds key g + 8 (r & 1), queries q0 + 16 kk + 8 (r >> 1) + 2t and the next, i.e. 8 x 8 matrix r of the warp's
-// 16 keys x 16 queries in the layout stmatrix takes; one stmatrix.x4 stores the step's four, lane 8m + j giving the
-// address of row j of matrix m (a row's 8 queries are one 16-byte chunk of the swizzled tile)
+// kk holds key g + 8 (r & 1), queries q0 + 16 kk + 8 (r >> 1) + 2t and the next.
 template <typename T, int KS>
 __device__ __forceinline__ void wgb_store_ds(T* dSs, const unsigned (&dsa)[KS][4], int key_w, int g, int t,
                                              int q0 = 0)
 {
-    const int lane = 4 * g + t, m = lane >> 3, key = key_w + (lane & 7) + 8 * (m & 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-        const unsigned addr = static_cast<unsigned>(
-            __cvta_generic_to_shared(dSs + wg_off<BC>(key, q0 + 16 * kk + 8 * (m >> 1))));
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(dsa[kk][0]),
-                     "r"(dsa[kk][1]), "r"(dsa[kk][2]), "r"(dsa[kk][3])
-                     : "memory");
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int q = q0 + 16 * kk + 8 * (r >> 1) + 2 * t;
+            *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), q)) = dsa[kk][r];
+        }
     }
 }
 
