@@ -233,6 +233,13 @@ class Timing:
         if self.budget_seconds is not None and not self.budget_seconds > 0:
             raise ValueError(f"--time-budget must be > 0 seconds, got {self.budget_seconds:g}")
 
+    def spent(self, started: float) -> str | None:
+        """The note of a measurement skipped because the run's budget, counted from ``started``
+        (time.monotonic()), is spent; None while it lasts."""
+        if self.budget_seconds is not None and time.monotonic() - started > self.budget_seconds:
+            return f"the run's --time-budget of {self.budget_seconds:g} s was spent"
+        return None
+
 
 @dataclass(frozen=True)
 class Measured:

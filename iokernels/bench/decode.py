@@ -401,11 +401,6 @@ def run(problems: Sequence[DecodeProblem], impls: Sequence[DecodeImpl], timing: 
     rows: list[dict] = []
     warmed: set = set()
 
-    def spent() -> str | None:
-        if timing.budget_seconds is not None and time.monotonic() - started > timing.budget_seconds:
-            return f"the run's --time-budget of {timing.budget_seconds:g} s was spent"
-        return None
-
     def report(problem: DecodeProblem, got: list[dict]) -> None:
         if progress is None:
             return
@@ -423,7 +418,7 @@ def run(problems: Sequence[DecodeProblem], impls: Sequence[DecodeImpl], timing: 
 
     for problem in problems:
         caches = problem.caches(l2)
-        why = spent() or memory_note(problem, caches, device.free_bytes())
+        why = timing.spent(started) or memory_note(problem, caches, device.free_bytes())
         if why is not None:
             every(problem, caches, "skipped", why)
             continue
@@ -435,7 +430,7 @@ def run(problems: Sequence[DecodeProblem], impls: Sequence[DecodeImpl], timing: 
             continue
         try:
             for impl in order:
-                why = spent()
+                why = timing.spent(started)
                 if why is not None:
                     got = [_row(problem, impl, mode, caches) for mode in modes]
                     for r in got:

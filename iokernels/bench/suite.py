@@ -195,11 +195,11 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
         out = []
         for direction in directions:
             for impl in order:
-                if timing.budget_seconds is not None and time.monotonic() - started > timing.budget_seconds:
+                spent = timing.spent(started)
+                if spent:
                     got = [_row(problem, impl, direction, mode) for mode in modes]
                     for row in got:
-                        row.update(status="skipped", note=f"the run's --time-budget of {timing.budget_seconds:g} s "
-                                                          "was spent")
+                        row.update(status="skipped", note=spent)
                 else:
                     got = measure(impl, problem, direction, timing, history, warmed, modes)
                 out += got

@@ -306,11 +306,11 @@ def run(problems: Sequence[VarlenProblem], impls: Sequence[VarlenImpl], timing: 
     for problem in problems:
         for direction in passes:
             for impl in impls:
-                if timing.budget_seconds is not None and time.monotonic() - started > timing.budget_seconds:
+                spent = timing.spent(started)
+                if spent:
                     got = [_row(problem, impl, direction, m) for m in modes]
                     for r in got:
-                        r.update(status="skipped", note=f"the run's --time-budget of {timing.budget_seconds:g} s was "
-                                                        "spent")
+                        r.update(status="skipped", note=spent)
                 else:
                     got = measure(impl, problem, direction, timing, modes, warmed)
                 rows += got
