@@ -178,8 +178,8 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
     default tiles, else (tma) B_c = 64, else wgmma with B_c = 64, else the mma kernel's tiles. Raises ValueError
     naming the smallest M that works when none fits (the caller turns it into SramTooSmall). ``dropout``: the
     sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`. ``causal``:
-    a causal plan's default tiles (:data:`TMA_TILES`). ``window``: a sliding window's plan, tma's tilings only (the
-    kernel that takes one), persistent (its items are alike)."""
+    a masked plan's default tiles (:data:`TMA_TILES`; make_plan passes it for a window too). ``window``: a sliding
+    window's plan, tma's tilings only (the kernel that takes one), persistent (its items are alike)."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
     if dropout and kernel not in SM90_KERNELS:
@@ -187,8 +187,6 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
                           "flash_wgmma.cu); the mma.sync kernel (flash_tc.cu) has none")
     options = [{"kernel": kernel}]
     if kernel == "tma":
-        if window and TMA_TILES[tile_head_dim(d), bool(causal)][1] == 176:
-            options = [{"kernel": "tma", "block_c": 128}]  # a band's blocks: 128 keys (176 was timed dense only)
         if dropout:
             tiles = TMA_DROPOUT_TILES[tile_head_dim(d)]
             options = [{"kernel": "tma", "block_r": tiles[0], "block_c": tiles[1]}]
