@@ -516,87 +516,142 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         }
 #else
 
-#pragma unroll 1
-        for (int step = 0; step < steps; ++step) {
-            const int buf = step & 1;
-            iok_mbar_wait(&full[buf], (step >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
-            const unsigned char* Qs = smem + (buf ? SMEM_Q1 : SMEM_Q0);
-            const unsigned char* dOs = smem + (buf ? SMEM_DO1 : SMEM_DO0);
-            const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
-            const float* d_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_D1 : SMEM_D0));
-            unsigned char* dSb = smem + (buf ? SMEM_DS1 : SMEM_DS0);
-            T* dSs = reinterpret_cast<T*>(dSb);
-
-            wgb_s_dp<T>(s, dp, Ks, Vs, Qs, dOs, wg);  // Sᵀ done, dPᵀ may fly
-            wgb_probs(s, lse_s, scale2, key_out, t);
-#ifdef IOK_BAND
-            wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
-#endif
-            unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
-            wg_acc_to_a<T, BR>(pa, s);
-#ifdef DROPOUT
-            wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t, keep, dropout_scale);
-            if (step + 1 < steps) {
-                dropout_bits(step + 1, keep);
-                wg_pin(keep);  // here, while the products fly
-            }
+        // The tensor cores' queue across a step: with one dQ block per warpgroup (TB_DQ_PIPE, the default tiles at d 64
+        // and 128) the dK product is issued after the dQ product and runs while τ dS K_j is stored; where the
+        // registers allow (TB_DK_FLIES: B_r 64) it is waited for only once the next step's Sᵀ and dPᵀ are issued, so
+        // the tensor cores go from one to the next without a gap (at B_r 128 the step's dSᵀ fragments, which the
+        // product reads, leave too few registers: ptxas serializes every wgmma, C7512). DROPOUT's counting build keeps
+        // the order dK, dQ waited at once (with its keep bits and counters the new order serializes the products,
+        // C7512, and spills 8 bytes; the order moves no byte). Issuing the next step's Sᵀ and dPᵀ at the end of a
+        // step made ptxas serialize them all (C7514: the accumulators came from the loop and its prologue), as does a
+        // path around the loop that sets dK while the last product flies (C7515): the loop and the wait after it are
+        // one branch.
+#if defined(DROPOUT) && defined(IOK_COUNT)
+        constexpr bool TB_DQ_PIPE = false;
 #else
-            wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t);
+        constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
 #endif
+        constexpr bool TB_DK_FLIES = TB_DQ_PIPE && BR == 64;
+        unsigned dsa[BR / 16][4];  // dSᵀ as A fragments (rounded to T)
 
-            // dSᵀ -> this step's buffer; it was last read by the dQ products of step - 2, which every warpgroup
-            // waited for before the DS barrier of step - 1
-            wgb_store_ds<T>(dSs, dsa, key_w, g, t);
-            wg_fence_async_smem();
-            iok_bar_sync(BAR_DS, CONSUMERS);  // every warpgroup's dSᵀ rows are visible
-
-            // τ dS K_j, 64 x 64 blocks (query slab, d slab) split among the warpgroups, into the dQ buffer once the
-            // writer has handed it back: box (query slab qs, 32 columns c) holds row r, float column x at byte
-            // r * 128 + 16 ((x / 4) ^ (r % 8)) + 4 (x % 4) (the 128-byte swizzle of the map)
-            if (step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
-#ifdef VARLEN
-            // rows past the sequence's end are the next sequence's rows of dQacc: 0 is added there (their dS rows are
-            // 0, or NaN where this sequence's V holds one: dP = 0 · V), so a NaN stays in its sequence
-            const int q_rows = n_q - step_q0(step);
-#endif
+        if (!TB_DK_FLIES || steps > 0) {  // (a branch only where a product flies past the loop)
 #pragma unroll 1
-            for (int blk = wg; blk < TB_DQ_BLOCKS; blk += WGS) {
-                const int qs = blk / TB_DSLABS, ds = blk % TB_DSLABS;
-                float acc[32];  // overwritten by the first product (scale_d = 0)
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < BC / 16; ++kk) {
-                    wg_mma_ss_tt<T, 64>(acc, wg_desc_mn<BC>(dSb, qs, kk), wg_desc_mn<BC>(Ks, ds, kk), kk);
+            for (int step = 0; step < steps; ++step) {
+                const int buf = step & 1;
+                iok_mbar_wait(&full[buf], (step >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
+                const unsigned char* Qs = smem + (buf ? SMEM_Q1 : SMEM_Q0);
+                const unsigned char* dOs = smem + (buf ? SMEM_DO1 : SMEM_DO0);
+                const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
+                const float* d_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_D1 : SMEM_D0));
+                unsigned char* dSb = smem + (buf ? SMEM_DS1 : SMEM_DS0);
+                T* dSs = reinterpret_cast<T*>(dSb);
+
+                wgb_s_dp_issue<T>(s, dp, Ks, Vs, Qs, dOs, wg);
+                if (TB_DK_FLIES && step > 0) {  // the previous step's dK product done: its stage may be reused
+                    wg_wait<2>();
+                    wg_fence_regs(dsa);
+                    wg_fence_regs(dk);
+                    iok_mbar_arrive(&empty[buf ^ 1]);
                 }
-                wg_commit();
-                wg_wait<0>();
-                wg_fence_regs(acc);
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = warp * 16 + g + 8 * h;  // row of the query slab
-#ifdef VARLEN
-                    const bool in = qs * 64 + r < q_rows;
+                wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
+                wg_fence_regs(s);
+                wgb_probs(s, lse_s, scale2, key_out, t);
+#ifdef IOK_BAND
+                wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
+#endif
+                unsigned pa[BR / 16][4];  // Pᵀ as A fragments (rounded to T)
+                wg_acc_to_a<T, BR>(pa, s);
+#ifdef DROPOUT
+                wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t, keep, dropout_scale);
+                if constexpr (!TB_DQ_PIPE) wgb_dk<T>(dk, dsa, Qs);
+                if (step + 1 < steps) {
+                    dropout_bits(step + 1, keep);
+                    wg_pin(keep);  // here, while the products fly
+                }
 #else
-                    constexpr bool in = true;
+                wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t);  // dV flies
+                if constexpr (!TB_DQ_PIPE) wgb_dk<T>(dk, dsa, Qs);
+#endif
+
+                // dSᵀ -> this step's buffer; it was last read by the dQ products of step - 2, which every warpgroup
+                // waited for before the DS barrier of step - 1
+                wgb_store_ds<T>(dSs, dsa, key_w, g, t);
+                wg_fence_async_smem();
+                iok_bar_sync(BAR_DS, CONSUMERS);  // every warpgroup's dSᵀ rows are visible
+
+                // τ dS K_j, 64 x 64 blocks (query slab, d slab) split among the warpgroups, into the dQ buffer once
+                // the writer has handed it back: box (query slab qs, 32 columns c) holds row r, float column x at
+                // byte r * 128 + 16 ((x / 4) ^ (r % 8)) + 4 (x % 4) (the 128-byte swizzle of the map)
+                if (step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
+#ifdef VARLEN
+                // rows past the sequence's end are the next sequence's rows of dQacc: 0 is added there (their dS rows
+                // are 0, or NaN where this sequence's V holds one: dP = 0 · V), so a NaN stays in its sequence
+                const int q_rows = n_q - step_q0(step);
+#endif
+                auto dq_store = [&](const float (&acc)[32], int qs, int ds) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = warp * 16 + g + 8 * h;  // row of the query slab
+#ifdef VARLEN
+                        const bool in = qs * 64 + r < q_rows;
+#else
+                        constexpr bool in = true;
 #endif
 #pragma unroll
-                    for (int n = 0; n < 8; ++n) {  // columns 64 ds + 8n + 2t and the next
-                        const int x = 8 * (n & 3) + 2 * t;
-                        unsigned char* box = smem + SMEM_DQ + (qs * (TILE_D / 32) + 2 * ds + (n >> 2)) * 8192;
-                        *reinterpret_cast<float2*>(box + r * 128 + (((x >> 2) ^ (r & 7)) << 4) + 4 * (x & 3))
-                            = in ? make_float2(acc[4 * n + 2 * h] * scale, acc[4 * n + 2 * h + 1] * scale)
-                                 : make_float2(0.0f, 0.0f);
+                        for (int n = 0; n < 8; ++n) {  // columns 64 ds + 8n + 2t and the next
+                            const int x = 8 * (n & 3) + 2 * t;
+                            unsigned char* box = smem + SMEM_DQ + (qs * (TILE_D / 32) + 2 * ds + (n >> 2)) * 8192;
+                            *reinterpret_cast<float2*>(box + r * 128 + (((x >> 2) ^ (r & 7)) << 4) + 4 * (x & 3))
+                                = in ? make_float2(acc[4 * n + 2 * h] * scale, acc[4 * n + 2 * h + 1] * scale)
+                                     : make_float2(0.0f, 0.0f);
+                        }
+                    }
+                };
+                if constexpr (TB_DQ_PIPE) {  // this warpgroup's block, then dK; the block stored while dK runs
+                    const int qs = wg / TB_DSLABS, ds = wg % TB_DSLABS;
+                    float acc[32];  // overwritten by the first product (scale_d = 0)
+                    wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < BC / 16; ++kk) {
+                        wg_mma_ss_tt<T, 64>(acc, wg_desc_mn<BC>(dSb, qs, kk), wg_desc_mn<BC>(Ks, ds, kk), kk);
+                    }
+                    wg_commit();
+                    wgb_dk<T>(dk, dsa, Qs);
+                    wg_wait<1>();  // dV and dQ done (dK may fly)
+                    wg_fence_regs(acc);
+                    dq_store(acc, qs, ds);
+                } else {
+#pragma unroll 1
+                    for (int blk = wg; blk < TB_DQ_BLOCKS; blk += WGS) {
+                        const int qs = blk / TB_DSLABS, ds = blk % TB_DSLABS;
+                        float acc[32];  // overwritten by the first product (scale_d = 0)
+                        wg_fence();
+#pragma unroll
+                        for (int kk = 0; kk < BC / 16; ++kk) {
+                            wg_mma_ss_tt<T, 64>(acc, wg_desc_mn<BC>(dSb, qs, kk), wg_desc_mn<BC>(Ks, ds, kk), kk);
+                        }
+                        wg_commit();
+                        wg_wait<0>();
+                        wg_fence_regs(acc);
+                        dq_store(acc, qs, ds);
                     }
                 }
+                wg_fence_async_smem();  // the buffer's writes, before the copy engine reads them
+                iok_bar_arrive(BAR_DQ_FULL, CONSUMERS + 32);
+                if constexpr (!TB_DK_FLIES) {
+                    wg_wait<0>();  // dV and dK products done: the stage, pa, dsa may be reused
+                    wg_fence_regs(pa);
+                    wg_fence_regs(dsa);
+                    wg_fence_regs(dv);
+                    wg_fence_regs(dk);
+                    iok_mbar_arrive(&empty[buf]);  // this thread is done with the stage
+                }
             }
-            wg_fence_async_smem();  // the buffer's writes, before the copy engine reads them
-            iok_bar_arrive(BAR_DQ_FULL, CONSUMERS + 32);
-            wg_wait<0>();  // dV and dK products done: the stage, pa, dsa may be reused
-            wg_fence_regs(pa);
-            wg_fence_regs(dsa);
-            wg_fence_regs(dv);
-            wg_fence_regs(dk);
-            iok_mbar_arrive(&empty[buf]);  // this thread is done with the stage
+            if constexpr (TB_DK_FLIES) {
+                wg_wait<0>();  // the last step's dK product
+                wg_fence_regs(dsa);
+                wg_fence_regs(dk);
+            }
         }
 
         // dK_j = τ dK, dV_j rounded and written once

@@ -189,10 +189,11 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         unsigned pa[BR / 16][4], dsa[BR / 16][4];  // Pᵀ and dSᵀ as A fragments (rounded to T)
         wg_acc_to_a<T, BR>(pa, s);
 #ifdef DROPOUT
-        wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t, keep, dropout_scale);
+        wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t, keep, dropout_scale);
 #else
-        wgb_grads<T>(dk, dv, dp, pa, dsa, d_s, Qs, dOs, t);
+        wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t);
 #endif
+        wgb_dk<T>(dk, dsa, Qs);
         wgb_store_ds<T>(dSs, dsa, key_w, g, t);
         wg_fence_async_smem();
         __syncthreads();  // every warpgroup's dSᵀ rows are visible

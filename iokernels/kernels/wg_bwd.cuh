@@ -12,12 +12,11 @@
 
 constexpr int WGB_DSTEPS = (HEAD_D + 15) / 16;  // 16-wide steps of S, dP over d (past d: zero columns)
 
-// Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (m64nBRk16, both operands K-major in shared memory), two commit groups; returns
-// once Sᵀ is done (dPᵀ may fly).
+// Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (m64nBRk16, both operands K-major in shared memory) issued, two commit groups
 template <typename T>
-__device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2], const unsigned char* Ks,
-                                         const unsigned char* Vs, const unsigned char* Qs, const unsigned char* dOs,
-                                         int wg)
+__device__ __forceinline__ void wgb_s_dp_issue(float (&s)[BR / 2], float (&dp)[BR / 2], const unsigned char* Ks,
+                                               const unsigned char* Vs, const unsigned char* Qs,
+                                               const unsigned char* dOs, int wg)
 {
     wg_fence();
 #pragma unroll
@@ -30,6 +29,14 @@ __device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2]
         wg_mma_ss<T, BR>(dp, wg_desc_k<BC>(Vs, wg * 64, kk), wg_desc_k<BR>(dOs, 0, kk), kk);
     }
     wg_commit();
+}
+// The same, returning once Sᵀ is done (dPᵀ may fly)
+template <typename T>
+__device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2], const unsigned char* Ks,
+                                         const unsigned char* Vs, const unsigned char* Qs, const unsigned char* dOs,
+                                         int wg)
+{
+    wgb_s_dp_issue<T>(s, dp, Ks, Vs, Qs, dOs, wg);
     wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
     wg_fence_regs(s);
 }
@@ -76,14 +83,14 @@ __device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, in
 #endif
 
 // From Pᵀ (pa, rounded to T, the A fragments of the dV product) and dPᵀ (dp, its product maybe in flight): dSᵀ =
-// Pᵀ ∘ (dPᵀ − D) into dsa (rounded to T; d_s the step's D values), and the products dV_w += Pᵀ dO_i and dK_w +=
-// dSᵀ Q_i (τ applied at the end) issued, the last commit group of the step. With DROPOUT (keep: the step's keep
-// bits, wg_dropout_cols; z the keep scale): dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D) with the undropped Pᵀ, then Pᵀ's dropped
-// elements zeroed in pa for the dV product (dV is multiplied by 1 / (1 − p) at the end).
+// Pᵀ ∘ (dPᵀ − D) into dsa (rounded to T; d_s the step's D values), and the product dV_w += Pᵀ dO_i issued, one commit
+// group (dK_w += dSᵀ Q_i is wgb_dk's, which the caller issues when it suits its pipeline). With DROPOUT (keep: the
+// step's keep bits, wg_dropout_cols; z the keep scale): dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D) with the undropped Pᵀ, then Pᵀ's
+// dropped elements zeroed in pa for the dV product (dV is multiplied by 1 / (1 − p) at the end).
 template <typename T>
-__device__ __forceinline__ void wgb_grads(float (&dk)[TILE_D / 2], float (&dv)[TILE_D / 2], float (&dp)[BR / 2],
+__device__ __forceinline__ void wgb_grads(float (&dv)[TILE_D / 2], float (&dp)[BR / 2],
                                           unsigned (&pa)[BR / 16][4], unsigned (&dsa)[BR / 16][4], const float* d_s,
-                                          const unsigned char* Qs, const unsigned char* dOs, int t
+                                          const unsigned char* dOs, int t
 #ifdef DROPOUT
                                           , unsigned (&keep)[WG_COLS_REGS<BR>], float z_scale
 #endif
@@ -115,8 +122,6 @@ __device__ __forceinline__ void wgb_grads(float (&dk)[TILE_D / 2], float (&dv)[T
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
     wg_commit();
 #else
     wg_fence();
@@ -132,26 +137,36 @@ __device__ __forceinline__ void wgb_grads(float (&dk)[TILE_D / 2], float (&dv)[T
         dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
     }
     wg_acc_to_a<T, BR>(dsa, dp);
+#endif
+}
+
+// dK_w += dSᵀ Q_i (τ applied at the end), one commit group
+template <typename T>
+__device__ __forceinline__ void wgb_dk(float (&dk)[TILE_D / 2], const unsigned (&dsa)[BR / 16][4],
+                                       const unsigned char* Qs)
+{
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
     wg_commit();
-#endif
 }
 
 // dSᵀ (or Pᵀ) -> shared memory (BC keys x BR queries of T, the wg.cuh tile layout): fragment register r of step
-// kk holds key g + 8 (r & 1), queries q0 + 16 kk + 8 (r >> 1) + 2t and the next.
+// kk holds key g + 8 (r & 1), queries q0 + 16 kk + 8 (r >> 1) + 2t and the next, i.e. 8 x 8 matrix r of the warp's
+// 16 keys x 16 queries in the layout stmatrix takes; one stmatrix.x4 stores the step's four, lane 8m + j giving the
+// address of row j of matrix m (a row's 8 queries are one 16-byte chunk of the swizzled tile)
 template <typename T, int KS>
 __device__ __forceinline__ void wgb_store_ds(T* dSs, const unsigned (&dsa)[KS][4], int key_w, int g, int t,
                                              int q0 = 0)
 {
+    const int lane = 4 * g + t, m = lane >> 3, key = key_w + (lane & 7) + 8 * (m & 1);
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int q = q0 + 16 * kk + 8 * (r >> 1) + 2 * t;
-            *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), q)) = dsa[kk][r];
-        }
+        const unsigned addr = static_cast<unsigned>(
+            __cvta_generic_to_shared(dSs + wg_off<BC>(key, q0 + 16 * kk + 8 * (m >> 1))));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(dsa[kk][0]),
+                     "r"(dsa[kk][1]), "r"(dsa[kk][2]), "r"(dsa[kk][3])
+                     : "memory");
     }
 }
 

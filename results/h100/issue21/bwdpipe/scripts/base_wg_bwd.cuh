@@ -1,0 +1,225 @@
+// The per-step math of the sm_90 backwards (flash_wgmma_bwd.cu, flash_tma_bwd.cu: the same products, masks and
+// dropout; they differ in how tiles move and how dQ is added). A warpgroup owns 64 keys of the block's BC (rows
+// key_w + g and key_w + g + 8 of a thread); its accumulators hold Sᵀ and dPᵀ (64 keys x BR queries, or x 32 of
+// them in flash_tma_bwd.cu's wide tiles: element i of a thread is key g + 8 ((i >> 1) & 1), query 8 (i >> 2) + 2t
+// + (i & 1) of its first) and dK, dV (64 keys x TILE_D, or the warpgroup's columns of it).
+// The comment of flash_wgmma_bwd.cu states the products and the rules.
+#pragma once
+
+#if !defined(BR) || !defined(BC) || !defined(HEAD_D)
+#error "wg_bwd.cuh needs BR, BC and HEAD_D from the plan"
+#endif
+
+constexpr int WGB_DSTEPS = (HEAD_D + 15) / 16;  // 16-wide steps of S, dP over d (past d: zero columns)
+
+// Sᵀ = K_w Q_iᵀ and dPᵀ = V_w dO_iᵀ (m64nBRk16, both operands K-major in shared memory), two commit groups; returns
+// once Sᵀ is done (dPᵀ may fly).
+template <typename T>
+__device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2], const unsigned char* Ks,
+                                         const unsigned char* Vs, const unsigned char* Qs, const unsigned char* dOs,
+                                         int wg)
+{
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < WGB_DSTEPS; ++kk) {
+        wg_mma_ss<T, BR>(s, wg_desc_k<BC>(Ks, wg * 64, kk), wg_desc_k<BR>(Qs, 0, kk), kk);
+    }
+    wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < WGB_DSTEPS; ++kk) {
+        wg_mma_ss<T, BR>(dp, wg_desc_k<BC>(Vs, wg * 64, kk), wg_desc_k<BR>(dOs, 0, kk), kk);
+    }
+    wg_commit();
+    wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
+    wg_fence_regs(s);
+}
+
+// Pᵀ = exp(τ Sᵀ − lse) in base 2 (lse_s: the lse values of the accumulator's queries), 0 for keys past n_k
+// (key_out); with CAUSAL, 0 past each query's last visible key (q0 the accumulator's first query, off the causal
+// offset; only blocks that cross the diagonal).
+template <int NS>
+__device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, float scale2, const bool (&key_out)[2],
+                                          int t)
+{
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
+        const float p = exp2f(fmaf(s[i], scale2, -l2));
+        s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
+    }
+}
+#ifdef IOK_BAND
+// Pᵀ's elements outside the band (common.cuh) set to 0: key > query + hi, and with WINDOW key < query + lo (lo is
+// not read without). Only in steps whose block reaches past them (the step's queries of s: q0 .. q0 + 2 NS - 1).
+template <int NS>
+__device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, int g, int t, int q0,
+                                         [[maybe_unused]] int lo, int hi)
+{
+#ifdef WINDOW
+    if (col0 + BC - 1 > q0 + hi || col0 < q0 + 2 * NS - 1 + lo) {
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            const int key = col0 + key_w + g + 8 * ((i >> 1) & 1), q = q0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            if (key > q + hi || key < q + lo) s[i] = 0.0f;
+        }
+    }
+#else
+    if (col0 + BC - 1 > q0 + hi) {
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
+            if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + hi) s[i] = 0.0f;
+        }
+    }
+#endif
+}
+#endif
+
+// From Pᵀ (pa, rounded to T, the A fragments of the dV product) and dPᵀ (dp, its product maybe in flight): dSᵀ =
+// Pᵀ ∘ (dPᵀ − D) into dsa (rounded to T; d_s the step's D values), and the products dV_w += Pᵀ dO_i and dK_w +=
+// dSᵀ Q_i (τ applied at the end) issued, the last commit group of the step. With DROPOUT (keep: the step's keep
+// bits, wg_dropout_cols; z the keep scale): dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D) with the undropped Pᵀ, then Pᵀ's dropped
+// elements zeroed in pa for the dV product (dV is multiplied by 1 / (1 − p) at the end).
+template <typename T>
+__device__ __forceinline__ void wgb_grads(float (&dk)[TILE_D / 2], float (&dv)[TILE_D / 2], float (&dp)[BR / 2],
+                                          unsigned (&pa)[BR / 16][4], unsigned (&dsa)[BR / 16][4], const float* d_s,
+                                          const unsigned char* Qs, const unsigned char* dOs, int t
+#ifdef DROPOUT
+                                          , unsigned (&keep)[WG_COLS_REGS<BR>], float z_scale
+#endif
+)
+{
+#ifdef DROPOUT
+    wg_wait<0>();  // dPᵀ done
+    wg_fence_regs(dp);
+    wg_pin(keep);  // no use of them earlier
+#pragma unroll
+    for (int i = 0; i < BR / 2; ++i) {
+        const float2 p2 = wg_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
+        const float p = (i & 1) ? p2.y : p2.x;
+        const int b = wg_cols_bit<BR>(i);
+        const float z = wg_keep(z_scale, keep[b / 32], b % 32);  // Z: the keep scale or 0
+        dp[i] = p * fmaf(dp[i], z, -d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
+    }
+    wg_acc_to_a<T, BR>(dsa, dp);
+    wg_fence_regs(pa);  // the dropped Pᵀ below, not earlier beside the undropped one
+    // (Z ∘ Pᵀ) / keep scale: register r of step kk holds elements 8 kk + 2r and the next
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int lo = wg_cols_bit<BR>(8 * kk + 2 * r), hi = wg_cols_bit<BR>(8 * kk + 2 * r + 1);
+            pa[kk][r] = wg_keep2(pa[kk][r], keep[lo / 32], lo % 32, keep[hi / 32], hi % 32);
+        }
+    }
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+    wg_commit();
+#else
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dv, pa[kk], wg_desc_mn<BR>(dOs, 0, kk), 1);
+    wg_commit();
+    wg_wait<1>();  // dPᵀ done (dV may fly)
+    wg_fence_regs(dp);
+#pragma unroll
+    for (int i = 0; i < BR / 2; ++i) {  // with Pᵀ as rounded for the dV product
+        const float2 p2 = wg_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
+        const float p = (i & 1) ? p2.y : p2.x;
+        dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
+    }
+    wg_acc_to_a<T, BR>(dsa, dp);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) wg_mma_rs_tb<T, TILE_D>(dk, dsa[kk], wg_desc_mn<BR>(Qs, 0, kk), 1);
+    wg_commit();
+#endif
+}
+
+// dSᵀ (or Pᵀ) -> shared memory (BC keys x BR queries of T, the wg.cuh tile layout): fragment register r of step
+// kk holds key g + 8 (r & 1), queries q0 + 16 kk + 8 (r >> 1) + 2t and the next.
+template <typename T, int KS>
+__device__ __forceinline__ void wgb_store_ds(T* dSs, const unsigned (&dsa)[KS][4], int key_w, int g, int t,
+                                             int q0 = 0)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int q = q0 + 16 * kk + 8 * (r >> 1) + 2 * t;
+            *reinterpret_cast<unsigned*>(dSs + wg_off<BC>(key_w + g + 8 * (r & 1), q)) = dsa[kk][r];
+        }
+    }
+}
+
+// dK_j = τ dK and dV_j = dv_scale dV rounded and written once (rows past n_k, cols of them in the block, and the
+// tile's columns past d skipped), counted as dK and dV writes. Key row k of the block is row kv_off + k·stride of HEAD_D
+// elements (stride: the K/V heads of a variable-length batch's packed rows, else 1).
+template <typename T, typename C>
+__device__ __forceinline__ void wgb_store_dkdv(C& io, T* dK, T* dV, const float (&dk)[TILE_D / 2],
+                                               const float (&dv)[TILE_D / 2], size_t kv_off, int key_w, int g, int t,
+                                               int cols, float scale, float dv_scale, int stride = 1)
+{
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_w + g + 8 * h;
+        if (key < cols) {
+            T* krow = dK + (kv_off + static_cast<size_t>(key) * stride) * HEAD_D + 2 * t;
+            T* vrow = dV + (kv_off + static_cast<size_t>(key) * stride) * HEAD_D + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HEAD_D / 8; ++n) {  // the columns of d only (HEAD_D / 8 of TILE_D / 8)
+                iok_st<IOK_T_dK>(io, reinterpret_cast<unsigned*>(krow + n * 8),
+                                 wg_pack<T>(dk[4 * n + 2 * h] * scale, dk[4 * n + 2 * h + 1] * scale));
+                iok_st<IOK_T_dV>(io, reinterpret_cast<unsigned*>(vrow + n * 8),
+                                 wg_pack<T>(dv[4 * n + 2 * h] * dv_scale, dv[4 * n + 2 * h + 1] * dv_scale));
+            }
+        }
+    }
+}
+// The same for one of them (tensor TI: dK or dV, x = its scale).
+template <int TI, typename T, typename C>
+__device__ __forceinline__ void wgb_store_rows(C& io, T* dst, const float (&acc)[TILE_D / 2], size_t kv_off, int key_w,
+                                               int g, int t, int cols, float x, int stride = 1)
+{
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_w + g + 8 * h;
+        if (key < cols) {
+            T* row = dst + (kv_off + static_cast<size_t>(key) * stride) * HEAD_D + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HEAD_D / 8; ++n) {
+                iok_st<TI>(io, reinterpret_cast<unsigned*>(row + n * 8),
+                           wg_pack<T>(acc[4 * n + 2 * h] * x, acc[4 * n + 2 * h + 1] * x));
+            }
+        }
+    }
+}
+
+// dQacc rows row0 + stride·[0, rows) (row0: the global row of the block's first query; stride as wgb_store_dkdv's),
+// columns 64 ds + [0, 64) += τ acc
+// (a 64 x 64 block of dQ_i: query slab qs, d slab ds) by float32 reductions (bwd.cuh's red.global.add.v2.f32,
+// counted as 8 bytes read and 8 written each); rows past n_q and the tile's columns past d are not added.
+template <typename C>
+__device__ __forceinline__ void wgb_dq_red(C& io, float* dQacc, const float (&acc)[32], size_t row0, int rows, int qs,
+                                           int ds, int warp, int g, int t, float scale, int stride = 1)
+{
+    constexpr int last_n = (HEAD_D - (TILE_D - 64)) / 8;  // 8-column groups of d in the tiles' last slab
+    const bool last = ds == TILE_D / 64 - 1;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = qs * 64 + warp * 16 + g + 8 * h;
+        if (r < rows) {
+            float* dst = dQacc + (row0 + static_cast<size_t>(r) * stride) * HEAD_D + ds * 64 + 2 * t;
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                if (TILE_D == HEAD_D || n < last_n || !last) {  // columns past d: not added
+                    bwd_red_add2<IOK_T_dQacc>(io, dst + n * 8, acc[4 * n + 2 * h] * scale,
+                                              acc[4 * n + 2 * h + 1] * scale);
+                }
+            }
+        }
+    }
+}
