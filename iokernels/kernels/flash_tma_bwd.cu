@@ -517,21 +517,26 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
 
         // The tensor cores' queue across a step: with one dQ block per warpgroup (TB_DQ_PIPE, the default tiles at d 64
-        // and 128) the dK product is issued after the dQ product and runs while τ dS K_j is stored; where the
-        // registers allow (TB_DK_FLIES: B_r 64) it is waited for only once the next step's Sᵀ and dPᵀ are issued, so
-        // the tensor cores go from one to the next without a gap (at B_r 128 the step's dSᵀ fragments, which the
-        // product reads, leave too few registers: ptxas serializes every wgmma, C7512). DROPOUT's counting build keeps
-        // the order dK, dQ waited at once (with its keep bits and counters the new order serializes the products,
-        // C7512, and spills 8 bytes; the order moves no byte). Issuing the next step's Sᵀ and dPᵀ at the end of a
-        // step made ptxas serialize them all (C7514: the accumulators came from the loop and its prologue), as does a
-        // path around the loop that sets dK while the last product flies (C7515): the loop and the wait after it are
-        // one branch.
-#if defined(DROPOUT) && defined(IOK_COUNT)
+        // and 128) the dK product is issued after the dQ product and runs while τ dS K_j is stored; where the registers
+        // allow (TB_DK_FLIES: B_r 64) it is waited for only once the next step's Sᵀ and dPᵀ are issued, so the tensor
+        // cores go from one to the next without a gap (at B_r 128 the step's dSᵀ fragments, which the product reads,
+        // leave too few registers: ptxas serializes every wgmma, C7512). The counting builds (their counters take
+        // registers) do not let dK fly past the step (C7512 again), and with DROPOUT keep the order dK, dQ (with the
+        // keep bits the new order serializes the products and spills 8 bytes); the order moves no byte. Issuing the
+        // next step's Sᵀ and dPᵀ at the end of a step made ptxas serialize them all (C7514: the accumulators came from
+        // the loop and its prologue), as does a path around the loop that sets dK while the last product flies (C7515):
+        // the loop and the wait after it are one branch.
+#ifdef IOK_COUNT
+#ifdef DROPOUT
         constexpr bool TB_DQ_PIPE = false;
 #else
         constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
 #endif
+        constexpr bool TB_DK_FLIES = false;
+#else
+        constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
         constexpr bool TB_DK_FLIES = TB_DQ_PIPE && BR == 64;
+#endif
         unsigned dsa[BR / 16][4];  // dSᵀ as A fragments (rounded to T)
 
         if (!TB_DK_FLIES || steps > 0) {  // (a branch only where a product flies past the loop)
