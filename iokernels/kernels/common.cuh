@@ -318,6 +318,26 @@ __device__ __forceinline__ void iok_varlen_rows(IokCounters<Ts...>& c, const int
     rows[2] = min(max(iok_ld<IOK_T_cu_seqlens_k>(c, cu_seqlens_k + b), 0), n_k);
     rows[3] = min(max(iok_ld<IOK_T_cu_seqlens_k>(c, cu_seqlens_k + b + 1), rows[2]), n_k);
 }
+// Where packed row r of head z lies, in rows of HEAD_D elements (rows: the packed rows of a head, heads: the heads of a
+// row), and the step from one packed row to the next. By default a row's heads lie together, (total, heads, d); with
+// VARLEN_HEAD_MAJOR a head's rows do, (heads, total, d): the dense (B·H, N, d) layout, a sequence per document of
+// every head (document masking, iokernels/plan/varlen.py)
+__device__ __forceinline__ size_t iok_varlen_at(int r, int z, [[maybe_unused]] int rows, [[maybe_unused]] int heads)
+{
+#ifdef VARLEN_HEAD_MAJOR
+    return static_cast<size_t>(z) * rows + r;
+#else
+    return static_cast<size_t>(r) * heads + z;
+#endif
+}
+__device__ __forceinline__ int iok_varlen_step([[maybe_unused]] int heads)
+{
+#ifdef VARLEN_HEAD_MAJOR
+    return 1;
+#else
+    return heads;
+#endif
+}
 #endif
 
 #ifdef BLOCK_SPARSE

@@ -34,7 +34,8 @@
 // with its keys' [cu_k[b], cu_k[b + 1])) for head z: n_q and n_k become the sequence's lengths (CAUSAL per sequence),
 // the copies' rows are offset by the sequence's first and bounded by the packed rows (n_q, n_k as passed), and its
 // last V tile's rows past the sequence (the next one's) are zeroed as RAGGED's are. O rows and lse (total_q, heads)
-// are stored at their packed rows; a tile past the sequence's end does nothing.
+// are stored at their packed rows; a tile past the sequence's end does nothing. VARLEN_HEAD_MAJOR: every tensor a
+// head's rows together, (heads, total, d) (common.cuh iok_varlen_at): the dense layout, a sequence per document.
 //
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
@@ -568,8 +569,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             const float (&out_scale)[2] = inv;
 #endif
 #if defined(VARLEN)
-            const size_t out_off = static_cast<size_t>(q_base + row0) * bh + z;  // packed rows of bh heads
-            const int out_step = bh;
+            const size_t out_off = iok_varlen_at(q_base + row0, z, n_q_in, bh);  // packed rows of bh heads
+            const int out_step = iok_varlen_step(bh);
 #else
             const size_t q_off = static_cast<size_t>(z) * n_q + row0;
 #ifdef SPLIT

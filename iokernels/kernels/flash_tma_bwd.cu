@@ -25,7 +25,8 @@
 // ring no shared memory is left for a dQ buffer). The producer's warp 1 has no work there.
 //
 // VARLEN (a variable-length batch, iokernels/plan/varlen.py; flash_tma.cu's): Q, dO, dQacc as (total_q, heads, d), K,
-// V, dK, dV as (total_k, kv_heads, d), lse and D as (total_q, heads), packed; block (x, b, z) takes key block x of
+// V, dK, dV as (total_k, kv_heads, d), lse and D as (total_q, heads), packed (VARLEN_HEAD_MAJOR: a head's rows
+// together, (heads, total, d), common.cuh iok_varlen_at); block (x, b, z) takes key block x of
 // sequence b for K/V head z (its offsets read first): n_q and n_k become the sequence's lengths (CAUSAL per sequence),
 // the copies' rows are offset by its first and bounded by the packed rows (n_q, n_k as passed; the offsets clamped to
 // them, common.cuh); the loader zeroes the rows past the sequence's end (the next sequence's) once copied: of Q and dO
@@ -185,7 +186,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     int n_q = n_q_in, n_k = n_k_in, q_base = 0, k_base = 0;
     const int q_extent = n_q_in, k_extent = n_k_in;
 #ifdef VARLEN
-    const int row_stride = gridDim.z * kv_group;
+    const int row_stride = iok_varlen_step(gridDim.z * kv_group);
 #else
     constexpr int row_stride = 1;
 #endif
@@ -306,7 +307,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     wg_tma_tile<IOK_T_dO, BR, T>(io, dO, &tmdO, bar, q_base + q0, q_extent, head);
                 }
 #ifdef VARLEN
-                const size_t row = static_cast<size_t>(q_base + q0) * row_stride + head;
+                const size_t row = iok_varlen_at(q_base + q0, head, q_extent, gridDim.z * kv_group);
 #else
                 const size_t row = static_cast<size_t>(head) * n_q + q0;
 #endif
@@ -360,8 +361,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
 #ifdef VARLEN
-        const size_t kv_off = static_cast<size_t>(k_base + col0) * gridDim.z + blockIdx.z;  // packed rows
-        const int kv_stride = gridDim.z;
+        const size_t kv_off = iok_varlen_at(k_base + col0, blockIdx.z, k_extent, gridDim.z);  // packed rows
+        const int kv_stride = iok_varlen_step(gridDim.z);
 #else
         const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
         constexpr int kv_stride = 1;
@@ -485,7 +486,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // dQacc_i += τ dS K_j: this warpgroup's d slabs (warpgroup 0 the first half, rounded up)
             const int head = step_head(step), q0 = step_q0(step);
 #ifdef VARLEN
-            const size_t row0 = static_cast<size_t>(q_base + q0) * row_stride + head;
+            const size_t row0 = iok_varlen_at(q_base + q0, head, q_extent, gridDim.z * kv_group);
 #else
             const size_t row0 = static_cast<size_t>(head) * n_q + q0;
 #endif
@@ -521,11 +522,11 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // allow (TB_DK_FLIES: B_r 64) it is waited for only once the next step's Sᵀ and dPᵀ are issued, so the tensor
         // cores go from one to the next without a gap (at B_r 128 the step's dSᵀ fragments, which the product reads,
         // leave too few registers: ptxas serializes every wgmma, C7512). The counting builds (their counters take
-        // registers) do not let dK fly past the step (C7512 again), and with DROPOUT keep the order dK, dQ (with the
-        // keep bits the new order serializes the products and spills 8 bytes); the order moves no byte. Issuing the
-        // next step's Sᵀ and dPᵀ at the end of a step made ptxas serialize them all (C7514: the accumulators came from
-        // the loop and its prologue), as does a path around the loop that sets dK while the last product flies (C7515):
-        // the loop and the wait after it are one branch.
+        // registers) and VARLEN do not let dK fly past the step (C7512 again), and with DROPOUT keep the order dK, dQ
+        // (with the keep bits the new order serializes the products and spills 8 bytes); the order moves no byte.
+        // Issuing the next step's Sᵀ and dPᵀ at the end of a step made ptxas serialize them all (C7514: the
+        // accumulators came from the loop and its prologue), as does a path around the loop that sets dK while the last
+        // product flies (C7515): the loop and the wait after it are one branch.
 #ifdef IOK_COUNT
 #ifdef DROPOUT
         constexpr bool TB_DQ_PIPE = false;
@@ -533,6 +534,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
 #endif
         constexpr bool TB_DK_FLIES = false;
+#elif defined(VARLEN)
+        constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
+        constexpr bool TB_DK_FLIES = false;  // (the consumers' 224 registers: C7512)
 #else
         constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
         constexpr bool TB_DK_FLIES = TB_DQ_PIPE && BR == 64;

@@ -99,11 +99,12 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     if name in SPLIT_TENSORS:  # one (batch*heads, N_q[, d]) float32 tensor per split
         return (plan.tile["S"] * plan.bh, plan.N_q, *((plan.d,) if name == "Opart" else ()))
     if plan.varlen is not None:  # packed: (total, heads, d) rows, (total, heads) row scalars, (batch + 1,) offsets
-        if name in VARLEN_TENSORS:
+        if name in VARLEN_TENSORS:  # (head_major: (heads, total, d) and (heads, total))
             return (plan.batch + 1,)
         total = plan.varlen.total_k if DIMS[name][0] == "k" else plan.varlen.total_q
         heads = plan.kv_heads if name in KV_TENSORS else plan.heads
-        return (total, heads, *((plan.d,) if DIMS[name][-1] == "d" else ()))
+        rows = (heads, total) if plan.varlen.head_major else (total, heads)
+        return (*rows, *((plan.d,) if DIMS[name][-1] == "d" else ()))
     cache = plan.kv_cache
     if name in CACHE_TENSORS:  # a decode's cache: lengths (batch,), page table (batch, max_pages)
         return (plan.batch,) if name == "seqlens" else (plan.batch, cache.max_pages(plan.N_k))
@@ -330,7 +331,7 @@ def _map_arg(plan: Plan, name: str, tiles: dict[str, int]) -> tensormap.MapArg:
     decode plan's Q as (batch·K/V heads, g·N_q, d), its packed rows."""
     rows = tiles["Br"] if name in ("Q", "dO") else 64 if name == "dQacc" else tiles["Bc"]
     dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
-    if plan.varlen is not None:  # packed (total, heads, d)
+    if plan.varlen is not None and not plan.varlen.head_major:  # packed (total, heads, d)
         n, bh, d = tensor_shape(plan, name)
         return tensormap.MapArg(name, dtype, bh, n, d, rows, packed=True)
     bh, n, d = tensor_shape(plan, name)

@@ -102,12 +102,13 @@ def _plan_variants(source: str) -> list[CompileVariant]:
             appended = [make_kv_cache(batch=2, n_k=1024, append=4, **kw) for kw in ({}, {"page_size": 64, "pages": 40})]
             plans += [make_decode_plan(N_q=4, d=d, dtype=t, kv_cache=c, causal=True, **decode) for t in FAST_DTYPES
                       for d, c in zip((96, 256), appended, strict=True)]
-    if source == "flash_tma.cu":  # variable-length batches (VARLEN): a narrow tile causal, the widest not
+    if source == "flash_tma.cu":  # variable-length batches (VARLEN): a narrow tile causal, the widest not, head-major
+        # (document masking) causal at d 128
         from iokernels.plan.fast import FAST_DTYPES
         from iokernels.plan.varlen import make_varlen_plan
 
-        plans += [make_varlen_plan(d=d, dtype=t, heads=4, kv_heads=2, lengths_q=(300, 5), causal=c)
-                  for t in FAST_DTYPES for d, c in ((64, True), (256, False))]
+        plans += [make_varlen_plan(d=d, dtype=t, heads=4, kv_heads=2, lengths_q=(300, 5), causal=c, head_major=h)
+                  for t in FAST_DTYPES for d, c, h in ((64, True, False), (256, False, False), (128, True, True))]
     if source == "flash_tc_bwd.cu":
         from iokernels.plan.fast_bwd import (
             FAST_BWD_DTYPES,
@@ -141,12 +142,14 @@ def _plan_variants(source: str) -> list[CompileVariant]:
         # d inside a wider tile (HEAD_D_TILE 64, 128; tma: its wide tiles, 192 and 256 wide, and d 256)
         plans += [make_fast_backward_plan(N_q=1000, d=d, dtype=t, kernel=kernel)
                   for t in FAST_BWD_DTYPES for d in ((32, 96, 160, 256) if kernel == "tma" else (32, 96))]
-        if kernel == "tma":  # variable-length batches (VARLEN): narrow tiles not causal, wide ones causal
+        if kernel == "tma":  # variable-length batches (VARLEN): narrow tiles not causal, wide ones causal; head-major
+            # (document masking) causal at d 128
             from iokernels.plan.varlen import make_varlen_plan
 
             plans += [make_varlen_plan(d=d, dtype=t, heads=4, kv_heads=2, lengths_q=(300, 5), causal=c,
-                                       direction="bwd")
-                      for t in FAST_BWD_DTYPES for d, c in ((64, False), (256, True))]
+                                       direction="bwd", head_major=h)
+                      for t in FAST_BWD_DTYPES for d, c, h in ((64, False, False), (256, True, False),
+                                                               (128, True, True))]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

@@ -11,13 +11,16 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Varlen:
-    """A variable-length batch: the packed rows ``total_q`` and ``total_k`` and, where known, each sequence's
-    ``lengths_q`` and ``lengths_k`` (None: a launch plan)."""
+    """A variable-length batch: the packed rows ``total_q`` and ``total_k``, where known each sequence's ``lengths_q``
+    and ``lengths_k`` (None: a launch plan), and the layout of its tensors."""
 
     total_q: int
     total_k: int
     lengths_q: tuple[int, ...] | None = None
     lengths_k: tuple[int, ...] | None = None
+    # the tensors' layout: (total, heads, d) packed, or with ``head_major`` (heads, total, d), the dense layout (a
+    # sequence per document: document masking); the kernels' VARLEN_HEAD_MAJOR, the same bytes
+    head_major: bool = False
 
     @property
     def known(self) -> bool:

@@ -41,14 +41,14 @@ VARLEN_TILES = {64: TMA_TILES[64, False], **{w: TMA_TILES[w, True] for w in (128
 
 def _problem(d: int, dtype: str, heads: int, kv_heads: int | None, lengths_q: Sequence[int] | None,
              lengths_k: Sequence[int] | None, batch: int | None, max_q: int | None, max_k: int | None,
-             total_q: int | None, total_k: int | None) -> tuple[Varlen, int, int, int, str, int]:
+             total_q: int | None, total_k: int | None, head_major: bool) -> tuple[Varlen, int, int, int, str, int]:
     """(varlen, batch, the grid's N_q and N_k, dtype, kv_heads) of a variable-length problem, checked."""
     if lengths_q is not None:
         lq = check_lengths("lengths_q", lengths_q)
         lk = lq if lengths_k is None else check_lengths("lengths_k", lengths_k)
         if len(lk) != len(lq):
             raise ValueError(f"lengths_q and lengths_k must name the same sequences: {len(lq)} and {len(lk)}")
-        varlen = Varlen(sum(lq), sum(lk), lq, lk)
+        varlen = Varlen(sum(lq), sum(lk), lq, lk, head_major)
         batch, max_q, max_k = len(lq), max(lq), max(lk)
     else:
         for name, value in (("batch", batch), ("max_q", max_q), ("max_k", max_k), ("total_q", total_q),
@@ -56,7 +56,7 @@ def _problem(d: int, dtype: str, heads: int, kv_heads: int | None, lengths_q: Se
             if value is None:
                 raise ValueError(f"a variable-length plan needs lengths_q, or {name} (with batch, max_q, max_k, "
                                  "total_q and total_k)")
-        varlen = Varlen(total_q, total_k)
+        varlen = Varlen(total_q, total_k, head_major=head_major)
     # the longest sequences fix the grid and the tiles; a batch of only empty ones still has a tile
     n_q, n_k = max(max_q, 1), max(max_k, 1)
     dtype = check_problem(n_q, n_k, d, dtype, batch, heads)
@@ -77,18 +77,23 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
                      lengths_q: Sequence[int] | None = None, lengths_k: Sequence[int] | None = None,
                      batch: int | None = None, max_q: int | None = None, max_k: int | None = None,
                      total_q: int | None = None, total_k: int | None = None, causal: bool | str = False,
-                     direction: str = "fwd", block_r: int | None = None) -> Plan:
+                     direction: str = "fwd", block_r: int | None = None, head_major: bool = False) -> Plan:
     """The variable-length forward or backward (``direction``; :mod:`iokernels.plan.varlen`) on the sm_90 tma kernels:
     ``lengths_q`` and ``lengths_k`` (B each; ``lengths_k`` default ``lengths_q``) for an exact plan, or, for a launch
     plan, ``batch``, ``max_q``, ``max_k`` (the longest sequences) and ``total_q``, ``total_k`` (the packed rows).
     ``causal``: per sequence, "bottom_right" (FlashAttention's, the default for True) or "top_left". ``block_r``: the
-    forward's B_r, for tuning (128, or 192 at d up to 64; default :data:`VARLEN_TILES`)."""
+    forward's B_r, for tuning (128, or 192 at d up to 64; default :data:`VARLEN_TILES`). ``head_major``: the tensors
+    as (heads, total, d) instead of (total, heads, d), the dense layout with the sequences a head's documents
+    (:func:`make_documents_plan`)."""
     if direction not in ("fwd", "bwd"):
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
+    if not isinstance(head_major, bool):
+        raise TypeError(f"head_major must be True or False, got {head_major!r}")
     varlen, batch, n_q, n_k, dtype, kv_heads = _problem(d, dtype, heads, kv_heads, lengths_q, lengths_k, batch,
-                                                         max_q, max_k, total_q, total_k)
+                                                         max_q, max_k, total_q, total_k, head_major)
     alignment = normalize_causal(causal)
-    mask = (("VARLEN", 1),) + ((("CAUSAL", CAUSAL_CODES[alignment]),) if alignment else ())
+    mask = ((("VARLEN", 1),) + ((("VARLEN_HEAD_MAJOR", 1),) if head_major else ())
+            + ((("CAUSAL", CAUSAL_CODES[alignment]),) if alignment else ()))
     if direction == "bwd":  # the dense tma backward's tiles and kernel; its stages over the packed rows
         if block_r is not None:
             raise ValueError("block_r: the varlen backward takes the dense tma backward's tiles")
@@ -113,6 +118,24 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,
                 variant=VARLEN_VARIANT, tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)),
                 stages=(stage,), causal=alignment, varlen=varlen)
+
+
+def make_documents_plan(documents: Sequence[int], *, d: int, dtype: str, batch: int = 1, heads: int = 1,
+                        kv_heads: int | None = None, causal: bool | str = False, direction: str = "fwd") -> Plan:
+    """Document masking on the dense layout (FlexAttention's ``document_id[q_idx] == document_id[kv_idx]``): Q, K, V
+    as (batch, heads, N, d) with N = sum(``documents``), each row seeing the keys of its own document only (causal: in
+    it, per ``causal``'s alignment; N_q = N_k, so both alignments agree), the same documents in every batch row and
+    head. The variable-length plan of the documents with ``head_major`` (:func:`make_varlen_plan`): batch · heads heads
+    (batch · kv_heads K/V heads), each document tiled on its own, its tiles' rows past its end the next document's
+    (masked or zeroed, as a variable-length batch's). Its bytes: ``varlen_sums`` / ``varlen_backward_sums``."""
+    documents = check_lengths("documents", documents)
+    kv_heads = heads if kv_heads is None else kv_heads
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
+    return make_varlen_plan(d=d, dtype=dtype, heads=batch * heads, kv_heads=batch * kv_heads, lengths_q=documents,
+                            causal=causal, direction=direction, head_major=True)
 
 
 def query_tile_keys(plan: Plan, length_q: int, length_k: int, row0: int) -> int:

@@ -21,7 +21,7 @@ from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
 from .decode import run_decode
 from .hbm import ALL, KV_TENSORS, Hbm, blocks, divide, finite, rescale, transpose
-from .varlen import run_varlen, run_varlen_bwd
+from .varlen import other_layout, run_varlen, run_varlen_bwd
 
 # ---------------------------------------------------------------------------------------------
 # the causal mask and the sliding window (iokernels.plan.causal): Plan.visible
@@ -390,6 +390,8 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
     """Run ``plan`` on ``inputs`` (from :func:`make_inputs`), counting every HBM access."""
     scale = reference.default_scale(plan.d) if scale is None else scale
     hbm = Hbm(plan)
+    if plan.varlen is not None:  # computed on packed arrays (head-major ones swapped in and out, simulate/varlen.py)
+        inputs = other_layout(plan, inputs)
     for name, array in inputs.items():
         hbm.put(name, array)
     if plan.mask is not None:  # read by every batch·head, shared or not: a row per batch·head to count
@@ -407,4 +409,5 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
         _RUNNERS[key](hbm, scale)
     counts = {stage: {t: (rw[0], rw[1]) for t, rw in sorted(c.items(), key=lambda kv: TENSORS.index(kv[0]))}
               for stage, c in hbm.counts.items()}
-    return SimResult(plan, {n: hbm.arrays[n] for n in OUTPUTS[plan.direction]}, counts)
+    outputs = {n: hbm.arrays[n] for n in OUTPUTS[plan.direction]}
+    return SimResult(plan, other_layout(plan, outputs) if plan.varlen is not None else outputs, counts)

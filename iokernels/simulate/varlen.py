@@ -15,11 +15,21 @@ from . import reference
 from .hbm import ALL, Hbm, divide, finite, rescale
 
 
+def other_layout(plan: Plan, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``arrays`` with their first two axes swapped where ``plan``'s tensors are head-major (``Varlen.head_major``:
+    (heads, total, d) <-> the packed (total, heads, d) this module computes on; the offsets as they are), else as
+    given. Its own inverse: the simulator and the references take and return the plan's layout through it."""
+    if not plan.varlen.head_major:
+        return arrays
+    return {n: x if n.startswith("cu_seqlens") else np.ascontiguousarray(np.swapaxes(x, 0, 1))
+            for n, x in arrays.items()}
+
+
 def varlen_inputs(plan: Plan, rng: np.random.Generator, *, magnitude: float = 1.0, rounded: bool = False
                   ) -> dict[str, np.ndarray]:
     """Random packed Q (total_q, heads, d), K, V (total_k, kv_heads, d) and the offsets cu_seqlens_q, cu_seqlens_k
     ((B + 1,) int32) of ``plan``'s sequences; for a backward plan also O and lse (total_q, heads) from the reference on
-    them and a random dO."""
+    them and a random dO. (Head-major plans: the tensors as (heads, total, d), :func:`other_layout`.)"""
     v = plan.varlen
 
     def stored(x: np.ndarray) -> np.ndarray:
@@ -31,9 +41,9 @@ def varlen_inputs(plan: Plan, rng: np.random.Generator, *, magnitude: float = 1.
               "V": stored(rng.standard_normal((v.total_k, plan.kv_heads, plan.d))),
               "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
     if plan.direction == "bwd":
-        o, lse = varlen_reference(plan, inputs)
+        o, lse = _reference(plan, inputs, None)
         inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)))
-    return inputs
+    return other_layout(plan, inputs)
 
 
 def _sequence(plan: Plan, inputs: dict[str, np.ndarray], oq: int, lq: int, ok: int, lk: int
@@ -48,7 +58,14 @@ def _sequence(plan: Plan, inputs: dict[str, np.ndarray], oq: int, lq: int, ok: i
 def varlen_reference(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
     """O (total_q, heads, d) and lse (total_q, heads): the naive float64 reference on each sequence alone (its
-    queries against its keys, causal in the plan's alignment; a row that sees no key: O = 0, lse −inf)."""
+    queries against its keys, causal in the plan's alignment; a row that sees no key: O = 0, lse −inf). Head-major
+    plans: inputs and outputs (heads, total, ...)."""
+    out = other_layout(plan, dict(zip(("O", "lse"), _reference(plan, other_layout(plan, inputs), scale), strict=True)))
+    return out["O"], out["lse"]
+
+
+def _reference(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`varlen_reference` on packed arrays."""
     v = plan.varlen
     o = np.zeros((v.total_q, plan.heads, plan.d))
     lse = np.full((v.total_q, plan.heads), -np.inf)
@@ -116,7 +133,9 @@ def run_varlen(hbm: Hbm, scale: float) -> None:
 def varlen_reference_grads(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = None
                            ) -> dict[str, np.ndarray]:
     """dQ (total_q, heads, d), dK and dV (total_k, kv_heads, d): the float64 reference backward of each sequence alone
-    (a K/V head's gradient the sum over the query heads that share it; a key no query sees: 0)."""
+    (a K/V head's gradient the sum over the query heads that share it; a key no query sees: 0). Head-major plans:
+    inputs and outputs (heads, total, d)."""
+    inputs = other_layout(plan, inputs)
     v, group = plan.varlen, plan.heads // plan.kv_heads
     out = {"dQ": np.zeros((v.total_q, plan.heads, plan.d)), "dK": np.zeros((v.total_k, plan.kv_heads, plan.d)),
            "dV": np.zeros((v.total_k, plan.kv_heads, plan.d))}
@@ -130,7 +149,7 @@ def varlen_reference_grads(plan: Plan, inputs: dict[str, np.ndarray], scale: flo
         out["dQ"][oq:oq + lq] = np.swapaxes(dq, 0, 1)
         for name, x in (("dK", dk), ("dV", dv)):
             out[name][ok:ok + lk] = np.swapaxes(x.reshape(plan.kv_heads, group, lk, plan.d).sum(axis=1), 0, 1)
-    return out
+    return other_layout(plan, out)
 
 
 def run_varlen_bwd(hbm: Hbm, scale: float) -> None:
