@@ -210,7 +210,7 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
               return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
               dropout: float | Dropout = 0.0, return_dropout: bool = False,
-              window: tuple[int | None, int | None] | None = None) -> Any:
+              window: tuple[int | None, int | None] | None = None, documents: Any = None) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
     Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
@@ -253,6 +253,14 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     wholly outside the band are skipped. Anything else (float32, another algorithm or schedule, another GPU, a
     mask or block_mask, deterministic=True) raises :class:`iokernels.plan.Unsupported` (a ValueError) before any
     launch; it never runs unmasked.
+
+    documents: document masking, the lengths (n_1, ..., n_D) of documents packed one after another along N (N_q = N_k
+    = their sum; the same for every batch row and head): query i sees key j iff both lie in one document
+    (FlexAttention's ``document_id[q_idx] == document_id[kv_idx]``), and with causal also j <= i. It runs the sm_90
+    variable-length tma kernels on the arrays where they lie (cupy, C-contiguous, float16; bfloat16 through
+    :mod:`iokernels.torch`; d a multiple of 8 up to 256; grouped-query attention), each document tiled on its own
+    (iokernels.plan.varlen.make_documents_plan), forward and backward (:func:`attention_backward` takes the same
+    documents). Other algorithms, schedules, masks, windows, dropout or graph raise ValueError before any launch.
 
     block_mask: an :class:`iokernels.plan.masks.BlockMask` (block-sparse attention, the paper's Algorithm
     5; e.g. ``iokernels.plan.masks.pattern("local", 0.25, n_q=N_q, n_k=N_k)``), the same for every batch
@@ -309,9 +317,37 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     >>> bool(np.abs(cp.asnumpy(o) - want).max() < 1e-2)
     True
     """
+    if documents is not None:
+        documents_only(algorithm=algorithm, schedule=schedule, sram=sram, graph=graph, block_mask=block_mask,
+                        mask=mask, dropout=dropout, return_dropout=return_dropout, window=window)
+        from .varlen import attention_documents  # (it imports this module)
+
+        return attention_documents(q, k, v, documents, causal=causal, scale=check_scale(scale),
+                                   return_lse=_check_flag("return_lse", return_lse))
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
                             return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
                             return_dropout=return_dropout, window=window)
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def documents_only(*, algorithm: Any, schedule: Any = None, sram: Any = None, graph: Any = False,
+                    block_mask: Any = None, mask: Any = None, dropout: Any = 0.0, return_dropout: Any = False,
+                    window: Any = None, deterministic: Any = False) -> None:
+    """ValueError unless a call with ``documents`` leaves every option it does not take at its default."""
+    given = [name for name, off in (
+        ("algorithm", algorithm == "flash"), ("schedule", schedule in (None, "fast")), ("sram", sram is None),
+        ("graph", graph is False), ("block_mask", block_mask is None), ("mask", mask is None),
+        ("return_dropout", return_dropout is False), ("window", window is None),
+        ("deterministic", deterministic is False),
+        ("dropout", dropout is None or (type(dropout) in (int, float) and dropout == 0))) if not off]
+    if given:
+        raise ValueError(f"documents runs the tensor-core flash path alone (the sm_90 variable-length kernels): it "
+                         f"takes causal and scale, not {', '.join(given)}")
 
 
 def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,
@@ -389,8 +425,8 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
 def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                        deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
-                       dropout: Dropout | None = None, window: tuple[int | None, int | None] | None = None
-                       ) -> tuple[Any, Any, Any]:
+                       dropout: Dropout | None = None, window: tuple[int | None, int | None] | None = None,
+                       documents: Any = None) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
     Shapes as :func:`attention` (grouped-query attention included): q, o and do (..., N_q, d); k and
@@ -416,6 +452,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     return_dropout=True)``), or None; the backward regenerates its mask (not deterministic=True). window: as
     :func:`attention`, the same as the forward's: the sm_90 tma backward (float16, d up to 256; not
     deterministic=True) skips the key/query tile pairs outside the band; keys no query sees get dk = dv = 0.
+    documents: as :func:`attention`, the same as the forward's (the variable-length tma backward on the arrays where
+    they lie; lse shaped as q's leading dims and N).
 
     Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
     elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
@@ -437,6 +475,12 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     >>> [bool(np.abs(cp.asnumpy(g) - w).max() < 1e-4 * np.abs(w).max()) for g, w in zip((dq, dk, dv), want)]
     [True, True, True]
     """
+    if documents is not None:
+        documents_only(algorithm=algorithm, sram=sram, graph=graph, block_mask=block_mask, mask=mask,
+                        dropout=dropout, window=window, deterministic=deterministic)
+        from .varlen import attention_documents_backward  # (it imports this module)
+
+        return attention_documents_backward(do, q, k, v, o, lse, documents, causal=causal, scale=check_scale(scale))
     return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                                      deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
                                      dropout=dropout, window=window)

@@ -13,7 +13,10 @@ with outputs and workspace from torch's caching allocator.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+import numpy as np
 
 try:
     import torch
@@ -24,9 +27,9 @@ except ImportError as exc:  # an optional dependency: say how to get it
 from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
-from .api import check_scale
+from .api import check_scale, documents_only
 from .kvcache import check_options
-from .torch_kvcache import KV_NO_BACKWARD, check_kv_tensors, kvcache_forward
+from .torch_kvcache import KV_NO_BACKWARD, check_in_place, check_kv_tensors, kvcache_forward
 from .torch_ops import (
     backward,
     check_tensors,
@@ -68,7 +71,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
               enable_gqa: bool = False, causal: bool | str = False, algorithm: str = "flash",
               schedule: str | None = None, sram: int | str | None = None, deterministic: bool = False,
               mask: Any = None, dropout: float | Dropout = 0.0,
-              window: tuple[int | None, int | None] | None = None) -> torch.Tensor:
+              window: tuple[int | None, int | None] | None = None, documents: Any = None) -> torch.Tensor:
     """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd; torch's
     ``scaled_dot_product_attention`` signature (attn_mask, dropout_p, is_causal, scale, enable_gqa) and
     the library's options.
@@ -107,6 +110,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     :class:`iokernels.plan.Unsupported` (float32, algorithm "standard", ...). The operators take it as two ints,
     ``window_left`` and ``window_right`` (−1: unbounded).
 
+    documents: document masking, the lengths of documents packed along N (N_q = N_k = their sum, the same for every
+    batch row and head): a row sees the keys of its own document only (and with causal or is_causal, j <= i). As
+    :func:`iokernels.attention`'s: the sm_90 variable-length tma kernels on the tensors' memory (contiguous, float16
+    or bfloat16), through :func:`attention_varlen` with ``head_major`` (its operators, its autograd); it takes causal,
+    is_causal, scale and enable_gqa only (ValueError otherwise).
+
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
     at import without torch, TypeError/ValueError on bad input (non-tensors, other dtypes, CPU tensors,
@@ -125,6 +134,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     >>> bool((o.double() - want).abs().max() < 1e-2)
     True
     """
+    if documents is not None:
+        documents_only(algorithm=algorithm, schedule=schedule, sram=sram, mask=attn_mask if mask is None else mask,
+                       dropout=dropout or dropout_p, window=window, deterministic=deterministic)
+        if is_causal and causal:
+            raise TypeError("pass is_causal or causal, not both")
+        return _documents(q, k, v, documents, normalize_causal(causal or is_causal), check_scale(scale))
     if attn_mask is not None and mask is not None:
         raise TypeError("pass attn_mask or mask, not both")
     mask = attn_mask if mask is None else mask
@@ -225,7 +240,7 @@ def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
 def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
-                     scale: float | None = None, return_lse: bool = False
+                     scale: float | None = None, return_lse: bool = False, head_major: bool = False
                      ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of B sequences packed without padding on CUDA tensors, with autograd:
     :func:`iokernels.attention_varlen` (FlashAttention's ``flash_attn_varlen_func``) with torch tensors, float16 or
@@ -234,7 +249,8 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     Shapes: q (total_q, H, d), k and v (total_k, H_kv, d), the rows of every sequence one after another;
     ``cu_seqlens_q`` and ``cu_seqlens_k`` (B + 1,) int32 on the same device: sequence b's queries are rows
     [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v, and
-    its queries see its keys only. ``max_seqlen_q``, ``max_seqlen_k``: ints, the longest sequences (the grid's length:
+    its queries see its keys only (``head_major``: q (H, total_q, d), k and v (H_kv, total_k, d), each head's rows
+    together, lse (H, total_q)). ``max_seqlen_q``, ``max_seqlen_k``: ints, the longest sequences (the grid's length:
     at least the longest, or a longer sequence's rows past them are not computed). H_kv divides H (grouped-query
     attention); d a multiple of 8 from 16 to 256. q, k and v one dtype (torch.float16 or torch.bfloat16), every tensor
     contiguous (read in place, never copied) on one CUDA device. The offsets stay on the device and are not checked
@@ -263,17 +279,40 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     (non-tensors, CPU tensors, other dtypes, int64 or mismatched offsets, non-contiguous tensors, shapes that do not
     fit, a bad max_seqlen, causal, scale or return_lse), before anything is launched.
     """
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    for name, flag in (("return_lse", return_lse), ("head_major", head_major)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
     causal, scale = normalize_causal(causal), check_scale(scale)
     tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k)
     grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
     if _plain_eager(*tensors) and not grad:
-        out, lse = varlen_forward(*tensors, max_seqlen_q, max_seqlen_k, causal, scale, keep_lse=return_lse)
+        out, lse = varlen_forward(*tensors, max_seqlen_q, max_seqlen_k, causal, scale, keep_lse=return_lse,
+                                  head_major=head_major)
     else:  # traced, fake or meta tensors, a dispatch mode, under autograd (the operator's formula), or refused
-        check_varlen_tensors(*tensors, max_seqlen_q, max_seqlen_k)
-        out, lse = torch.ops.iokernels.attention_varlen_fwd(*tensors, max_seqlen_q, max_seqlen_k, causal, scale)
+        check_varlen_tensors(*tensors, max_seqlen_q, max_seqlen_k, head_major)
+        out, lse = torch.ops.iokernels.attention_varlen_fwd(*tensors, max_seqlen_q, max_seqlen_k, causal, scale,
+                                                            head_major)
     return (out, lse) if return_lse else out
+
+
+@functools.lru_cache(maxsize=64)
+def _document_offsets(documents: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The documents' offsets (D + 1,) int32 on ``device``, made once per documents and device."""
+    return torch.tensor(np.concatenate([[0], np.cumsum(documents)]), dtype=torch.int32, device=device)
+
+
+def _documents(q: Any, k: Any, v: Any, documents: Any, causal: str, scale: float | None) -> torch.Tensor:
+    """:func:`attention` with ``documents``: :func:`attention_varlen` with ``head_major`` on the flattened views of q,
+    k and v (contiguous: read in place), the documents' offsets made once per documents and device."""
+    from .varlen import documents_shapes
+
+    check_in_place({"q": q, "k": k, "v": v})
+    documents, _, _, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    offsets = _document_offsets(documents, q.device)
+    out = attention_varlen(q.view(-1, n, q.shape[-1]), k.view(-1, n, k.shape[-1]), v.view(-1, n, v.shape[-1]),
+                           offsets, offsets, max(documents), max(documents), causal=causal, scale=scale,
+                           head_major=True)
+    return out.view(q.shape)
 
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)

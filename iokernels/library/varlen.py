@@ -11,11 +11,15 @@ launch (the fast path, :mod:`.fastpath`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+import numpy as np
 
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
 from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
+from ..plan.sequences import check_lengths
 from ..plan.varlen import make_varlen_plan
 from ..simulate import reference
 from .api import check_scale
@@ -33,14 +37,22 @@ Shape = tuple[int, ...]
 
 
 def varlen_problem(q: Shape, k: Shape, v: Shape, cu_q: tuple[str, Shape], cu_k: tuple[str, Shape], max_q: Any,
-                   max_k: Any, dtype: str) -> dict[str, Any]:
+                   max_k: Any, dtype: str, head_major: bool = False) -> dict[str, Any]:
     """The problem of a call from its shapes alone, checked (ValueError): q (total_q, H, d), k and v (total_k, H_kv,
-    d), the offsets as (dtype name, shape), int32 (B + 1,) each, and the longest sequences. The cupy front end's and
-    the torch one's."""
+    d) (``head_major``: (H, total_q, d) and (H_kv, total_k, d)), the offsets as (dtype name, shape), int32 (B + 1,)
+    each, and the longest sequences. The cupy front end's and the torch one's."""
+    if not isinstance(head_major, bool):
+        raise TypeError(f"head_major must be True or False, got {head_major!r}")
     if len(q) != 3 or len(k) != 3 or k != v:
-        raise ValueError(f"q must be (total_q, H, d) and k, v one (total_k, H_kv, d) shape, got {q}, {k}, {v}")
-    total_q, heads, d = q
-    total_k, kv_heads = k[0], k[1]
+        form = ("(H, total_q, d) and k, v one (H_kv, total_k, d)" if head_major else
+                "(total_q, H, d) and k, v one (total_k, H_kv, d)")
+        raise ValueError(f"q must be {form} shape, got {q}, {k}, {v}")
+    if head_major:
+        heads, total_q, d = q
+        kv_heads, total_k = k[0], k[1]
+    else:
+        total_q, heads, d = q
+        total_k, kv_heads = k[0], k[1]
     if total_q < 1 or total_k < 1:
         raise ValueError(f"q and k must hold packed rows (total_q, total_k >= 1), got {q}, {k}")
     if k[2] != d or kv_heads < 1 or heads % kv_heads:
@@ -54,7 +66,7 @@ def varlen_problem(q: Shape, k: Shape, v: Shape, cu_q: tuple[str, Shape], cu_k: 
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= total:
             raise ValueError(f"{name} must be an int from 0 to the packed rows ({total}), got {value!r}")
     return {"batch": cu_q[1][0] - 1, "heads": heads, "kv_heads": kv_heads, "d": d, "dtype": dtype,
-            "total_q": total_q, "total_k": total_k, "max_q": max_q, "max_k": max_k}
+            "total_q": total_q, "total_k": total_k, "max_q": max_q, "max_k": max_k, "head_major": head_major}
 
 
 def varlen_plan(problem: dict[str, Any], causal: str, direction: str = "fwd") -> Any:
@@ -62,22 +74,22 @@ def varlen_plan(problem: dict[str, Any], causal: str, direction: str = "fwd") ->
     return make_varlen_plan(d=problem["d"], dtype=problem["dtype"], heads=problem["heads"],
                             kv_heads=problem["kv_heads"], batch=problem["batch"], max_q=problem["max_q"],
                             max_k=problem["max_k"], total_q=problem["total_q"], total_k=problem["total_k"],
-                            causal=causal, direction=direction)
+                            causal=causal, direction=direction, head_major=problem["head_major"])
 
 
 def check_backward_shapes(q: Shape, o: Shape, do: Shape, lse: tuple[str, Shape]) -> None:
-    """A backward call's o and do shaped as q, lse (total_q, H) float32 (ValueError)."""
+    """A backward call's o and do shaped as q, lse (total_q, H) float32 ((H, total_q) head-major) (ValueError)."""
     if o != q or do != q or lse != ("float32", q[:2]):
         raise ValueError(f"o and do must be shaped as q {q} and lse float32 {q[:2]} (the forward's), got o {o}, do "
                          f"{do}, lse {lse[0]} {lse[1]}")
 
 
 def varlen_call(arrays: dict[str, Any], max_seqlen_q: Any, max_seqlen_k: Any, *, causal: bool | str,
-                scale: float | None, bfloat16: bool, direction: str = "fwd") -> Dispatch:
+                scale: float | None, bfloat16: bool, direction: str = "fwd", head_major: bool = False) -> Dispatch:
     """The :class:`Dispatch` of a call of :func:`attention_varlen` (``arrays`` by tensor name, as
     :data:`VARLEN_INPUTS`) or :func:`attention_varlen_backward`: checked, planned and its fast path prepared at its
     signature's first call, from :data:`VARLEN_CALLS` after."""
-    options = (direction, max_seqlen_q, max_seqlen_k, normalize_causal(causal), scale, bfloat16)
+    options = (direction, max_seqlen_q, max_seqlen_k, normalize_causal(causal), scale, bfloat16, head_major)
     try:
         key = (*(array_key(x) for x in arrays.values()), *((type(o), o) for o in options), device_id())
         hash(key)
@@ -95,13 +107,13 @@ def varlen_call(arrays: dict[str, Any], max_seqlen_q: Any, max_seqlen_k: Any, *,
         cu_q, cu_k = arrays["cu_seqlens_q"], arrays["cu_seqlens_k"]
         problem = varlen_problem(tuple(q.shape), tuple(k.shape), tuple(v.shape),
                                  (str(cu_q.dtype), tuple(cu_q.shape)), (str(cu_k.dtype), tuple(cu_k.shape)),
-                                 max_seqlen_q, max_seqlen_k, "bfloat16" if bfloat16 else "float16")
+                                 max_seqlen_q, max_seqlen_k, "bfloat16" if bfloat16 else "float16", head_major)
         if direction == "bwd":
             lse = arrays["lse"]
             check_backward_shapes(tuple(q.shape), tuple(arrays["O"].shape), tuple(arrays["dO"].shape),
                                   (str(lse.dtype), tuple(lse.shape)))
         plan = varlen_plan(problem, options[3], direction)
-        call = Dispatch("cupy", plan.dtype, (problem["total_q"], problem["heads"]), problem["max_q"],
+        call = Dispatch("cupy", plan.dtype, tuple(q.shape[:2]), problem["max_q"],
                         problem["max_k"], problem["d"], problem["heads"] // problem["kv_heads"], False, (plan,),
                         needed_bytes([plan], False, 1),
                         reference.default_scale(problem["d"]) if check_scale(scale) is None else scale, True)
@@ -116,11 +128,13 @@ def varlen_call(arrays: dict[str, Any], max_seqlen_q: Any, max_seqlen_k: Any, *,
 
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
                      max_seqlen_k: int, *, causal: bool | str = False, scale: float | None = None,
-                     return_lse: bool = False, bfloat16: bool = False) -> Any:
+                     return_lse: bool = False, bfloat16: bool = False, head_major: bool = False) -> Any:
     """Attention of B sequences packed without padding: ``softmax(scale · q_b k_bᵀ) v_b`` for each sequence b.
 
     q (total_q, H, d), k and v (total_k, H_kv, d): cupy float16 (bfloat16: :mod:`iokernels.torch`), C-contiguous, the
-    rows of every sequence one after another; ``cu_seqlens_q`` and ``cu_seqlens_k`` (B + 1,) int32 on the device:
+    rows of every sequence one after another (``head_major``: q (H, total_q, d), k and v (H_kv, total_k, d), each
+    head's rows together, the dense layout; lse (H, total_q)); ``cu_seqlens_q`` and ``cu_seqlens_k`` (B + 1,) int32
+    on the device:
     sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and its keys rows [cu_seqlens_k[b],
     cu_seqlens_k[b + 1]) of k and v (FlashAttention's ``flash_attn_varlen_func``). ``max_seqlen_q`` and
     ``max_seqlen_k``: the longest sequences (the grid's length; a longer sequence's rows past them are not computed,
@@ -143,21 +157,24 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
     arrays = dict(zip(VARLEN_INPUTS["fwd"], (q, k, v, cu_seqlens_q, cu_seqlens_k), strict=True))
-    out = _run(varlen_call(arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16), arrays)
+    out = _run(varlen_call(arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16,
+                           head_major=head_major), arrays)
     return (out["O"], out["lse"]) if return_lse else out["O"]
 
 
 def attention_varlen_backward(do: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                               max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
-                              scale: float | None = None, bfloat16: bool = False) -> tuple[Any, Any, Any]:
+                              scale: float | None = None, bfloat16: bool = False, head_major: bool = False
+                              ) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention_varlen(q, k, v, ...)`` given ``do = dL/do``: o and do shaped as q,
     lse (total_q, H) float32 from ``attention_varlen(..., return_lse=True)`` with the same offsets, causal and scale;
     the other arguments as :func:`attention_varlen`. dk and dv are shaped as k and v (grouped-query attention: each
-    K/V head's gradient sums its query heads'); a key no query of its sequence sees gets dk = dv = 0. The tma
-    backward (flash_tma_bwd.cu built with VARLEN) on sm_90, float16 (bfloat16 through iokernels.torch), d up to 256."""
+    K/V head's gradient sums its query heads'); a key no query of its sequence sees gets dk = dv = 0; ``head_major`` as
+    :func:`attention_varlen`'s. The tma backward (flash_tma_bwd.cu built with VARLEN) on sm_90, float16 (bfloat16
+    through iokernels.torch), d up to 256."""
     arrays = dict(zip(VARLEN_INPUTS["bwd"], (q, k, v, o, do, lse, cu_seqlens_q, cu_seqlens_k), strict=True))
     call = varlen_call(arrays, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, bfloat16=bfloat16,
-                       direction="bwd")
+                       direction="bwd", head_major=head_major)
     out = _run(call, arrays)
     return out["dQ"], out["dK"], out["dV"]
 
@@ -169,3 +186,74 @@ def _run(call: Dispatch, arrays: dict[str, Any]) -> dict[str, Any]:
     out = run_fast(call, tuple(x.data.ptr for x in arrays.values()), cupy_empty(require_cupy()),
                    launch.current_stream(), None)
     return {n: out[i] for n, i in call.outputs.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# document masking (issue #22): the variable-length kernels on the dense layout, a sequence per document
+
+@functools.lru_cache(maxsize=64)
+def document_offsets(documents: tuple[int, ...], device: int) -> Any:
+    """The documents' offsets (D + 1,) int32 on ``device`` (cupy), made once per documents and device."""
+    cp = require_cupy()
+    with cp.cuda.Device(device):
+        return cp.asarray(np.concatenate([[0], np.cumsum(documents)]).astype(np.int32))
+
+
+def documents_shapes(q: Shape, k: Shape, v: Shape, documents: Any) -> tuple[tuple[int, ...], int, int, int, int]:
+    """(documents, the query heads, the K/V heads, N, d) of a document-masked call from its shapes alone, checked
+    (ValueError): q (..., N, d) and k, v (..., N, d) of equal leading dims, or grouped-query q (..., H, N, d) and k,
+    v (..., H_kv, N, d) with H_kv dividing H, N = sum(documents) (queries and keys alike). The heads are those of
+    the flattened leading dims (every batch row and head has the documents)."""
+    documents = check_lengths("documents", documents)
+    if len(q) < 2 or len(k) != len(q) or k != v:
+        raise ValueError(f"q must be (..., N, d) and k, v one (..., N, d) shape of as many dims, got {q}, {k}, {v}")
+    n = sum(documents)
+    if q[-2] != n or k[-2] != n or k[-1] != q[-1]:
+        raise ValueError(f"documents of {n} rows in all: q and k must hold N = {n} rows of one d, got {q}, {k}")
+    if q[:-3] != k[:-3] or (len(q) > 2 and (k[-3] < 1 or q[-3] % k[-3])):
+        raise ValueError(f"k and v's leading dims must be q's (the K/V heads dividing the query heads): q {q}, k {k}")
+    heads, kv_heads = int(np.prod(q[:-2])), int(np.prod(k[:-2]))
+    return documents, heads, kv_heads, n, q[-1]
+
+
+def _flat(x: Any, rows: int) -> Any:
+    """A contiguous cupy array's view as (heads, rows, d) (the varlen call checks what it is)."""
+    if getattr(x, "flags", None) is not None and not x.flags.c_contiguous:
+        raise ValueError(f"documents: the arrays are read where they lie and must be C-contiguous, got strides "
+                         f"{x.strides} for shape {x.shape}")
+    return x.reshape(-1, rows, x.shape[-1]) if hasattr(x, "reshape") else x
+
+
+def attention_documents(q: Any, k: Any, v: Any, documents: Any, *, causal: bool | str = False,
+                        scale: float | None = None, return_lse: bool = False, bfloat16: bool = False) -> Any:
+    """:func:`iokernels.attention` with ``documents``: each row sees the keys of its own document only (FlexAttention's
+    ``document_id[q_idx] == document_id[kv_idx]``; causal: in it), the same documents for every batch row and head.
+    Runs :func:`attention_varlen` with ``head_major`` on the arrays' flattened views: each document tiled on its own
+    (no tile spans two documents' work), the offsets on the device (made once per documents)."""
+    documents, _, _, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    check_in_place({"q": q, "k": k, "v": v}, "documents= reads its inputs where they lie")
+    offsets = document_offsets(documents, q.data.device_id)
+    longest = max(documents)
+    out = attention_varlen(_flat(q, n), _flat(k, n), _flat(v, n), offsets, offsets, longest, longest,
+                           causal=causal, scale=scale, return_lse=return_lse, bfloat16=bfloat16, head_major=True)
+    if return_lse:
+        return out[0].reshape(q.shape), out[1].reshape(q.shape[:-1])
+    return out.reshape(q.shape)
+
+
+def attention_documents_backward(do: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, documents: Any, *,
+                                 causal: bool | str = False, scale: float | None = None, bfloat16: bool = False
+                                 ) -> tuple[Any, Any, Any]:
+    """:func:`iokernels.attention_backward` with ``documents`` (:func:`attention_documents`'s forward): o and do shaped
+    as q, lse as q's leading dims and N; dk, dv shaped as k, v."""
+    documents, _, _, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    check_in_place({"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse}, "documents= reads its inputs where they lie")
+    if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape) or tuple(lse.shape) != tuple(q.shape[:-1]):
+        raise ValueError(f"o and do must be shaped as q {tuple(q.shape)} and lse as {tuple(q.shape[:-1])}, got o "
+                         f"{tuple(o.shape)}, do {tuple(do.shape)}, lse {tuple(lse.shape)}")
+    offsets = document_offsets(documents, q.data.device_id)
+    longest = max(documents)
+    dq, dk, dv = attention_varlen_backward(_flat(do, n), _flat(q, n), _flat(k, n), _flat(v, n), _flat(o, n),
+                                           lse.reshape(-1, n), offsets, offsets, longest, longest, causal=causal,
+                                           scale=scale, bfloat16=bfloat16, head_major=True)
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
