@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan import check_problem, visible_area
+from ..plan import check_problem, normalize_documents, visible_area
 from ..plan.units import check_dtype, itemsize
 
 PASSES = ("fwd", "bwd")
@@ -26,8 +26,9 @@ DECODE_BATCHES = (1, 4, 16, 64)
 DECODE_NKS = (4096, 16384, 32768, 65536, 131072)
 DECODE_NQS = (1,)
 L2_FACTOR = 4  # the K/V caches a decode case rotates among hold together at least this many times the L2
-FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; a sliding window: 4*B*H*d "
-                   "per visible element of S (iokernels.plan.visible_area); backward 2.5x forward; "
+FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; a sliding window or "
+                   "documents: 4*B*H*d per visible element of S (iokernels.plan.visible_area; documents of lengths "
+                   "n_i: the sum of n_i^2, causal n_i(n_i+1)/2); backward 2.5x forward; "
                    "TFLOP/s = FLOPs / median seconds / 1e12")
 
 
@@ -35,15 +36,20 @@ FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when
 # work and configurations
 
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal: bool = False,
-                    direction: str = "fwd", window: tuple[int | None, int | None] | None = None) -> float:
-    """FLOPs of one attention call by the FlashAttention-2 convention (a sliding window: its visible elements)."""
+                    direction: str = "fwd", window: tuple[int | None, int | None] | None = None,
+                    documents: Sequence[int] | None = None) -> float:
+    """FLOPs of one attention call by the FlashAttention-2 convention (a sliding window or documents, the lengths of
+    packed documents summing to N_q = N_k: their visible elements)."""
     if direction not in PASSES:
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
-    if window is not None:
-        flops = 4.0 * batch * heads * d * visible_area(n_q, n_k, "bottom_right" if causal else "", window)
+    # checked here so that lengths not summing to N are an error, not a wrong count; one document is None (no mask)
+    documents = normalize_documents(documents, n_q, n_k)
+    masked = window is not None or documents is not None
+    if masked:
+        flops = 4.0 * batch * heads * d * visible_area(n_q, n_k, "bottom_right" if causal else "", window, documents)
     else:
         flops = 4.0 * batch * heads * n_q * n_k * d
-    if causal and window is None:
+    if causal and not masked:
         flops /= 2
     return flops * (BWD_OVER_FWD if direction == "bwd" else 1.0)
 
@@ -59,19 +65,28 @@ class Problem:
     table: str = "main"
     dropout: float = 0.0  # dropout probability on P (every implementation draws its own mask)
     window: tuple[int | None, int | None] | None = None  # a sliding window (left, right), FA2's window_size
+    # document masking: the lengths of the documents packed into N (summing to N; a row sees its own document's keys)
+    documents: tuple[int, ...] | None = None
 
     @property
     def bh(self) -> int:
         return self.batch * self.heads
 
+    @property
+    def masks_documents(self) -> bool:
+        """Whether the documents mask anything: more than one (one document of N is plain attention, which the
+        peers without a document mask run as it is)."""
+        return self.documents is not None and len(self.documents) > 1
+
     def flops(self, direction: str) -> float:
         return attention_flops(self.batch, self.heads, self.n, self.n, self.d, causal=self.causal,
-                               direction=direction, window=self.window)
+                               direction=direction, window=self.window, documents=self.documents)
 
     def describe(self) -> str:
         return (f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
                 + (f" dropout={self.dropout:g}" if self.dropout else "")
-                + (f" window={_window_text(self.window)}" if self.window is not None else ""))
+                + (f" window={_window_text(self.window)}" if self.window is not None else "")
+                + (f" documents={documents_text(self.documents)}" if self.documents is not None else ""))
 
     def dropout_plan_arg(self) -> Any:
         """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
@@ -82,6 +97,29 @@ class Problem:
 
 def _window_text(window: tuple[int | None, int | None]) -> str:
     return ",".join("-1" if side is None else str(side) for side in window)
+
+
+def documents_text(documents: Sequence[int]) -> str:
+    """Lengths as runs of equal ones, count x length joined by "+": (2048,) * 8 -> "8x2048", (333, 333, 334) ->
+    "2x333+1x334" (a label stays short however many documents)."""
+    runs: list[list[int]] = []
+    for n in documents:
+        if runs and runs[-1][1] == n:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, n])
+    return "+".join(f"{count}x{n}" for count, n in runs)
+
+
+def document_lengths(n: int, count: int) -> tuple[int, ...]:
+    """N cut into ``count`` documents of equal length, the last one taking the remainder: (16384, 8) -> 8 x 2048,
+    (1000, 3) -> (333, 333, 334). ValueError naming --documents unless 1 <= count <= N."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"--documents must be an int >= 1, got {count!r}")
+    if count > n:
+        raise ValueError(f"--documents {count} > N = {n}: every document needs at least one token")
+    base = n // count
+    return (base,) * (count - 1) + (n - base * (count - 1),)
 
 
 def parse_ints(option: str, text: str) -> list[int]:
@@ -110,8 +148,10 @@ def parse_dtypes(text: str) -> list[str]:
 
 def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *, tokens: int = DEFAULT_TOKENS,
                   heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0,
-                  window: tuple[int | None, int | None] | None = None) -> list[Problem]:
-    """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens."""
+                  window: tuple[int | None, int | None] | None = None,
+                  documents: int | None = None) -> list[Problem]:
+    """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens; ``documents``: the
+    number of documents each N is cut into (:func:`document_lengths`), None for none."""
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
     problems = []
@@ -123,7 +163,9 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                                      "choose --tokens, --N or --heads so that batch = tokens/(N*heads) is whole")
                 batch = tokens // (n * heads)
                 check_problem(n, n, d, dtype, batch, heads)
-                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window))
+                lengths = None if documents is None else document_lengths(n, documents)
+                problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window,
+                                        documents=lengths))
     return problems
 
 

@@ -26,7 +26,8 @@ Peers (``--peers``):
   at a time. A backend that refuses a configuration is "unsupported" with torch's own reasons.
 - ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``
   (its first call, compiling, is outside the timed calls), a causal block mask when causal, a sliding-window one
-  (``mask_mod``, the same rule as ours) with ``--window``; no dropout.
+  (``mask_mod``, the same rule as ours) with ``--window``, a document one (``document_id[q_idx] ==
+  document_id[kv_idx]``) with ``--documents``; no dropout.
 Layout (B, H, N, d), contiguous, random normal inputs.
 
 Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require grad), "bwd" (torch:
@@ -35,8 +36,9 @@ timed calls; cupy: the backward call on a stored forward's O and lse) and, for `
 "fwdbwd" (a forward and its backward per call).
 
 Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal (with a
-sliding window, 4·B·H·d per visible element); backward 2.5× forward. A window runs on ours and FlexAttention only
-(torch's SDPA and the cupy standard attention have none: a dense mask would be another workload). Shapes:
+sliding window or documents, 4·B·H·d per visible element); backward 2.5× forward. A window and documents run on ours
+and FlexAttention only (torch's SDPA and the cupy standard attention have neither: a dense mask would be another
+workload; ours get ``documents=`` the lengths, FlexAttention a ``document_id`` mask). Shapes:
 B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
 
@@ -143,8 +145,9 @@ class IokernelsCupy(Impl):
         dt = cp.dtype(problem.dtype)
         shape = (problem.batch, problem.heads, problem.n, problem.d)
         q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
-        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, "window": problem.window}
-        bwd = {**self.backward, "causal": problem.causal, "window": problem.window}
+        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, "window": problem.window,
+               "documents": problem.documents}
+        bwd = {**self.backward, "causal": problem.causal, "window": problem.window, "documents": problem.documents}
         clock = CupyClock()
         with clock.on():
             cp.cuda.Device().synchronize()
@@ -182,6 +185,8 @@ class CupyStandard(Impl):
             raise Unsupported("the cupy standard attention has no dropout")
         if problem.window is not None:
             raise Unsupported("the cupy standard attention has no sliding window")
+        if problem.masks_documents:
+            raise Unsupported("the cupy standard attention has no document mask")
         from ..kernels.runtime import require_cupy
 
         cp = require_cupy()
@@ -336,7 +341,8 @@ class IokernelsTorch(Impl):
         from ..torch import attention
 
         def attend(q: Any, k: Any, v: Any) -> Any:
-            return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window)
+            return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window,
+                             documents=problem.documents)
 
         return torch_runner(problem, direction, attend, device=self.device)
 
@@ -361,6 +367,9 @@ class TorchSdpa(Impl):
         if problem.window is not None:
             raise Unsupported("torch's scaled_dot_product_attention has no sliding window (an explicit mask would "
                               "compute every block: another workload)")
+        if problem.masks_documents:
+            raise Unsupported("torch's scaled_dot_product_attention has no document mask (an explicit mask would "
+                              "compute every block: another workload)")
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
@@ -384,8 +393,8 @@ def _compiled_flex() -> Any:
 class TorchFlex(Impl):
     name, label, ours = "torch_flex", "FLEX", False
     description = ("torch FlexAttention (torch.nn.attention.flex_attention.flex_attention) compiled with "
-                   "torch.compile(dynamic=False); a causal block mask when causal, a sliding-window one with a window; "
-                   "no dropout")
+                   "torch.compile(dynamic=False); a causal block mask when causal, a sliding-window one with a window, "
+                   "a document one (document_id[q_idx] == document_id[kv_idx]) with documents; no dropout")
 
     def __init__(self, device: str = "cuda"):
         self.device = device
@@ -406,23 +415,43 @@ class TorchFlex(Impl):
         from torch.nn.attention.flex_attention import create_block_mask
 
         flex = _compiled_flex()
-        block_mask = None
-        left, right = problem.window if problem.window is not None else (None, None)
-        if problem.causal or problem.window is not None:  # N_q = N_k: the window's offset is 0
-            def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-                ok = q_idx >= kv_idx if problem.causal else q_idx == q_idx
-                if left is not None:
-                    ok = ok & (q_idx - kv_idx <= left)
-                if right is not None:
-                    ok = ok & (kv_idx - q_idx <= right)
-                return ok
-
-            block_mask = create_block_mask(mask_mod, None, None, problem.n, problem.n, device=self.device)
+        mask_mod = flex_mask_mod(problem, self.device)
+        block_mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, problem.n, problem.n,
+                                                                     device=self.device)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return flex(q, k, v, block_mask=block_mask)
 
         return torch_runner(problem, direction, attend, device=self.device)
+
+
+def flex_mask_mod(problem: Problem, device: str = "cuda") -> Callable[..., Any] | None:
+    """FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)`` for the problem's causal mask, window and documents (those
+    given, all at once; N_q = N_k, so the window's offset is 0 and the causal alignments agree), None without any.
+    Documents: ``document_id[q_idx] == document_id[kv_idx]``, ``document_id`` an int32 tensor on ``device`` giving
+    each position its document (the lengths repeated), as FlexAttention's document-masking example builds it."""
+    if not problem.causal and problem.window is None and not problem.masks_documents:
+        return None
+    left, right = problem.window if problem.window is not None else (None, None)
+    document_id = None
+    if problem.masks_documents:
+        import torch
+
+        lengths = torch.tensor(problem.documents, device=device, dtype=torch.int64)
+        document_id = torch.repeat_interleave(torch.arange(len(problem.documents), device=device,
+                                                           dtype=torch.int32), lengths)
+
+    def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        ok = q_idx >= kv_idx if problem.causal else q_idx == q_idx
+        if left is not None:
+            ok = ok & (q_idx - kv_idx <= left)
+        if right is not None:
+            ok = ok & (kv_idx - q_idx <= right)
+        if document_id is not None:
+            ok = ok & (document_id[q_idx] == document_id[kv_idx])
+        return ok
+
+    return mask_mod
 
 
 # names, aliases and defaults

@@ -31,6 +31,7 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
             "mode": mode, "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch,
             "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
             "window": None if problem.window is None else list(problem.window),
+            "documents": None if problem.documents is None else list(problem.documents),
             "flops": problem.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
             "loop": None, "method": None, "note": None}
 
@@ -329,7 +330,9 @@ def render(doc: dict) -> str:
         lines += ["", f"B*H*N = {h.get('tokens')}, heads {h.get('heads')}" + (", causal" if h.get("causal") else "")
                   + (f", dropout {h['dropout']:g} (each implementation its own mask)" if h.get("dropout") else "")
                   + (f", sliding window {tuple(h['window'])} (TFLOP/s on the visible elements)" if h.get("window")
-                     else "")]
+                     else "")
+                  + (f", {h['documents']} documents per sequence (N cut into equal lengths, the last taking the "
+                     "remainder; TFLOP/s on the visible elements)" if h.get("documents") else "")]
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))
         configs.sort(key=lambda c: (c[0], c[1], dtypes.index(c[2]), PASSES.index(c[4])))

@@ -55,12 +55,12 @@ def _command_line(ctx: click.Context) -> str:
 
 
 # the bench options that --decode does not take, and the --decode options
-NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "overhead", "overhead_calls", "long_table",
-              "long_only", "long_max_n", "long_dtype", "sram")
+NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "overhead", "overhead_calls",
+              "long_table", "long_only", "long_max_n", "long_dtype", "sram")
 DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
 # the bench options that --varlen does not take, and the --varlen options
-NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "overhead", "overhead_calls", "long_table", "long_only",
-              "long_max_n", "long_dtype", "sram", "impls", "peers", "decode")
+NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "overhead", "overhead_calls", "long_table",
+              "long_only", "long_max_n", "long_dtype", "sram", "impls", "peers", "decode")
 VARLEN_ONLY = ("varlen_batch", "varlen_max")
 
 
@@ -80,6 +80,10 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--window", "window", default=None, metavar="LEFT,RIGHT",
               help="a sliding window (FlashAttention's window_size; -1: that side unbounded) on ours and FlexAttention "
                    "(torch's SDPA has none); TFLOP/s counted on the visible elements")
+@click.option("--documents", "documents", type=int, default=None, metavar="K",
+              help="document masking (issue #22): each N cut into K documents of equal length (the last takes the "
+                   "remainder), a row seeing only its own document's keys (with --causal, those up to its own), on "
+                   "ours and FlexAttention (torch's SDPA has none); TFLOP/s counted on the visible elements")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
 @click.option("--mode", "mode", default=None,
               help="call: CUDA events around back-to-back calls of each public function (host time included); "
@@ -134,9 +138,9 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
 @user_errors
-def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, backward, mode, overhead, overhead_calls,
-              long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats, max_call_ms,
-              time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen, varlen_batch,
+def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, backward, mode, overhead,
+              overhead_calls, long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats,
+              max_call_ms, time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen, varlen_batch,
               varlen_max, as_json) -> None:
     """TFLOP/s of iokernels and its peers (torch SDPA backends, FlexAttention, cupy/cuBLAS) in one run, all
     timed the same way, with ratios; with --overhead, host microseconds per call; with --decode, decode attention
@@ -164,6 +168,13 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, bac
     timing.check()
     check_p(dropout_p)
     window = parse_window(window)
+    if documents is not None:
+        if documents < 1:
+            raise ValueError(f"--documents must be >= 1, got {documents}")
+        if window is not None:  # one mask by position at a time: their combination is neither's workload
+            raise ValueError("--documents and --window are two masks: pick one")
+        if long_table or long_only or overhead:  # before the problems, whose lengths could fail first
+            raise ValueError("--documents applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     if overhead:
         if modes != ("call",):
             raise ValueError("--overhead times host calls; --mode does not apply to it")
@@ -177,7 +188,7 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, bac
     dtype_list = configs.parse_dtypes(dtypes)
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
-                                                          dropout=dropout_p, window=window)
+                                                          dropout=dropout_p, window=window, documents=documents)
     if window is not None and (long_table or long_only or overhead):
         raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
@@ -196,7 +207,8 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, bac
             reasons.setdefault(i.unavailable("fwd") or "", []).append(i.name)
         _nothing_available(reasons)
     header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
-              "window": None if window is None else list(window), "command": _command_line(ctx)}
+              "window": None if window is None else list(window), "documents": documents,
+              "command": _command_line(ctx)}
 
     def progress(msg: str) -> None:
         click.echo(f"iokernels: {msg}", err=True)

@@ -20,7 +20,6 @@ attention needs O(N).
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 from ..kernels import launch
@@ -29,7 +28,7 @@ from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from ..simulate import reference
-from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, dropout_present, memo_key
+from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, check_scale, dropout_present, memo_key
 from .execute import execute
 from .fastpath import (
     BWD_INPUTS,
@@ -48,6 +47,7 @@ from .fastpath import (
 )
 from .memory import copied_bytes, needed_bytes, require_memory
 from .planning import choose_plan, plan_chain
+from .varlen import attention_documents, attention_documents_backward, documents_only
 
 _DTYPES = {"float32": "float32", "float16": "float16"}
 
@@ -116,18 +116,6 @@ def _check_options(scale: Any, **flags: Any) -> float | None:
     if flags.get("graph") and launch.counting_active():
         raise ValueError("graph=True runs the plain build; inside count_io() pass graph=False")
     return check_scale(scale)
-
-
-def check_scale(scale: Any) -> float | None:
-    """The softmax scale as a float (None: 1/sqrt(d)): a finite real number > 0. The kernels mask a score (−inf)
-    before they scale it, so a scale of 0 or less would turn masked scores into NaN or +inf."""
-    if scale is None:
-        return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite real number or None (1/sqrt(d)), got {scale!r}")
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0 (the kernels mask scores before scaling them), got {scale!r}")
-    return float(scale)
 
 
 def _forward_dropout(dropout: Any, draw: bool = True) -> Dropout | None:
@@ -320,8 +308,6 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     if documents is not None:
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, graph=graph, block_mask=block_mask,
                         mask=mask, dropout=dropout, return_dropout=return_dropout, window=window)
-        from .varlen import attention_documents  # (it imports this module)
-
         return attention_documents(q, k, v, documents, causal=causal, scale=check_scale(scale),
                                    return_lse=_check_flag("return_lse", return_lse))
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
@@ -333,21 +319,6 @@ def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
-
-
-def documents_only(*, algorithm: Any, schedule: Any = None, sram: Any = None, graph: Any = False,
-                    block_mask: Any = None, mask: Any = None, dropout: Any = 0.0, return_dropout: Any = False,
-                    window: Any = None, deterministic: Any = False) -> None:
-    """ValueError unless a call with ``documents`` leaves every option it does not take at its default."""
-    given = [name for name, off in (
-        ("algorithm", algorithm == "flash"), ("schedule", schedule in (None, "fast")), ("sram", sram is None),
-        ("graph", graph is False), ("block_mask", block_mask is None), ("mask", mask is None),
-        ("return_dropout", return_dropout is False), ("window", window is None),
-        ("deterministic", deterministic is False),
-        ("dropout", dropout is None or (type(dropout) in (int, float) and dropout == 0))) if not off]
-    if given:
-        raise ValueError(f"documents runs the tensor-core flash path alone (the sm_90 variable-length kernels): it "
-                         f"takes causal and scale, not {', '.join(given)}")
 
 
 def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,
@@ -478,8 +449,6 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     if documents is not None:
         documents_only(algorithm=algorithm, sram=sram, graph=graph, block_mask=block_mask, mask=mask,
                         dropout=dropout, window=window, deterministic=deterministic)
-        from .varlen import attention_documents_backward  # (it imports this module)
-
         return attention_documents_backward(do, q, k, v, o, lse, documents, causal=causal, scale=check_scale(scale))
     return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                                      deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,

@@ -12,6 +12,7 @@ the device's free memory, the buffers.
 
 from __future__ import annotations
 
+import math
 import numbers
 import threading
 from collections import OrderedDict
@@ -172,3 +173,15 @@ def clear_dispatch_cache() -> None:
     CACHE.clear()
     TORCH_CALLS.clear()
     CUPY_CALLS.clear()
+
+
+def check_scale(scale: Any) -> float | None:
+    """The softmax scale as a float (None: 1/sqrt(d)): a finite real number > 0. The kernels mask a score (−inf)
+    before they scale it, so a scale of 0 or less would turn masked scores into NaN or +inf."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite real number or None (1/sqrt(d)), got {scale!r}")
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0 (the kernels mask scores before scaling them), got {scale!r}")
+    return float(scale)

@@ -18,8 +18,7 @@ from ..plan import D_MAX, D_MIN, D_MULTIPLE, Unsupported, normalize_causal
 from ..plan.decode import MAX_SPLITS, make_decode_plan
 from ..plan.kvcache import PAGE_SIZES, make_kv_cache
 from ..simulate import reference
-from .api import check_scale
-from .dispatch import Dispatch, DispatchCache, array_key, device_id
+from .dispatch import Dispatch, DispatchCache, array_key, check_scale, device_id
 from .fastpath import check_in_place, cupy_empty, forward_result, prepare_fast, run_fast
 from .memory import needed_bytes, require_memory
 from .planning import DECODE_SMS, sm_count_of

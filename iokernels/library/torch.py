@@ -27,7 +27,7 @@ except ImportError as exc:  # an optional dependency: say how to get it
 from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
-from .api import check_scale, documents_only
+from .dispatch import check_scale
 from .kvcache import check_options
 from .torch_kvcache import KV_NO_BACKWARD, check_in_place, check_kv_tensors, kvcache_forward
 from .torch_ops import (
@@ -39,6 +39,7 @@ from .torch_ops import (
     window_ints,
 )
 from .torch_varlen import check_varlen_tensors, varlen_forward
+from .varlen import documents_only
 
 ALGORITHMS = ("flash", "two_pass", "standard")
 

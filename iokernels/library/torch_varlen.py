@@ -28,8 +28,7 @@ import torch
 from ..plan import normalize_causal
 from . import torch_ops as ops
 from . import varlen
-from .api import check_scale
-from .dispatch import TORCH_CALLS
+from .dispatch import TORCH_CALLS, check_scale
 from .torch_kvcache import KV_DTYPES, check_in_place, dtype_name
 
 VARLEN_FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "

@@ -22,8 +22,7 @@ from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
 from ..plan.sequences import check_lengths
 from ..plan.varlen import make_varlen_plan
 from ..simulate import reference
-from .api import check_scale
-from .dispatch import Dispatch, DispatchCache, array_key, device_id
+from .dispatch import Dispatch, DispatchCache, array_key, check_scale, device_id
 from .fastpath import check_in_place, cupy_empty, prepare_fast, run_fast
 from .memory import needed_bytes, require_memory
 
@@ -190,6 +189,21 @@ def _run(call: Dispatch, arrays: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 # document masking (issue #22): the variable-length kernels on the dense layout, a sequence per document
+
+def documents_only(*, algorithm: Any, schedule: Any = None, sram: Any = None, graph: Any = False,
+                    block_mask: Any = None, mask: Any = None, dropout: Any = 0.0, return_dropout: Any = False,
+                    window: Any = None, deterministic: Any = False) -> None:
+    """ValueError unless a call with ``documents`` leaves every option it does not take at its default."""
+    given = [name for name, off in (
+        ("algorithm", algorithm == "flash"), ("schedule", schedule in (None, "fast")), ("sram", sram is None),
+        ("graph", graph is False), ("block_mask", block_mask is None), ("mask", mask is None),
+        ("return_dropout", return_dropout is False), ("window", window is None),
+        ("deterministic", deterministic is False),
+        ("dropout", dropout is None or (type(dropout) in (int, float) and dropout == 0))) if not off]
+    if given:
+        raise ValueError(f"documents runs the tensor-core flash path alone (the sm_90 variable-length kernels): it "
+                         f"takes causal and scale, not {', '.join(given)}")
+
 
 @functools.lru_cache(maxsize=64)
 def document_offsets(documents: tuple[int, ...], device: int) -> Any:
