@@ -18,7 +18,7 @@ from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
 from ..plan.units import check_dtype, format_bytes, parse_size
-from ..plan.varlen import make_varlen_plan
+from ..plan.varlen import make_documents_plan, make_varlen_plan
 
 SIZE_HELP = "bytes, or with a unit: 192KB, 192KiB, 1MB (KB, MB are binary: 1 KB = 1024 bytes, same as KiB)"
 
@@ -216,6 +216,11 @@ VARLEN_OPTION = click.option(
     "--varlen", "varlen", default=None, metavar="L1,L2,...",
     help="a variable-length batch (issue #23) instead: sequences of these lengths (queries and keys) packed without "
          "padding, its plans alone (the tma forward, and the backward with --backward; --N and --batch not used)")
+DOCUMENTS_OPTION = click.option(
+    "--documents", "documents", default=None, metavar="L1,L2,...",
+    help="document masking (issue #22) instead: N cut into documents of these lengths (N their sum; every batch row "
+         "and head), a row seeing its own document's keys only; the variable-length plans on the dense layout "
+         "(the tma forward, and the backward with --backward; --N not used)")
 KV_HEADS_OPTION = click.option(
     "--kv-heads", "kv_heads", type=int, default=None,
     help="grouped-query attention: K and V with this many heads, each shared by heads / kv-heads query heads "
@@ -223,9 +228,23 @@ KV_HEADS_OPTION = click.option(
 
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
-                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False, varlen=None):
+                       sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False, varlen=None,
+                       documents=None):
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
     causal = causal_spec(causal, causal_align)
+    if documents is not None:  # document masking's plans alone
+        if varlen is not None or n is not None or n_q is not None or n_k is not None:
+            raise ValueError("--documents: N is the documents' sum (--N, --Nq, --Nk and --varlen do not apply)")
+        if sparse is not None or mask is not None or dropout is not None or window is not None or decode:
+            raise ValueError("--documents: the document plans take causal alone (no block-sparse, mask, dropout, "
+                             "window or --decode)")
+        try:
+            lengths = [int(x) for x in documents.split(",")]
+        except ValueError:
+            raise ValueError(f"--documents: expected comma-separated lengths (ints >= 0), got {documents!r}") from None
+        return [make_documents_plan(lengths, d=d, dtype=check_dtype(dtype), batch=batch, heads=heads,
+                                    kv_heads=kv_heads, causal=causal, direction=direction)
+                for direction in (("fwd", "bwd") if backward else ("fwd",))], resolve_spec(gpu)
     if varlen is not None:  # a variable-length batch's plans alone
         if n is not None or n_q is not None or n_k is not None:
             raise ValueError("--varlen: the lengths are the sequences' (--N, --Nq and --Nk do not apply)")

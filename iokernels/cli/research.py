@@ -15,6 +15,7 @@ from ..plan.units import check_dtype, format_bytes, parse_size
 from .app import cli
 from .options import (
     DECODE_OPTION,
+    DOCUMENTS_OPTION,
     KV_HEADS_OPTION,
     VARLEN_OPTION,
     block_sparse_options,
@@ -39,17 +40,18 @@ from .options import (
 @KV_HEADS_OPTION
 @DECODE_OPTION
 @VARLEN_OPTION
+@DOCUMENTS_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows and formulas")
 @click.option("--latex", is_flag=True, help="formulas in LaTeX instead of pretty text")
 @user_errors
 def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
               block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-              kv_heads, decode, varlen, detail, latex) -> None:
+              kv_heads, decode, varlen, documents, detail, latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
     plans, spec = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
                          sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
                          **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window), decode=decode,
-                         varlen=varlen)
+                         varlen=varlen, documents=documents)
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
                                                     variant=p.variant, causal=p.causal,
@@ -112,6 +114,7 @@ def specs_cmd(as_json: bool) -> None:
 @KV_HEADS_OPTION
 @DECODE_OPTION
 @VARLEN_OPTION
+@DOCUMENTS_OPTION
 @click.option("--detail", is_flag=True, help="per-tensor rows")
 @click.option("--simulate", is_flag=True, help="run the CPU simulator even when a GPU is present")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random inputs")
@@ -119,7 +122,7 @@ def specs_cmd(as_json: bool) -> None:
 @user_errors
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
                 block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-                kv_heads, decode, varlen, detail, simulate, seed, repeats) -> None:
+                kv_heads, decode, varlen, documents, detail, simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor, and each
     plan's roofline. Without --batch and --heads: heads 16 and a batch that fills the GPU (see the header)."""
     from ..analysis import roofline
@@ -131,12 +134,15 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
         return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
                                   sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
                                   **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window),
-                                  decode=decode, varlen=varlen)[0]
+                                  decode=decode, varlen=varlen, documents=documents)[0]
 
     if varlen is not None:  # the batch is the sequences given
         if batch is not None:
             raise ValueError("--varlen: the batch is the sequences given (--batch does not apply)")
         plans, note = make(1, 16 if heads is None else heads), "a variable-length batch (--varlen)"
+    elif documents is not None:  # one batch row of 16 heads unless given
+        plans = make(1 if batch is None else batch, 16 if heads is None else heads)
+        note = "document masking (--documents)"
     else:
         plans, note = _problem_plans(make, gpu, device, batch, heads, kv_heads)
     if device is not None:  # a GPU runs the plans that have kernels (a window: flash/fast's; no decode kernel yet)

@@ -45,3 +45,22 @@ def test_compare_varlen_simulated_equals_predicted():
     assert all(r["measured_bytes"] == r["predicted_bytes"] for r in totals)
     bad = CliRunner().invoke(cli, ["compare", "--varlen", "5,x", "--d", "64", "--dtype", "float16", "--simulate"])
     assert bad.exit_code != 0 and "comma-separated lengths" in bad.output
+
+
+def test_compare_documents_simulated_equals_predicted():
+    """compare --documents: document masking's plans alone (the variable-length plans on the dense layout, a batch
+    of 2 x 2 heads), meas/pred 1.000 on the simulator; model --documents the same plans; bad combinations refused."""
+    result = CliRunner().invoke(cli, ["compare", "--documents", "300,17,0,129", "--d", "64", "--dtype", "float16",
+                                      "--batch", "2", "--heads", "2", "--kv-heads", "1", "--backward", "--causal",
+                                      "--simulate", "--json"], catch_exceptions=False)
+    doc = json.loads(result.output[result.output.index("{"):])
+    totals = [r for r in doc["rows"] if r["tensor"] == "total"]
+    assert {r["schedule"] for r in totals} == {"fast+varlen"} and {r["pass"] for r in totals} == {"fwd", "bwd"}
+    assert all(r["measured_bytes"] == r["predicted_bytes"] > 0 for r in totals)
+    model = run("model", "--documents", "300,17,0,129", "--d", "64", "--dtype", "float16", "--batch", "2",
+                "--heads", "2", "--json")
+    assert "fast+varlen" in model.output
+    for extra, words in ((["--N", "446"], "--N"), (["--window", "8,0"], "causal alone")):
+        bad = CliRunner().invoke(cli, ["compare", "--documents", "300,146", "--d", "64", "--dtype", "float16",
+                                       "--simulate", *extra])
+        assert bad.exit_code != 0 and words in bad.output, bad.output
