@@ -121,13 +121,15 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
 
 
 def make_documents_plan(documents: Sequence[int], *, d: int, dtype: str, batch: int = 1, heads: int = 1,
-                        kv_heads: int | None = None, causal: bool | str = False, direction: str = "fwd") -> Plan:
+                        kv_heads: int | None = None, causal: bool | str = False, direction: str = "fwd",
+                        block_r: int | None = None) -> Plan:
     """Document masking on the dense layout (FlexAttention's ``document_id[q_idx] == document_id[kv_idx]``): Q, K, V
     as (batch, heads, N, d) with N = sum(``documents``), each row seeing the keys of its own document only (causal: in
     it, per ``causal``'s alignment; N_q = N_k, so both alignments agree), the same documents in every batch row and
     head. The variable-length plan of the documents with ``head_major`` (:func:`make_varlen_plan`): batch · heads heads
     (batch · kv_heads K/V heads), each document tiled on its own, its tiles' rows past its end the next document's
-    (masked or zeroed, as a variable-length batch's). Its bytes: ``varlen_sums`` / ``varlen_backward_sums``."""
+    (masked or zeroed, as a variable-length batch's). Its bytes: ``varlen_sums`` / ``varlen_backward_sums``.
+    ``block_r``: the forward's B_r, as :func:`make_varlen_plan`'s."""
     documents = check_lengths("documents", documents)
     kv_heads = heads if kv_heads is None else kv_heads
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
@@ -135,7 +137,7 @@ def make_documents_plan(documents: Sequence[int], *, d: int, dtype: str, batch: 
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"kv_heads must divide heads={heads}, got {kv_heads!r}")
     return make_varlen_plan(d=d, dtype=dtype, heads=batch * heads, kv_heads=batch * kv_heads, lengths_q=documents,
-                            causal=causal, direction=direction, head_major=True)
+                            causal=causal, direction=direction, block_r=block_r, head_major=True)
 
 
 def query_tile_keys(plan: Plan, length_q: int, length_k: int, row0: int) -> int:
