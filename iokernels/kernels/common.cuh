@@ -46,6 +46,20 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #define IOK_BAND_HI iok_causal_offset(n_q, n_k)
 #endif
 #endif
+// A softcap c (iokernels/plan/variants.py, with_softcap): a kernel compiled with SOFTCAP takes c after the window's
+// offsets (IOK_SOFTCAP_PARAM); the logits τ s become c · tanh(τ s / c) (Gemma 2's attention softcapping), and dS is
+// multiplied by 1 − tanh² in the backward. iok_tanh: 1 − 2 / (2^(2x log2 e) + 1), one ex2 and one reciprocal (±1
+// for |x| large, absolute error ~1e-7 near 0; tanh.approx.f32's relative 2^-11 would move a logit of 30 by 0.015).
+#ifdef SOFTCAP
+#define IOK_SOFTCAP_PARAM const float softcap,
+__device__ __forceinline__ float iok_tanh(float x)
+{
+    return 1.0f - 2.0f * __frcp_rn(exp2f(2.8853900817779268f * x) + 1.0f);
+}
+#else
+#define IOK_SOFTCAP_PARAM
+#endif
+
 #if defined(CAUSAL) || defined(WINDOW)
 #define IOK_BAND 1
 #endif

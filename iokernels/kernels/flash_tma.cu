@@ -37,6 +37,8 @@
 // are stored at their packed rows; a tile past the sequence's end does nothing. VARLEN_HEAD_MAJOR: every tensor a
 // head's rows together, (heads, total, d) (common.cuh iok_varlen_at): the dense layout, a sequence per document.
 //
+// SOFTCAP (iokernels/plan/variants.py with_softcap): the logits τ s become c tanh(τ s / c) before the masks.
+//
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
 // decode's, iokernels/model/hbm.py).
@@ -86,6 +88,9 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(RAGGED) && (defined(PERSISTENT) || defined(IOK_BAND) || defined(DROPOUT))
 #error "RAGGED: a block per work item (its sequence's length read first), no mask, no dropout"
 #endif
+#if defined(SOFTCAP) && (defined(VARLEN) || defined(DROPOUT) || defined(RAGGED) || defined(SPLIT))
+#error "SOFTCAP: the dense forward, with causal or a window, no dropout"
+#endif
 #if defined(VARLEN) && (defined(PERSISTENT) || defined(WINDOW) || defined(DROPOUT) || defined(RAGGED) || defined(SPLIT))
 #error "VARLEN: a block per work item (its sequence's offsets read first), causal or no mask, no dropout"
 #endif
@@ -132,7 +137,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, const int n_q_in, const int n_k_in, float scale, int kv_group, int bh,
-              IOK_WINDOW_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM
+              IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
@@ -413,6 +418,12 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 if (lane == 0) iok_mbar_arrive(&empty_k[(ring + j) & 1]);  // this warp's share of the product read K_j
 #ifdef PERSISTENT
                 if (lane == 0 && j == tiles - 1) iok_mbar_arrive(&empty_q);  // ... and the item's last that reads Q
+#endif
+#ifdef SOFTCAP
+                // the logits through the softcap, kept in units of s (τ s -> c tanh(τ s / c), times 1 / τ): the max
+                // and the exponentials below scale them by τ as without one (common.cuh iok_tanh)
+#pragma unroll
+                for (int i = 0; i < BC / 2; ++i) s[i] = (softcap / scale) * iok_tanh(s[i] * (scale / softcap));
 #endif
                 const int key0 = (kt0 + j) * BC, keys = w.keys;
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf

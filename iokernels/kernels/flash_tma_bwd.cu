@@ -34,6 +34,9 @@
 // reaches nothing (masked keys still enter dQ = dS K), as the rows the copy engine zero-fills past N do without it.
 // A key block past the sequence's end does nothing; one whose sequence has no query writes dK = dV = 0.
 //
+// SOFTCAP (narrow tiles): Pᵀ from c tanh(τ Sᵀ / c) and dSᵀ times 1 − tanh² (wg_bwd.cuh wgb_probs_softcap; the band
+// mask written as −inf before it).
+//
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
 // read and 4 written of dQacc (the reduction's read-modify-write; with the wide tiles the consumers count their
@@ -58,6 +61,9 @@
 #endif
 #if defined(VARLEN) && (defined(WINDOW) || defined(DROPOUT))
 #error "VARLEN: causal or no mask, no dropout"
+#endif
+#if defined(SOFTCAP) && (defined(VARLEN) || defined(DROPOUT))
+#error "SOFTCAP: the dense backward, with causal or a window, no dropout"
 #endif
 #if defined(HEAD_D_TILE) ? HEAD_D_TILE > 128 : HEAD_D > 128  // wide tiles: two warpgroups share 64 keys
 #define TB_WIDE 1
@@ -172,7 +178,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
               const __grid_constant__ IokTensorMap tmdQ,
 #endif
               T* __restrict__ dK, T* __restrict__ dV, const int n_q_in, const int n_k_in, float scale, int kv_group,
-              IOK_WINDOW_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM
+              unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -367,7 +374,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
         constexpr int kv_stride = 1;
 #endif
-        const float scale2 = scale * WG_LOG2E;
+        [[maybe_unused]] const float scale2 = scale * WG_LOG2E;  // (SOFTCAP: wgb_probs_softcap)
         const unsigned char* Ks = smem + SMEM_K;
         const unsigned char* Vs = smem + SMEM_V;
 #ifdef DROPOUT
@@ -404,6 +411,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         if (steps > 0) iok_mbar_wait(&bar_kv, 0);
 
 #if TB_WIDE
+#ifdef SOFTCAP
+#error "SOFTCAP: the narrow tiles (d up to 128)"
+#endif
 
 #pragma unroll 1
         for (int step = 0; step < steps; ++step) {
@@ -522,13 +532,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // allow (TB_DK_FLIES: B_r 64) it is waited for only once the next step's Sᵀ and dPᵀ are issued, so the tensor
         // cores go from one to the next without a gap (at B_r 128 the step's dSᵀ fragments, which the product reads,
         // leave too few registers: ptxas serializes every wgmma, C7512). The counting builds (their counters take
-        // registers) and VARLEN do not let dK fly past the step (C7512 again), and with DROPOUT keep the order dK, dQ
+        // registers) and VARLEN do not let dK fly past the step (C7512 again), and with DROPOUT (SOFTCAP) keep the order dK, dQ
         // (with the keep bits the new order serializes the products and spills 8 bytes); the order moves no byte.
         // Issuing the next step's Sᵀ and dPᵀ at the end of a step made ptxas serialize them all (C7514: the
         // accumulators came from the loop and its prologue), as does a path around the loop that sets dK while the last
         // product flies (C7515): the loop and the wait after it are one branch.
 #ifdef IOK_COUNT
-#ifdef DROPOUT
+#if defined(DROPOUT) || defined(SOFTCAP)
         constexpr bool TB_DQ_PIPE = false;
 #else
         constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
@@ -564,12 +574,20 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
                 wg_wait<1>();  // Sᵀ done (dPᵀ may fly)
                 wg_fence_regs(s);
+                unsigned pa[BR / 16][4];  // Pᵀ as A fragments (rounded to T)
+#ifdef SOFTCAP
+#ifdef IOK_BAND
+                wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI, neg_inf());
+#endif
+                unsigned cap_grad[BR / 4];  // 1 − tanh², half2 pairs
+                wgb_probs_softcap<T>(s, pa, cap_grad, lse_s, softcap, scale, key_out, t);
+#else
                 wgb_probs(s, lse_s, scale2, key_out, t);
 #ifdef IOK_BAND
                 wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
 #endif
-                unsigned pa[BR / 16][4];  // Pᵀ as A fragments (rounded to T)
                 wg_acc_to_a<T, BR>(pa, s);
+#endif
 #ifdef DROPOUT
                 wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t, keep, dropout_scale);
                 if constexpr (!TB_DQ_PIPE) wgb_dk<T>(dk, dsa, Qs);
@@ -577,6 +595,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     dropout_bits(step + 1, keep);
                     wg_pin(keep);  // here, while the products fly
                 }
+#elif defined(SOFTCAP)
+                wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t, cap_grad);  // dV flies
+                if constexpr (!TB_DQ_PIPE) wgb_dk<T>(dk, dsa, Qs);
 #else
                 wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t);  // dV flies
                 if constexpr (!TB_DQ_PIPE) wgb_dk<T>(dk, dsa, Qs);

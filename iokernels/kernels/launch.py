@@ -315,6 +315,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     if params.get("WINDOW"):  # the band's offsets, after the masks (common.cuh); unbounded (or past N): ±2^30
         lo, hi, big = *band_offsets(plan.N_q, plan.N_k, plan.causal, plan.window), 1 << 30
         args += [np.int32(-big if lo is None else max(lo, -big)), np.int32(big if hi is None else min(hi, big))]
+    if params.get("SOFTCAP"):  # the softcap, after the window (common.cuh IOK_SOFTCAP_PARAM)
+        args.append(np.float32(plan.softcap))
     if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)
         args += ["seqlens", np.int32(plan.batch), np.int32(plan.kv_cache.append)]
     if params.get("PAGED"):

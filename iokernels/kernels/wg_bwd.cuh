@@ -55,19 +55,45 @@ __device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, fl
         s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
     }
 }
+#ifdef SOFTCAP
+// With a softcap c (common.cuh): t = tanh(τ Sᵀ / c), Pᵀ = exp(c t − lse) in base 2 rounded into the A fragments pa
+// (0 for keys past n_k and where the band set Sᵀ to −inf: tanh(−inf) = −1 would not give 0), and cap_grad holding
+// 1 − t², the logits' derivative, which dS takes (0 where P is), as half2 pairs (in [0, 1]; 16 registers at B_r 64
+// where floats took 32 and spilled the counting build)
+template <typename T, int NS>
+__device__ __forceinline__ void wgb_probs_softcap(const float (&s)[NS], unsigned (&pa)[NS / 8][4],
+                                                  unsigned (&cap_grad)[NS / 2], const float* lse_s, float softcap,
+                                                  float scale, const bool (&key_out)[2], int t)
+{
+    float p[2], gr[2];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
+        const bool out = key_out[(i >> 1) & 1] || s[i] == neg_inf();
+        const float th = iok_tanh(s[i] * (scale / softcap));
+        p[i & 1] = out ? 0.0f : exp2f(fmaf(th, softcap * WG_LOG2E, -l2));
+        gr[i & 1] = out ? 0.0f : fmaf(-th, th, 1.0f);
+        if (i & 1) {
+            pa[i >> 3][(i >> 1) & 3] = wg_pack<T>(p[0], p[1]);
+            cap_grad[i >> 1] = wg_pack<__half>(gr[0], gr[1]);
+        }
+    }
+}
+#endif
 #ifdef IOK_BAND
-// Pᵀ's elements outside the band (common.cuh) set to 0: key > query + hi, and with WINDOW key < query + lo (lo is
-// not read without). Only in steps whose block reaches past them (the step's queries of s: q0 .. q0 + 2 NS - 1).
+// Pᵀ's elements outside the band (common.cuh) set to `out` (0; −inf before wgb_probs_softcap): key > query + hi, and
+// with WINDOW key < query + lo (lo is not read without). Only in steps whose block reaches past them (the step's
+// queries of s: q0 .. q0 + 2 NS - 1).
 template <int NS>
 __device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, int g, int t, int q0,
-                                         [[maybe_unused]] int lo, int hi)
+                                         [[maybe_unused]] int lo, int hi, float out = 0.0f)
 {
 #ifdef WINDOW
     if (col0 + BC - 1 > q0 + hi || col0 < q0 + 2 * NS - 1 + lo) {
 #pragma unroll
         for (int i = 0; i < NS; ++i) {
             const int key = col0 + key_w + g + 8 * ((i >> 1) & 1), q = q0 + 8 * (i >> 2) + 2 * t + (i & 1);
-            if (key > q + hi || key < q + lo) s[i] = 0.0f;
+            if (key > q + hi || key < q + lo) s[i] = out;
         }
     }
 #else
@@ -75,7 +101,7 @@ __device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, in
 #pragma unroll
         for (int i = 0; i < NS; ++i) {
             const int key = col0 + key_w + g + 8 * ((i >> 1) & 1);
-            if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + hi) s[i] = 0.0f;
+            if (key > q0 + 8 * (i >> 2) + 2 * t + (i & 1) + hi) s[i] = out;
         }
     }
 #endif
@@ -86,13 +112,17 @@ __device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, in
 // Pᵀ ∘ (dPᵀ − D) into dsa (rounded to T; d_s the step's D values), and the product dV_w += Pᵀ dO_i issued, one commit
 // group (dK_w += dSᵀ Q_i is wgb_dk's, which the caller issues when it suits its pipeline). With DROPOUT (keep: the
 // step's keep bits, wg_dropout_cols; z the keep scale): dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D) with the undropped Pᵀ, then Pᵀ's
-// dropped elements zeroed in pa for the dV product (dV is multiplied by 1 / (1 − p) at the end).
+// dropped elements zeroed in pa for the dV product (dV is multiplied by 1 / (1 − p) at the end). With SOFTCAP
+// (cap_grad: wgb_probs_softcap's 1 − tanh², half2 pairs) dSᵀ is that times cap_grad.
 template <typename T>
 __device__ __forceinline__ void wgb_grads(float (&dv)[TILE_D / 2], float (&dp)[BR / 2],
                                           unsigned (&pa)[BR / 16][4], unsigned (&dsa)[BR / 16][4], const float* d_s,
                                           const unsigned char* dOs, int t
 #ifdef DROPOUT
                                           , unsigned (&keep)[WG_COLS_REGS<BR>], float z_scale
+#endif
+#ifdef SOFTCAP
+                                          , const unsigned (&cap_grad)[BR / 4]
 #endif
 )
 {
@@ -135,6 +165,10 @@ __device__ __forceinline__ void wgb_grads(float (&dv)[TILE_D / 2], float (&dp)[B
         const float2 p2 = wg_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
         const float p = (i & 1) ? p2.y : p2.x;
         dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
+#ifdef SOFTCAP
+        const float2 g2 = wg_unpack<__half>(cap_grad[i >> 1]);
+        dp[i] *= (i & 1) ? g2.y : g2.x;  // through the softcap: 1 − tanh²
+#endif
     }
     wg_acc_to_a<T, BR>(dsa, dp);
 #endif

@@ -27,6 +27,7 @@ from ..kernels.runtime import require_cupy
 from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
+from ..plan.variants import check_softcap
 from ..simulate import reference
 from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, check_scale, dropout_present, memo_key
 from .execute import execute
@@ -198,7 +199,8 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
               causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
               return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
               dropout: float | Dropout = 0.0, return_dropout: bool = False,
-              window: tuple[int | None, int | None] | None = None, documents: Any = None) -> Any:
+              window: tuple[int | None, int | None] | None = None, documents: Any = None,
+              softcap: float | None = None) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
     Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
@@ -241,6 +243,12 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     wholly outside the band are skipped. Anything else (float32, another algorithm or schedule, another GPU, a
     mask or block_mask, deterministic=True) raises :class:`iokernels.plan.Unsupported` (a ValueError) before any
     launch; it never runs unmasked.
+
+    softcap: a number c > 0 caps the logits, ``c · tanh(scale * q kᵀ / c)`` before the softmax (Gemma 2's attention
+    softcapping; None: none), forward and backward (:func:`attention_backward` takes the same softcap). Like a window
+    it runs on the tensor-core path's sm_90 tma kernels only (float16, bfloat16 through :mod:`iokernels.torch`, d up
+    to 256 forward and 128 backward, causal and windows included, not dropout or masks); anything else raises
+    :class:`iokernels.plan.Unsupported` before any launch.
 
     documents: document masking, the lengths (n_1, ..., n_D) of documents packed one after another along N (N_q = N_k
     = their sum; the same for every batch row and head): query i sees key j iff both lie in one document
@@ -307,12 +315,12 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     """
     if documents is not None:
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, graph=graph, block_mask=block_mask,
-                        mask=mask, dropout=dropout, return_dropout=return_dropout, window=window)
+                       mask=mask, dropout=dropout, return_dropout=return_dropout, window=window, softcap=softcap)
         return attention_documents(q, k, v, documents, causal=causal, scale=check_scale(scale),
                                    return_lse=_check_flag("return_lse", return_lse))
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
                             return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
-                            return_dropout=return_dropout, window=window)
+                            return_dropout=return_dropout, window=window, softcap=softcap)
 
 
 def _check_flag(name: str, value: Any) -> bool:
@@ -322,7 +330,8 @@ def _check_flag(name: str, value: Any) -> bool:
 
 
 def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,
-                 sram: Any, bfloat16: bool, block_mask: Any, mask: Any, dropout: Any, window: Any = None) -> Dispatch:
+                 sram: Any, bfloat16: bool, block_mask: Any, mask: Any, dropout: Any, window: Any = None,
+                 softcap: float | None = None) -> Dispatch:
     """The :class:`Dispatch` of a forward call (``causal`` and ``window`` normalized, ``scale`` checked): planned
     and checked at its signature's first call, from the cache after."""
     def plan_call() -> Dispatch:  # the checks and the plan, once per call signature (.dispatch)
@@ -332,14 +341,15 @@ def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None
         spec = mask_spec(mask, lead, n_q, n_k)
         plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
                                    block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False),
-                                   window=window)
+                                   window=window, softcap=softcap)
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, (plan,),
                         needed_bytes([plan], expand, group) + copied_bytes([q, k, v]),
                         reference.default_scale(d) if scale is None else scale,
                         fast_ok([q, k, v] if mask is None else [q, k, v, mask], (plan,), expand))
 
     key = call_key("fwd", (q, k, v), mask, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
-                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout), window=window)
+                   sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout), window=window,
+                   softcap=softcap)
     return CACHE.lookup(key, plan_call)
 
 
@@ -347,19 +357,21 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
                      causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                      return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
                      mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False,
-                     window: Any = None) -> Any:
+                     window: Any = None, softcap: Any = None) -> Any:
     if window is not None:  # normalized first: a bad window fails here, and windows equal once normalized share keys
         window = normalize_window(window)
+    softcap = check_softcap(softcap)
     memo = None  # a call with no mask, dropout or graph: its arguments as given find its fast path (CUPY_CALLS)
     if mask is None and block_mask is None and not graph and type(dropout) in (float, int) and dropout == 0:
         memo = memo_key((q, k, v), ("fwd", algorithm, schedule, causal, scale, sram, return_lse, bfloat16,
-                                    return_dropout, window))
+                                    return_dropout, window, softcap))
     call = memo_call(memo)  # found: checked at its first call, and it has a fast path
     if call is None:
         causal = normalize_causal(causal)
         scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
         call = forward_call(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
-                            bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout, window=window)
+                            bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout, window=window,
+                            softcap=softcap)
         if memo is not None and call.fast is not None:
             CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path
@@ -397,7 +409,7 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                        deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
                        dropout: Dropout | None = None, window: tuple[int | None, int | None] | None = None,
-                       documents: Any = None) -> tuple[Any, Any, Any]:
+                       documents: Any = None, softcap: float | None = None) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
     Shapes as :func:`attention` (grouped-query attention included): q, o and do (..., N_q, d); k and
@@ -424,7 +436,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     :func:`attention`, the same as the forward's: the sm_90 tma backward (float16, d up to 256; not
     deterministic=True) skips the key/query tile pairs outside the band; keys no query sees get dk = dv = 0.
     documents: as :func:`attention`, the same as the forward's (the variable-length tma backward on the arrays where
-    they lie; lse shaped as q's leading dims and N).
+    they lie; lse shaped as q's leading dims and N). softcap: as :func:`attention`, the forward's (dS times 1 − tanh²;
+    the tma backward up to d 128, not deterministic=True).
 
     Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
     elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
@@ -448,16 +461,16 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     """
     if documents is not None:
         documents_only(algorithm=algorithm, sram=sram, graph=graph, block_mask=block_mask, mask=mask,
-                        dropout=dropout, window=window, deterministic=deterministic)
+                       dropout=dropout, window=window, deterministic=deterministic, softcap=softcap)
         return attention_documents_backward(do, q, k, v, o, lse, documents, causal=causal, scale=check_scale(scale))
     return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                                      deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
-                                     dropout=dropout, window=window)
+                                     dropout=dropout, window=window, softcap=softcap)
 
 
 def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str, causal: str,
                   scale: float | None, sram: Any, deterministic: bool, bfloat16: bool, block_mask: Any, mask: Any,
-                  dropout: Any, window: Any = None) -> Dispatch:
+                  dropout: Any, window: Any = None, softcap: float | None = None) -> Dispatch:
     """The :class:`Dispatch` of a backward call, as :func:`forward_call`."""
     def plan_call() -> Dispatch:  # the checks and the plans, once per call signature (.dispatch)
         group = _kv_group(q, k, v)
@@ -481,7 +494,7 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
             raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
                              f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
         plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                   deterministic, block_mask, spec, drop, window)
+                                   deterministic, block_mask, spec, drop, window, softcap)
         chain = plan_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal, window)
         arrays = [q, k, v, o, do, lse] if mask is None else [q, k, v, o, do, lse, mask]
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, tuple(chain),
@@ -490,28 +503,29 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
 
     key = call_key("bwd", (q, k, v, o, do, lse), mask, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                    deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask,
-                   dropout=dropout is not None, window=window)
+                   dropout=dropout is not None, window=window, softcap=softcap)
     return CACHE.lookup(key, plan_call)
 
 
 def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str = "flash",
                         causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                         deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
-                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None, window: Any = None
-                        ) -> tuple[Any, Any, Any]:
+                        block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None, window: Any = None,
+                        softcap: Any = None) -> tuple[Any, Any, Any]:
     if window is not None:  # as attention_arrays's
         window = normalize_window(window)
+    softcap = check_softcap(softcap)
     memo = None  # as attention_arrays's
     if mask is None and block_mask is None and not graph and dropout is None:
         memo = memo_key((q, k, v, o, do, lse), ("bwd", algorithm, causal, scale, sram, deterministic, bfloat16,
-                                                window))
+                                                window, softcap))
     call = memo_call(memo)
     if call is None:
         causal = normalize_causal(causal)
         scale = _check_options(scale, deterministic=deterministic, graph=graph)
         call = backward_call(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                              deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask, mask=mask,
-                             dropout=dropout, window=window)
+                             dropout=dropout, window=window, softcap=softcap)
         if memo is not None and call.fast is not None:
             CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path

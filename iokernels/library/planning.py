@@ -27,6 +27,8 @@ DEFAULT_SRAM = 96 * 1024  # M when none is given: two 96 KB blocks fit in an H10
 # where a sliding window runs: the one kernel family that applies one (iokernels.plan.variants.with_window)
 WINDOW_PATH = ("a sliding window runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': "
                "float16 or bfloat16, d a multiple of 8 up to 256, the sm_90 tma kernels, forward and backward)")
+SOFTCAP_PATH = ("a softcap runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': float16 or "
+                "bfloat16, the sm_90 tma kernels, d up to 256 forward and 128 backward, no dropout or masks)")
 
 
 def smem_limit() -> int | None:
@@ -76,7 +78,7 @@ def decode_plan(n_q: int, n_k: int, d: int, dtype: str, lead: tuple[int, ...], s
 
 
 def library_plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
-                 deterministic=False, block_mask=None, mask=None, dropout=None, window=None) -> Plan:
+                 deterministic=False, block_mask=None, mask=None, dropout=None, window=None, softcap=None) -> Plan:
     """One plan of a call: M from ``sram`` (default :data:`DEFAULT_SRAM`; "fast": the device's limit), the leading
     dims as batch (and heads, for grouped-query attention), the deterministic backward's own plan."""
     limit = smem_limit()
@@ -97,13 +99,14 @@ def library_plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram,
                                        deterministic=True, **grouped)
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
                      heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
-                     block_mask=block_mask, mask=mask, dropout=dropout, window=window)
+                     block_mask=block_mask, mask=mask, dropout=dropout, window=window, softcap=softcap)
 
 
 def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
                 lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
                 block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None,
-                window: tuple[int | None, int | None] | None = None) -> tuple[Plan, bool]:
+                window: tuple[int | None, int | None] | None = None, softcap: float | None = None
+                ) -> tuple[Plan, bool]:
     """The plan a call runs, and whether K and V are expanded to q's heads for it.
 
     A plain flash forward with few query rows per K/V head runs the split-KV decode (:func:`decode_plan`).
@@ -115,16 +118,18 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
 
     ``window`` (normalized, :func:`iokernels.plan.normalize_window`): only flash/fast's tma kernels apply one, so
     flash takes "fast" and nothing else, and any other algorithm, schedule or problem raises Unsupported
-    (:data:`WINDOW_PATH`) here: never run unmasked, never left to fail at launch."""
+    (:data:`WINDOW_PATH`) here: never run unmasked, never left to fail at launch. ``softcap`` (checked) the same
+    (:data:`SOFTCAP_PATH`)."""
     if (direction == "fwd" and algorithm == "flash" and schedule in (None, "fast") and not deterministic
-            and block_mask is None and mask is None and dropout is None and window is None):
+            and block_mask is None and mask is None and dropout is None and window is None and softcap is None):
         plan = decode_plan(n_q, n_k, d, dtype, lead, sram, group, causal)
         if plan is not None:
             return plan, False
-    if window is not None:
+    path = WINDOW_PATH if window is not None else SOFTCAP_PATH if softcap is not None else None
+    if path is not None:
         if algorithm != "flash" or schedule not in (None, "fast") or deterministic:
             what = "deterministic=True" if deterministic else "/".join(filter(None, (algorithm, schedule)))
-            raise Unsupported(f"{WINDOW_PATH}; {what} has no kernel that applies one")
+            raise Unsupported(f"{path}; {what} has no kernel that applies one")
         schedules: list[str | None] = ["fast"]
     else:
         fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES  # the head dims: the plans say
@@ -136,7 +141,7 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
         for kv_group in ((group, 1) if group > 1 else (1,)):
             try:
                 plan = library_plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
-                                    deterministic, block_mask, mask, dropout, window)
+                                    deterministic, block_mask, mask, dropout, window, softcap)
             except Unsupported as exc:  # the next choice, or this error when there is none
                 failure = exc
                 continue
@@ -148,8 +153,8 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
             check_runnable(plan)  # (a window's plan is a tma one: this never raises)
             return plan, kv_group != group
     assert failure is not None
-    if window is not None:
-        raise Unsupported(f"{WINDOW_PATH}: {failure}") from failure
+    if path is not None:
+        raise Unsupported(f"{path}: {failure}") from failure
     raise failure
 
 

@@ -27,6 +27,7 @@ except ImportError as exc:  # an optional dependency: say how to get it
 from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.units import parse_size
+from ..plan.variants import check_softcap
 from .dispatch import check_scale
 from .kvcache import check_options
 from .torch_kvcache import KV_NO_BACKWARD, check_in_place, check_kv_tensors, kvcache_forward
@@ -72,7 +73,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
               enable_gqa: bool = False, causal: bool | str = False, algorithm: str = "flash",
               schedule: str | None = None, sram: int | str | None = None, deterministic: bool = False,
               mask: Any = None, dropout: float | Dropout = 0.0,
-              window: tuple[int | None, int | None] | None = None, documents: Any = None) -> torch.Tensor:
+              window: tuple[int | None, int | None] | None = None, documents: Any = None,
+              softcap: float | None = None) -> torch.Tensor:
     """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd; torch's
     ``scaled_dot_product_attention`` signature (attn_mask, dropout_p, is_causal, scale, enable_gqa) and
     the library's options.
@@ -111,6 +113,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     :class:`iokernels.plan.Unsupported` (float32, algorithm "standard", ...). The operators take it as two ints,
     ``window_left`` and ``window_right`` (−1: unbounded).
 
+    softcap: a number c > 0 caps the logits, c · tanh(scale · q kᵀ / c), forward and backward (Gemma 2's attention
+    softcapping), as :func:`iokernels.attention`'s: the sm_90 tma kernels only (float16 or bfloat16, d up to 256
+    forward and 128 backward, causal and windows included; not dropout or masks: Unsupported).
+
     documents: document masking, the lengths of documents packed along N (N_q = N_k = their sum, the same for every
     batch row and head): a row sees the keys of its own document only (and with causal or is_causal, j <= i). As
     :func:`iokernels.attention`'s: the sm_90 variable-length tma kernels on the tensors' memory (contiguous, float16
@@ -137,7 +143,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     """
     if documents is not None:
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, mask=attn_mask if mask is None else mask,
-                       dropout=dropout or dropout_p, window=window, deterministic=deterministic)
+                       dropout=dropout or dropout_p, window=window, deterministic=deterministic, softcap=softcap)
         if is_causal and causal:
             raise TypeError("pass is_causal or causal, not both")
         return _documents(q, k, v, documents, normalize_causal(causal or is_causal), check_scale(scale))
@@ -149,29 +155,30 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     if window is not None:  # normalized first (ValueError for a bad one): its ints, not as spelled, key OPTIONS
         window = normalize_window(window)
     raw = (is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout, window,
-           type(scale), type(sram), type(dropout_p), type(dropout), type(causal))  # True == 1 == 1.0: the types too
+           softcap, type(scale), type(sram), type(dropout_p), type(dropout), type(causal), type(softcap))
+    # (True == 1 == 1.0: the types too)
     try:
         options = OPTIONS.get(raw)
     except TypeError:  # an unhashable option: checked below, and refused
         options = raw = None
     if options is None:
         options = _checked_options(is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic,
-                                   dropout_p, dropout, window)
+                                   dropout_p, dropout, window, softcap)
         if raw is not None and not isinstance(dropout, Dropout):  # a Dropout is one call's: not kept
             if len(OPTIONS) >= MAX_OPTIONS:
                 OPTIONS.clear()
             OPTIONS[raw] = options
-    p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window = options
+    p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window, softcap = options
     if not _plain_eager(q, k, v):  # traced (one node each way), fake or meta tensors (the fake implementation),
         # a dispatch mode that should see the operator, or what the operator's checks refuse
         check_tensors(q, k, v, mask)
         out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm,
-                                                      schedule, sram, deterministic, *window_ints(window))
+                                                      schedule, sram, deterministic, *window_ints(window), softcap)
         return out
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
         return EagerAttention.apply(q, k, v, mask, options)
     return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram,
-                   keep_lse=False, window=window)[0]
+                   keep_lse=False, window=window, softcap=softcap)[0]
 
 
 def _plain_eager(q: Any, *more: Any) -> bool:
@@ -322,10 +329,10 @@ MAX_OPTIONS = 1024
 
 
 def _checked_options(is_causal: Any, causal: Any, enable_gqa: Any, algorithm: Any, schedule: Any, scale: Any,
-                     sram: Any, deterministic: Any, dropout_p: Any, dropout: Any, window: Any = None
-                     ) -> tuple[Any, ...]:
+                     sram: Any, deterministic: Any, dropout_p: Any, dropout: Any, window: Any = None,
+                     softcap: Any = None) -> tuple[Any, ...]:
     """The options as the implementation takes them: (p, seed, offset, causal, scale, algorithm, schedule,
-    sram, deterministic, window (normalized)); TypeError/ValueError for what is wrong."""
+    sram, deterministic, window (normalized), softcap (checked)); TypeError/ValueError for what is wrong."""
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     if is_causal and normalize_causal(causal):
@@ -335,7 +342,7 @@ def _checked_options(is_causal: Any, causal: Any, enable_gqa: Any, algorithm: An
         raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
     algorithm, schedule, scale, sram, deterministic = _options(algorithm, schedule, scale, sram, deterministic)
     p, seed, offset = _dropout(dropout, dropout_p)
-    return p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window
+    return p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window, check_softcap(softcap)
 
 
 class EagerAttention(torch.autograd.Function):
@@ -345,9 +352,10 @@ class EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                 options: tuple[Any, ...]) -> torch.Tensor:
-        p, seed, offset, causal, scale, algorithm, schedule, sram, _, window = options
+        p, seed, offset, causal, scale, algorithm, schedule, sram, _, window, softcap = options
         drop = forward_dropout(p, seed, offset)
-        out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window)
+        out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window,
+                           softcap=softcap)
         ctx.save_for_backward(q, k, v, out, lse, mask)
         ctx.drop, ctx.options = drop, options
         return out
@@ -355,7 +363,8 @@ class EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, out, lse, mask = ctx.saved_tensors
-        _, _, _, causal, scale, algorithm, _, sram, deterministic, window = ctx.options
+        _, _, _, causal, scale, algorithm, _, sram, deterministic, window, softcap = ctx.options
         dq, dk, dv = backward(dout, q, k, v, out, lse, mask, ctx.drop, causal, scale,
-                              "standard" if algorithm == "standard" else "flash", sram, deterministic, window)
+                              "standard" if algorithm == "standard" else "flash", sram, deterministic, window,
+                              softcap)
         return dq, dk, dv, None, None

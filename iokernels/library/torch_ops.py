@@ -9,10 +9,11 @@ Schemas (tensors; mask optional; options as float, int, bool or str)::
 
     iokernels::attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, int dropout_seed,
         int dropout_offset, str causal, float? scale, str algorithm, str? schedule, int? sram,
-        bool deterministic, int window_left=-1, int window_right=-1) -> (Tensor out, Tensor lse, Tensor rng)
+        bool deterministic, int window_left=-1, int window_right=-1, float? softcap=None)
+        -> (Tensor out, Tensor lse, Tensor rng)
     iokernels::attention_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? mask,
         float dropout_p, Tensor rng, str causal, float? scale, str algorithm, int? sram, bool deterministic,
-        int window_left=-1, int window_right=-1) -> (Tensor dq, Tensor dk, Tensor dv)
+        int window_left=-1, int window_right=-1, float? softcap=None) -> (Tensor dq, Tensor dk, Tensor dv)
 
 out (..., N_q, d) in q's dtype and lse (..., N_q) float32, both contiguous on q's device; rng: the dropout
 stream the forward used, an int64 CPU tensor [seed, offset] (the 64-bit seed stored as its signed
@@ -22,7 +23,8 @@ a new one at each call; the backward takes rng and regenerates the same mask. ``
 "top_left" or "bottom_right". ``deterministic`` is the backward's (:func:`iokernels.attention_backward`);
 the forward only hands it on. ``algorithm`` of the backward: "standard" or "flash". ``window_left``,
 ``window_right``: the sliding window (:func:`iokernels.attention`'s ``window``), −1 for an unbounded side (both −1,
-the default: none); the backward takes the forward's. lse and rng carry no gradient; the mask gets none.
+the default: none); the backward takes the forward's, and the forward's ``softcap`` (None: none). lse and rng carry
+no gradient; the mask gets none.
 
 The implementation (:func:`forward`, :func:`backward`; the operators' CUDA kernels, and what an eager call of
 :func:`iokernels.torch.attention` runs without the dispatcher) takes a call signature's first call through
@@ -49,6 +51,7 @@ import torch
 from ..kernels import launch
 from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
+from ..plan.variants import check_softcap
 from . import api
 from .dispatch import TORCH_CALLS, Dispatch, device_id
 from .fastpath import fast_memory_error
@@ -59,10 +62,10 @@ _CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat
                 torch.float64: "float64", torch.int32: "int32"}  # int32: the KV cache's lengths and page table
 FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, int dropout_seed, int dropout_offset, "
               "str causal, float? scale, str algorithm, str? schedule, int? sram, bool deterministic, "
-              "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)")
+              "int window_left=-1, int window_right=-1, float? softcap=None) -> (Tensor, Tensor, Tensor)")
 BWD_SCHEMA = ("(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? mask, float dropout_p, "
               "Tensor rng, str causal, float? scale, str algorithm, int? sram, bool deterministic, "
-              "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)")
+              "int window_left=-1, int window_right=-1, float? softcap=None) -> (Tensor, Tensor, Tensor)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,14 +336,14 @@ def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> TorchCall | 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None,
             causal: str, scale: float | None, algorithm: str, schedule: str | None, sram: int | None,
-            keep_lse: bool = True, window: tuple[int | None, int | None] | None = None
+            keep_lse: bool = True, window: tuple[int | None, int | None] | None = None, softcap: float | None = None
             ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(O, lse) of :func:`iokernels.attention` on CUDA tensors (the operator's forward, and the eager call's);
-    ``keep_lse=False`` (a call no backward follows): lse may be None. ``window``: normalized."""
+    ``keep_lse=False`` (a call no backward follows): lse may be None. ``window``: normalized; ``softcap``: checked."""
     try:
         key = ("fwd", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
                v.stride(), v.dtype, v.device, mask_signature(mask), dropout is not None, causal, scale, algorithm,
-               schedule, sram, window)
+               schedule, sram, window, softcap)
     except AttributeError:  # not tensors: check_tensors says so
         key = None
     entry = None if key is None else fast_call(key, q.device)
@@ -356,7 +359,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         return arrays[out["O"]], lse.view(*call.lead, call.n_q)
     check_tensors(q, k, v, mask)
     options = {"algorithm": algorithm, "causal": normalize_causal(causal), "scale": scale, "sram": sram,
-               "bfloat16": q.dtype == torch.bfloat16, "dropout": dropout, "window": window}
+               "bfloat16": q.dtype == torch.bfloat16, "dropout": dropout, "window": window, "softcap": softcap}
     with torch_stream(q.device) as (cp, allocator):
         arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v)]
         mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
@@ -370,15 +373,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
              lse: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None, causal: str, scale: float | None,
-             algorithm: str, sram: int | None, deterministic: bool, window: tuple[int | None, int | None] | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             algorithm: str, sram: int | None, deterministic: bool, window: tuple[int | None, int | None] | None = None,
+             softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`iokernels.attention_backward` on CUDA tensors (the operator's and the eager call's);
-    ``window``: normalized, the forward's."""
+    ``window``: normalized, the forward's; ``softcap``: the forward's."""
     try:
         key = ("bwd", dout.shape, dout.stride(), dout.dtype, dout.device, q.shape, q.stride(), q.dtype, q.device,
                k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(), v.dtype, v.device, out.shape,
                out.stride(), out.dtype, out.device, lse.shape, lse.stride(), lse.dtype, lse.device,
-               mask_signature(mask), dropout is not None, causal, scale, algorithm, sram, deterministic, window)
+               mask_signature(mask), dropout is not None, causal, scale, algorithm, sram, deterministic, window,
+               softcap)
     except AttributeError:
         key = None
     entry = None if key is None else fast_call(key, q.device)
@@ -393,7 +397,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     check_backward_tensors(dout, q, out, lse)
     options = {"algorithm": algorithm, "causal": normalize_causal(causal), "scale": scale, "sram": sram,
                "deterministic": deterministic, "bfloat16": q.dtype == torch.bfloat16, "dropout": dropout,
-               "window": window}
+               "window": window, "softcap": softcap}
     with torch_stream(q.device) as (cp, allocator):
         arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v, out, dout.to(q.dtype), lse)]
         mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
@@ -413,17 +417,20 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
                   dropout_seed: int, dropout_offset: int, causal: str, scale: float | None, algorithm: str,
                   schedule: str | None, sram: int | None, deterministic: bool, window_left: int = -1,
-                  window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  window_right: int = -1, softcap: float | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     window = op_window(window_left, window_right)
     drop = forward_dropout(dropout_p, dropout_seed, dropout_offset)
-    out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window)
+    out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window,
+                       softcap=check_softcap(softcap))
     return out, lse, rng_tensor(drop)
 
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, mask, dropout_p, dropout_seed, dropout_offset, causal, scale, algorithm, schedule,
-                        sram, deterministic, window_left=-1, window_right=-1):
+                        sram, deterministic, window_left=-1, window_right=-1, softcap=None):
     op_window(window_left, window_right)
+    check_softcap(softcap)
     check_tensors(q, k, v, mask)
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))
     lse = q.new_empty(tuple(q.shape[:-1]), dtype=torch.float32)
@@ -434,15 +441,17 @@ def _attention_fwd_fake(q, k, v, mask, dropout_p, dropout_seed, dropout_offset, 
 def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, rng: torch.Tensor, causal: str,
                   scale: float | None, algorithm: str, sram: int | None, deterministic: bool, window_left: int = -1,
-                  window_right: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  window_right: int = -1, softcap: float | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return backward(dout, q, k, v, out, lse, mask, backward_dropout(dropout_p, rng), causal, scale, algorithm, sram,
-                    deterministic, op_window(window_left, window_right))
+                    deterministic, op_window(window_left, window_right), check_softcap(softcap))
 
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, out, lse, mask, dropout_p, rng, causal, scale, algorithm, sram,
-                        deterministic, window_left=-1, window_right=-1):
+                        deterministic, window_left=-1, window_right=-1, softcap=None):
     op_window(window_left, window_right)
+    check_softcap(softcap)
     check_tensors(q, k, v, mask)
     check_backward_tensors(dout, q, out, lse)
     return tuple(t.new_empty(tuple(t.shape)) for t in (q, k, v))
@@ -462,21 +471,21 @@ def check_backward_tensors(dout: Any, q: torch.Tensor, out: Any, lse: Any) -> No
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    # inputs: all 15, the defaults filled in (torch.library fills those the dispatcher dropped)
-    q, k, v, mask, dropout_p, _, _, causal, scale, algorithm, _, sram, deterministic, left, right = inputs
+    # inputs: all 16, the defaults filled in (torch.library fills those the dispatcher dropped)
+    q, k, v, mask, dropout_p, _, _, causal, scale, algorithm, _, sram, deterministic, left, right, softcap = inputs
     out, lse, rng = output
     ctx.save_for_backward(q, k, v, out, lse, rng, mask)
     ctx.mark_non_differentiable(lse, rng)
     ctx.options = (dropout_p, causal, scale, "standard" if algorithm == "standard" else "flash", sram, deterministic,
-                   left, right)  # the backward's window: the forward's
+                   left, right, softcap)  # the backward's window and softcap: the forward's
 
 
 def _backward(ctx: Any, dout: torch.Tensor, dlse: Any, drng: Any) -> tuple[torch.Tensor | None, ...]:
     q, k, v, out, lse, rng, mask = ctx.saved_tensors
-    dropout_p, causal, scale, algorithm, sram, deterministic, left, right = ctx.options
+    dropout_p, causal, scale, algorithm, sram, deterministic, left, right, softcap = ctx.options
     dq, dk, dv = torch.ops.iokernels.attention_bwd(dout, q, k, v, out, lse, mask, dropout_p, rng, causal, scale,
-                                                   algorithm, sram, deterministic, left, right)
-    return (dq, dk, dv) + (None,) * 12  # one per positional input of the forward
+                                                   algorithm, sram, deterministic, left, right, softcap)
+    return (dq, dk, dv) + (None,) * 13  # one per positional input of the forward
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -57,6 +57,7 @@ from .variants import (
     with_documents,
     with_dropout,
     with_mask,
+    with_softcap,
     with_window,
 )
 
@@ -69,5 +70,6 @@ __all__ = [
     "min_sram", "normalize_causal", "normalize_documents", "normalize_window", "pair_grid", "pair_sums",
     "supports_block_sparse", "supports_causal", "supports_dropout", "supports_explicit_mask", "visible_area",
     "visible_key_blocks", "with_block_mask", "with_causal", "with_documents", "with_dropout", "with_mask",
+    "with_softcap",
     "with_window",
 ]

@@ -126,6 +126,9 @@ class Plan:
     # sliding window (left, right) (iokernels.plan.causal.normalize_window; None: none): flash/fast's tma kernels
     # take it (WINDOW), the research kernels do not (the launcher refuses them; the model and simulator take all)
     window: tuple[int | None, int | None] | None = None
+    # the logits' softcap c: c · tanh(τ s / c) (iokernels.plan.variants.with_softcap; None: none): flash/fast's tma
+    # kernels take it (SOFTCAP), the model's bytes do not change
+    softcap: float | None = None
     # document masking: the lengths of packed documents (iokernels.plan.causal.normalize_documents; None: none). No
     # kernel takes it yet: the model and the simulator do, the launcher refuses it
     documents: tuple[int, ...] | None = None
@@ -240,6 +243,7 @@ class Plan:
             **({"kv_heads": self.kv_heads} if self.kv_heads != self.heads else {}),
             **({"causal": self.causal} if self.causal else {}),
             **({"window": list(self.window)} if self.window is not None else {}),
+            **({"softcap": self.softcap} if self.softcap is not None else {}),
             **({"documents": list(self.documents)} if self.documents is not None else {}),
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),

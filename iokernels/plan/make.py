@@ -23,11 +23,13 @@ from .variants import (
     check_block_mask,
     check_dropout,
     check_explicit_mask,
+    check_softcap,
     with_block_mask,
     with_causal,
     with_documents,
     with_dropout,
     with_mask,
+    with_softcap,
     with_window,
 )
 
@@ -54,6 +56,7 @@ def make_plan(
     dropout: Dropout | None = None,
     window: tuple[int | None, int | None] | None = None,
     documents: tuple[int, ...] | None = None,
+    softcap: float | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -79,7 +82,9 @@ def make_plan(
     skipped, as causal); of the kernels, flash/fast's tma forward and backward (sm_90) apply it, and launching a
     research plan with a window raises Unsupported. ``documents``: document masking, the lengths of packed documents
     summing to N_q = N_k (:func:`iokernels.plan.causal.normalize_documents`): the model and the simulator take it, no
-    kernel does yet.
+    kernel runs this tiling (the library runs documents as variable-length sequences, ``make_documents_plan``).
+    ``softcap``: the logits c · tanh(τ s / c) (:func:`iokernels.plan.variants.with_softcap`): flash/fast on the tma
+    kernels only (as a window, the plan takes their tiles), Unsupported elsewhere.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -94,10 +99,13 @@ def make_plan(
         check_dropout((algorithm, schedule, direction), dropout)
     if block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
-    plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c, dropout=dropout is not None,
-                     banded=normalize_window(window) is not None, **args)
+    capped = check_softcap(softcap) is not None
+    # a softcap's backward takes the dropout tiles (B_r 64: at 128 its 1 − tanh² per element spills)
+    plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c,
+                     dropout=dropout is not None or (capped and direction == "bwd"),
+                     banded=normalize_window(window) is not None or capped, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
-    return with_documents(with_window(plan, window), documents)
+    return with_softcap(with_documents(with_window(plan, window), documents), softcap)
 
 
 

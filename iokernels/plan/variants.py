@@ -15,6 +15,7 @@ batch·head). Tiles do not change; every computed (query block, key block) pair 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
@@ -221,6 +222,38 @@ def with_window(plan: Plan, window: object) -> Plan:
                               f"not {plan.stage('main').kernel}")
         stages = tuple(replace(s, params=(*s.params, ("WINDOW", 1))) if s.name == "main" else s for s in stages)
     return replace(plan, window=window, stages=stages)
+
+
+# the kernels that take a softcap (SOFTCAP, one runtime float after the window's offsets, kernels/common.cuh): the sm_90
+# tma forward and the narrow tma backward, without dropout or a variable-length batch
+SOFTCAP_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
+
+
+def check_softcap(softcap: object) -> float | None:
+    """A softcap as a float: None (none) or a finite real number > 0 (ValueError/TypeError otherwise)."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap):
+        raise TypeError(f"softcap must be a finite number > 0 or None, got {softcap!r}")
+    if softcap <= 0:
+        raise ValueError(f"softcap must be > 0, got {softcap!r}")
+    return float(softcap)
+
+
+def with_softcap(plan: Plan, softcap: object) -> Plan:
+    """``plan`` with the logits capped: c · tanh(τ s / c) for a softcap c (Gemma 2's attention softcapping; None:
+    the plan unchanged), forward and backward (dS times 1 − tanh²). The sm_90 tma kernels apply it (``SOFTCAP`` on
+    the main stage: flash/fast with the tma kernels, d up to 256 forward and 128 backward, no dropout); any other
+    plan raises Unsupported. Bytes do not change."""
+    softcap = check_softcap(softcap)
+    if softcap is None:
+        return plan
+    if plan.schedule != "fast" or plan.variant or plan.dropout is not None or plan.mask is not None \
+            or plan.block_mask is not None or plan.stage("main").kernel not in SOFTCAP_KERNELS:
+        raise Unsupported(f"a softcap runs on the sm_90 tma kernels (flash/fast forward, and the backward up to d 128) "
+                          f"without dropout or masks, not {plan.label} ({plan.stage('main').kernel})")
+    stages = tuple(replace(s, params=(*s.params, ("SOFTCAP", 1))) if s.name == "main" else s for s in plan.stages)
+    return replace(plan, softcap=softcap, stages=stages)
 
 
 def with_documents(plan: Plan, documents: object) -> Plan:

@@ -40,10 +40,16 @@ def causal_mask(n_q: int, n_k: int, causal: bool | str = True) -> np.ndarray | N
     return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + off
 
 
-def _scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool | str, mask: np.ndarray | None
-            ) -> tuple[np.ndarray, np.ndarray | None]:
-    """scale * Q K^T (plus an additive mask) and the boolean visibility (None: all visible)."""
-    s = scale * (q @ np.swapaxes(k, -1, -2))
+def capped(x: np.ndarray, softcap: float | None) -> np.ndarray:
+    """Logits x through the softcap c: c · tanh(x / c) (Gemma 2's attention softcapping); x itself without one."""
+    return x if softcap is None else softcap * np.tanh(x / softcap)
+
+
+def _scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool | str, mask: np.ndarray | None,
+            softcap: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """scale * Q K^T (through the softcap, then plus an additive mask) and the boolean visibility (None: all
+    visible)."""
+    s = capped(scale * (q @ np.swapaxes(k, -1, -2)), softcap)
     visible = causal_mask(q.shape[-2], k.shape[-2], causal)
     if mask is not None:
         mask = np.asarray(mask)
@@ -72,22 +78,23 @@ def _probabilities(s: np.ndarray, visible: np.ndarray | None) -> tuple[np.ndarra
 
 
 def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, causal: bool | str = False,
-                  mask: np.ndarray | None = None) -> np.ndarray:
-    """P = softmax(scale * Q K^T) in float64, 0 where masked (and on rows with no visible key)."""
+                  mask: np.ndarray | None = None, softcap: float | None = None) -> np.ndarray:
+    """P = softmax(scale * Q K^T) in float64 (through the softcap), 0 where masked (and on rows with no visible
+    key)."""
     scale = default_scale(q.shape[-1]) if scale is None else scale
     return _probabilities(*_scores(np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64), scale,
-                                   causal, mask))[0]
+                                   causal, mask, softcap))[0]
 
 
 def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
-            causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None
-            ) -> tuple[np.ndarray, np.ndarray]:
+            causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None,
+            softcap: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64
-    (``causal``: see the module docstring)."""
+    (``causal``: see the module docstring; ``softcap`` c: the logits c · tanh(scale * Q K^T / c))."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s, visible = _scores(q, k, scale, causal, mask)
+    s, visible = _scores(q, k, scale, causal, mask, softcap)
     if visible is None:
         m = s.max(axis=-1, keepdims=True)
         p = np.exp(s - m)
@@ -101,14 +108,14 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = N
 
 
 def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None,
-             causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None,
+             softcap: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64 (``causal``: see the
-    module docstring)."""
+    module docstring; ``softcap`` as :func:`forward`'s, its derivative 1 − tanh² on dS)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
-    s, visible = _scores(q, k, scale, causal, mask)
+    s, visible = _scores(q, k, scale, causal, mask, softcap)
     if visible is None:
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
@@ -118,4 +125,6 @@ def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale:
     dv = np.swapaxes(p * z, -1, -2) @ do
     dp = z * (do @ np.swapaxes(v, -1, -2))  # the gradient of the undropped P
     ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))  # rowsum(P ∘ dP) = rowsum(dO ∘ O)
+    if softcap is not None:  # d(c tanh(x / c)) / dx = 1 − tanh²(x / c)
+        ds = ds * (1.0 - np.tanh(scale * (q @ np.swapaxes(k, -1, -2)) / softcap) ** 2)
     return scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), dv

@@ -21,6 +21,7 @@ from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
 from .decode import run_decode
 from .hbm import ALL, KV_TENSORS, Hbm, blocks, divide, finite, rescale, transpose
+from .reference import capped
 from .varlen import other_layout, run_varlen, run_varlen_bwd
 
 # ---------------------------------------------------------------------------------------------
@@ -265,8 +266,8 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
                 continue
             if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
                 q = hbm.load("Q", (ALL, rs, ALL))
-            s = _masked(scale * (q @ transpose(hbm.load("K", (kv, cs, ALL)))), _visible(p, rs, cs))
-            s = _explicit(hbm, rs, cs, s)
+            logits = capped(scale * (q @ transpose(hbm.load("K", (kv, cs, ALL)))), p.softcap)
+            s = _explicit(hbm, rs, cs, _masked(logits, _visible(p, rs, cs)))
             m_new = np.maximum(m, s.max(axis=-1))
             prob = np.exp(s - finite(m_new)[..., None])
             alpha = rescale(m, m_new)
@@ -311,15 +312,17 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
             q, do = grouped(hbm.load("Q", (ALL, rs, ALL))), grouped(hbm.load("dO", (ALL, rs, ALL)))
             lse, dd = grouped(hbm.load("lse", (ALL, rs))), grouped(hbm.load("D", (ALL, rs)))
             # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
+            raw = (scale * (q @ transpose(k))).reshape(p.bh, *q.shape[2:-1], -1)
             with np.errstate(invalid="ignore"):  # a row with lse = −inf is masked everywhere
-                x = _explicit(hbm, rs, cs, (scale * (q @ transpose(k))).reshape(p.bh, *q.shape[2:-1], -1))
-                x = grouped(x)
+                x = grouped(_explicit(hbm, rs, cs, capped(raw, p.softcap)))
                 prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
             # dropout (Z of the query heads): dV += (Z ∘ P)ᵀ dO, dS = P ∘ (Z ∘ dO Vᵀ − D)
             z = _dropout_tile(p, rs, cs)
             z = grouped(z) if p.dropout is not None else z
             dv += (transpose(z * prob) @ do).sum(axis=1, keepdims=True)
             ds = prob * (z * (do @ transpose(v)) - dd[..., None])
+            if p.softcap is not None:  # through the softcap: 1 − tanh²
+                ds = ds * grouped(1.0 - np.tanh(raw / p.softcap) ** 2)
             if dq_atomics:
                 hbm.atomic_add("dQacc", (ALL, rs, ALL), (scale * (ds @ k)).reshape(p.bh, -1, p.d))
             dk += scale * (transpose(ds) @ q).sum(axis=1, keepdims=True)

@@ -21,8 +21,9 @@ def test_the_ops_are_registered_with_their_schemas():
     assert str(fwd.default._schema) == "iokernels::attention_fwd" + ops.FWD_SCHEMA
     assert str(bwd.default._schema) == "iokernels::attention_bwd" + ops.BWD_SCHEMA
     assert "Tensor? mask" in ops.FWD_SCHEMA and "int dropout_seed, int dropout_offset" in ops.FWD_SCHEMA
-    for schema in (ops.FWD_SCHEMA, ops.BWD_SCHEMA):  # the window last, defaulting to none (older calls still fit)
-        assert "bool deterministic, int window_left=-1, int window_right=-1) ->" in schema
+    for schema in (ops.FWD_SCHEMA, ops.BWD_SCHEMA):  # the window and the softcap last, defaulting to none (older
+        # calls still fit)
+        assert "bool deterministic, int window_left=-1, int window_right=-1, float? softcap=None) ->" in schema
 
 
 def test_the_window_crosses_the_schema_as_two_ints():

@@ -220,7 +220,8 @@ def _scores(q, k, causal, scale):
     return s, group
 
 
-def _ref_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, keep_lse=True):
+def _ref_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, keep_lse=True, head_major=False):
+    assert not head_major  # (the packed layout here; head-major: tests/gpu/test_documents.py)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     out = torch.zeros(q.shape, dtype=torch.float64)
     lse = torch.full(q.shape[:2], -math.inf, dtype=torch.float64)
@@ -234,7 +235,8 @@ def _ref_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, keep_lse=True
     return out.to(q.dtype), lse.float()
 
 
-def _ref_backward(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+def _ref_backward(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale, head_major=False):
+    assert not head_major
     assert dout.is_contiguous()  # as the kernels read it
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     dq, dk, dv = (torch.zeros(t.shape, dtype=torch.float64) for t in (q, k, v))
@@ -265,7 +267,7 @@ def cpu_ops(monkeypatch):
         return _ref_forward(*args, **kw)
 
     def backward(*args):
-        calls.append(("bwd", args[8:]))
+        calls.append(("bwd", args[8:12]))  # (then head_major, which _ref_backward checks)
         return _ref_backward(*args)
 
     monkeypatch.setattr(ops, "DEVICE_TYPES", ("cuda", "meta", "cpu"))
@@ -370,7 +372,7 @@ def stand_ins(monkeypatch):
         first_calls.append(("bwd", (q, k, v, o, do, lse, cu_q, cu_k), (max_q, max_k), options))
         return torch.zeros(q.shape), torch.zeros(k.shape), torch.zeros(v.shape)
 
-    def call_of(arrays, max_q, max_k, *, causal, scale, bfloat16, direction="fwd"):
+    def call_of(arrays, max_q, max_k, *, causal, scale, bfloat16, direction="fwd", head_major=False):
         q, k = arrays["Q"], arrays["K"]
         call = Dispatch("cupy", "float16", tuple(q.shape[:2]), max_q, max_k, q.shape[2], 4, False, (), 0, 0.125)
         if direction == "fwd":
@@ -404,7 +406,7 @@ def test_later_calls_launch_on_the_tensors_addresses(stand_ins):
     vops.varlen_forward(q, k, v, cu_q, cu_k, *options)  # the first call: the cupy function, the fast path stored
     ((direction, views, lengths, kw),) = stand_ins
     assert direction == "fwd" and lengths == (150, 120)
-    assert kw == {"return_lse": True, "causal": "bottom_right", "scale": None, "bfloat16": True}
+    assert kw == {"return_lse": True, "causal": "bottom_right", "scale": None, "bfloat16": True, "head_major": False}
     _assert_views(views, (q, k, v, cu_q, cu_k))
     assert [str(x.dtype) for x in views] == ["uint16"] * 3 + ["int32"] * 2  # bfloat16 as its bits
     out, lse = vops.varlen_forward(q, k, v, cu_q, cu_k, *options)
@@ -463,7 +465,7 @@ def test_every_argument_is_documented():
     tree = ast.parse(Path(ops.__file__).with_name("torch.py").read_text(encoding="utf-8"))
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "attention_varlen")
     names = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
-    assert len(names) == 10
+    assert len(names) == 11
     for name in names:
         assert name in doc, name
     assert "flash_attn_varlen_func" in doc and "torch.ops.iokernels.attention_varlen_bwd" in doc
