@@ -44,9 +44,10 @@ def ulp(dtype: str) -> float:
 
 
 def plan_naive_p(plan, q, k, scale):
-    """A fast plan's same-precision P: S rounded to the dtype, the plan's causal mask and window applied, softmax
-    in float64 (rows with no visible key 0), rounded. q (BH, N_q, d); k with the plan's K/V rows per query head."""
-    s = round_to(scale * (q @ np.swapaxes(k, -1, -2)), plan.dtype)
+    """A fast plan's same-precision P: S (through the plan's softcap) rounded to the dtype, the plan's causal mask
+    and window applied, softmax in float64 (rows with no visible key 0), rounded. q (BH, N_q, d); k with the plan's
+    K/V rows per query head."""
+    s = round_to(reference.capped(scale * (q @ np.swapaxes(k, -1, -2)), plan.softcap), plan.dtype)
     vis = plan.visible(np.arange(plan.N_q), np.arange(plan.N_k))
     if vis is not None:
         s = np.where(vis, s, -np.inf)
@@ -67,7 +68,10 @@ def plan_naive_grads(plan, q, k, v, do, z=1.0):
     p = plan_naive_p(plan, q, k, scale)
     dv = round_to(np.swapaxes(p * z, -1, -2) @ do, plan.dtype)
     dp = round_to(z * (do @ np.swapaxes(v, -1, -2)), plan.dtype)
-    ds = round_to(p * (dp - (p * dp).sum(axis=-1, keepdims=True)), plan.dtype)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    if plan.softcap is not None:  # through the softcap: 1 − tanh²
+        ds = ds * (1.0 - np.tanh(scale * (q @ np.swapaxes(k, -1, -2)) / plan.softcap) ** 2)
+    ds = round_to(ds, plan.dtype)
     return {"dQ": round_to(scale * (ds @ k), plan.dtype),
             "dK": group_sum(plan, round_to(scale * (np.swapaxes(ds, -1, -2) @ q), plan.dtype)),
             "dV": group_sum(plan, dv)}
