@@ -48,13 +48,18 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #endif
 // A softcap c (iokernels/plan/variants.py, with_softcap): a kernel compiled with SOFTCAP takes c after the window's
 // offsets (IOK_SOFTCAP_PARAM); the logits τ s become c · tanh(τ s / c) (Gemma 2's attention softcapping), and dS is
-// multiplied by 1 − tanh² in the backward. iok_tanh: 1 − 2 / (2^(2x log2 e) + 1), one ex2 and one reciprocal (±1
-// for |x| large, absolute error ~1e-7 near 0; tanh.approx.f32's relative 2^-11 would move a logit of 30 by 0.015).
+// multiplied by 1 − tanh² in the backward. iok_tanh: 1 − 2 / (2^(2x log2 e) + 1) with the approximate ex2 and rcp
+// (two MUFU operations; ±1 for |x| large, an absolute error ~1e-7: tanh.approx.f32, one operation, has a relative
+// 2^-11 that would move a logit of 30 by 0.015, more than float16 rounds it; __frcp_rn and exp2f's range handling ran
+// the d 64 forward at a fifth of its speed, results/h100/issue22/softcap/)
 #ifdef SOFTCAP
 #define IOK_SOFTCAP_PARAM const float softcap,
 __device__ __forceinline__ float iok_tanh(float x)
 {
-    return 1.0f - 2.0f * __frcp_rn(exp2f(2.8853900817779268f * x) + 1.0f);
+    float e, r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(2.8853900817779268f * x));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
+    return fmaf(-2.0f, r, 1.0f);
 }
 #else
 #define IOK_SOFTCAP_PARAM

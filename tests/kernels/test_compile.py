@@ -33,6 +33,7 @@ from .nvrtc_variants import ALL_ARCHS, HAVE_NVRTC, ONE_ARCH, U64_ATOMIC, needs_n
 from .test_causal_compile import causal_variants
 from .test_dropout_compile import dropout_variants
 from .test_mask_compile import mask_variants
+from .test_softcap_compile import softcap_variants
 from .test_sparse_compile import sparse_variants
 from .test_standard_masks_compile import standard_variants
 from .test_window_compile import window_variants
@@ -51,6 +52,7 @@ FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]]], ...] = (
     (standard_variants, ONE_ARCH),
     (fast_dropout_variants, ONE_ARCH),
     (window_variants, ONE_ARCH),
+    (softcap_variants, ONE_ARCH),
 )
 
 
