@@ -18,6 +18,7 @@ from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
 from ..plan.units import check_dtype, format_bytes, parse_size
+from ..plan.variants import check_softcap
 from ..plan.varlen import make_documents_plan, make_varlen_plan
 
 SIZE_HELP = "bytes, or with a unit: 192KB, 192KiB, 1MB (KB, MB are binary: 1 KB = 1024 bytes, same as KiB)"
@@ -164,8 +165,8 @@ def sparse_spec(block_sparse, block_pattern, block_seed, block_size) -> dict | N
 
 
 def mask_dropout_options(fn: Callable) -> Callable:
-    """--mask KIND [--mask-per-head] (an explicit mask of random values), --dropout P [--dropout-seed] and --window
-    LEFT,RIGHT (a sliding window)."""
+    """--mask KIND [--mask-per-head] (an explicit mask of random values), --dropout P [--dropout-seed], --window
+    LEFT,RIGHT (a sliding window) and --softcap C."""
     options = [
         click.option("--mask", "mask_kind", type=click.Choice(list(MASK_KINDS)), default=None,
                      help="an explicit element mask read from HBM, random values (about 70% visible): bool (1 byte "
@@ -179,6 +180,9 @@ def mask_dropout_options(fn: Callable) -> Callable:
         click.option("--window", "window", default=None, metavar="LEFT,RIGHT",
                      help="a sliding window (FlashAttention's window_size; -1: that side unbounded): the tiled "
                           "plans skip the blocks with no visible element; on a GPU only flash/fast's kernels take it"),
+        click.option("--softcap", "softcap", type=float, default=None, metavar="C",
+                     help="the logits capped at C tanh(s / C) (no bytes): the flash/fast plans on the tma kernels "
+                          "only (the others are left out)"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -197,15 +201,15 @@ def parse_window(text: str | None) -> tuple[int | None, int | None] | None:
             from None
 
 
-def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=None) -> dict:
-    """all_plans' mask, dropout and window arguments from the options."""
+def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=None, softcap=None) -> dict:
+    """all_plans' mask, dropout, window and softcap arguments from the options."""
     if mask_per_head and mask_kind is None:
         raise ValueError("--mask-per-head needs --mask bool|additive")
     if dropout_seed is not None and dropout_p is None:
         raise ValueError("--dropout-seed needs --dropout P")
     return {"mask": None if mask_kind is None else ExplicitMask(mask_kind, shared=not mask_per_head),
             "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0),
-            "window": parse_window(window)}
+            "window": parse_window(window), "softcap": check_softcap(softcap)}
 
 
 DECODE_OPTION = click.option(
@@ -229,13 +233,13 @@ KV_HEADS_OPTION = click.option(
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
                        sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False, varlen=None,
-                       documents=None):
+                       documents=None, softcap=None):
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
     causal = causal_spec(causal, causal_align)
     if documents is not None:  # document masking's plans alone
         if varlen is not None or n is not None or n_q is not None or n_k is not None:
             raise ValueError("--documents: N is the documents' sum (--N, --Nq, --Nk and --varlen do not apply)")
-        if sparse is not None or mask is not None or dropout is not None or window is not None or decode:
+        if sparse is not None or mask is not None or dropout is not None or window is not None or decode or softcap:
             raise ValueError("--documents: the document plans take causal alone (no block-sparse, mask, dropout, "
                              "window or --decode)")
         try:
@@ -248,7 +252,7 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
     if varlen is not None:  # a variable-length batch's plans alone
         if n is not None or n_q is not None or n_k is not None:
             raise ValueError("--varlen: the lengths are the sequences' (--N, --Nq and --Nk do not apply)")
-        if sparse is not None or mask is not None or dropout is not None or window is not None or decode:
+        if sparse is not None or mask is not None or dropout is not None or window is not None or decode or softcap:
             raise ValueError("--varlen: the variable-length plans take causal alone (no block-sparse, mask, dropout, "
                              "window or --decode)")
         try:
@@ -272,14 +276,15 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
                       causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout,
-                      window=window)
+                      window=window, softcap=softcap)
     if decode:  # the split-KV decode plan beside the others (forward; no mask)
-        if causal or block_mask is not None or mask is not None or dropout is not None or window is not None:
-            raise ValueError("--decode: the split-KV decode plan takes no mask, window or dropout")
+        if causal or block_mask is not None or mask is not None or dropout is not None or window is not None \
+                or softcap is not None:
+            raise ValueError("--decode: the split-KV decode plan takes no mask, window, softcap or dropout")
         plans.append(make_decode_plan(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), batch=batch, heads=heads,
                                       kv_heads=kv_heads, sms=spec.sms or DECODE_SMS))
     if not plans:
-        raise ValueError("no algorithm implements this combination of masks" if kv_heads is None else
+        raise ValueError("no algorithm implements this combination of masks (and softcap)" if kv_heads is None else
                          "no plan takes grouped-query attention here: flash/fast needs float16 or bfloat16 and "
                          "d of 64 or 128")
     return plans, spec

@@ -248,10 +248,11 @@ def with_softcap(plan: Plan, softcap: object) -> Plan:
     softcap = check_softcap(softcap)
     if softcap is None:
         return plan
+    kernel = next((s.kernel for s in plan.stages if s.name == "main"), None)
     if plan.schedule != "fast" or plan.variant or plan.dropout is not None or plan.mask is not None \
-            or plan.block_mask is not None or plan.stage("main").kernel not in SOFTCAP_KERNELS:
+            or plan.block_mask is not None or kernel not in SOFTCAP_KERNELS:
         raise Unsupported(f"a softcap runs on the sm_90 tma kernels (flash/fast forward, and the backward up to d 128) "
-                          f"without dropout or masks, not {plan.label} ({plan.stage('main').kernel})")
+                          f"without dropout or masks, not {plan.label}" + (f" ({kernel})" if kernel else ""))
     stages = tuple(replace(s, params=(*s.params, ("SOFTCAP", 1))) if s.name == "main" else s for s in plan.stages)
     return replace(plan, softcap=softcap, stages=stages)
 

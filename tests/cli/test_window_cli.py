@@ -43,3 +43,20 @@ def test_model_window_formulas_and_bad_windows():
     assert "Aᵥ" in result.output and "window: A_v the visible elements" in result.output
     bad = CliRunner().invoke(cli, ["model", "--N", "64", "--window", "5"])
     assert bad.exit_code != 0 and "--window" in bad.output
+
+
+def test_compare_softcap_keeps_the_tma_plans_and_their_bytes():
+    """--softcap C: only flash/fast's plans remain (the tma kernels take it), their simulated bytes the predicted
+    ones and the same as without the softcap at the same tiles (a softcap moves no byte), the simulator's outputs
+    the softcapped reference's; a bad C is a usage error."""
+    args = ["compare", "--N", "300", "--d", "64", "--dtype", "float16", "--batch", "1", "--heads", "2", "--causal",
+            "--simulate", "--backward", "--json"]
+    capped = run(*args, "--softcap", "5")
+    assert capped.exit_code == 0, capped.output
+    doc = json.loads(capped.stdout)
+    rows = totals(doc)
+    assert {k[:2] for k in rows} == {("flash", "fast")} and {k[2] for k in rows} == {"fwd", "bwd"}
+    assert all(r["measured_bytes"] == r["predicted_bytes"] for r in doc["rows"] + doc["stages"])
+    assert all(r["max_rel_err"] < 1e-12 for r in rows.values())
+    bad = run(*args, "--softcap", "-1")
+    assert bad.exit_code != 0 and "softcap" in bad.output
