@@ -28,8 +28,8 @@ DECODE_NQS = (1,)
 L2_FACTOR = 4  # the K/V caches a decode case rotates among hold together at least this many times the L2
 FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; a sliding window or "
                    "documents: 4*B*H*d per visible element of S (iokernels.plan.visible_area; documents of lengths "
-                   "n_i: the sum of n_i^2, causal n_i(n_i+1)/2); backward 2.5x forward; "
-                   "TFLOP/s = FLOPs / median seconds / 1e12")
+                   "n_i: the sum of n_i^2, causal n_i(n_i+1)/2); a softcap's tanh not counted; backward 2.5x "
+                   "forward; TFLOP/s = FLOPs / median seconds / 1e12")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,6 +67,7 @@ class Problem:
     window: tuple[int | None, int | None] | None = None  # a sliding window (left, right), FA2's window_size
     # document masking: the lengths of the documents packed into N (summing to N; a row sees its own document's keys)
     documents: tuple[int, ...] | None = None
+    softcap: float | None = None  # the logits capped, c·tanh(scale·q·kᵀ/c) (Gemma 2's attention softcapping)
 
     @property
     def bh(self) -> int:
@@ -86,7 +87,8 @@ class Problem:
         return (f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
                 + (f" dropout={self.dropout:g}" if self.dropout else "")
                 + (f" window={_window_text(self.window)}" if self.window is not None else "")
-                + (f" documents={documents_text(self.documents)}" if self.documents is not None else ""))
+                + (f" documents={documents_text(self.documents)}" if self.documents is not None else "")
+                + (f" softcap={self.softcap:g}" if self.softcap is not None else ""))
 
     def dropout_plan_arg(self) -> Any:
         """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
@@ -149,9 +151,10 @@ def parse_dtypes(text: str) -> list[str]:
 def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *, tokens: int = DEFAULT_TOKENS,
                   heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0,
                   window: tuple[int | None, int | None] | None = None,
-                  documents: int | None = None) -> list[Problem]:
+                  documents: int | None = None, softcap: float | None = None) -> list[Problem]:
     """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens; ``documents``: the
-    number of documents each N is cut into (:func:`document_lengths`), None for none."""
+    number of documents each N is cut into (:func:`document_lengths`), None for none; ``softcap``: every problem's
+    softcap (None for none)."""
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
     problems = []
@@ -165,7 +168,7 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                 check_problem(n, n, d, dtype, batch, heads)
                 lengths = None if documents is None else document_lengths(n, documents)
                 problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window,
-                                        documents=lengths))
+                                        documents=lengths, softcap=softcap))
     return problems
 
 

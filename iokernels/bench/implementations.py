@@ -27,7 +27,8 @@ Peers (``--peers``):
 - ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``
   (its first call, compiling, is outside the timed calls), a causal block mask when causal, a sliding-window one
   (``mask_mod``, the same rule as ours) with ``--window``, a document one (``document_id[q_idx] ==
-  document_id[kv_idx]``) with ``--documents``; no dropout.
+  document_id[kv_idx]``) with ``--documents``, a ``score_mod`` ``c * tanh(score / c)`` with ``--softcap``; no
+  dropout.
 Layout (B, H, N, d), contiguous, random normal inputs.
 
 Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require grad), "bwd" (torch:
@@ -38,7 +39,9 @@ timed calls; cupy: the backward call on a stored forward's O and lse) and, for `
 Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal (with a
 sliding window or documents, 4·B·H·d per visible element); backward 2.5× forward. A window and documents run on ours
 and FlexAttention only (torch's SDPA and the cupy standard attention have neither: a dense mask would be another
-workload; ours get ``documents=`` the lengths, FlexAttention a ``document_id`` mask). Shapes:
+workload; ours get ``documents=`` the lengths, FlexAttention a ``document_id`` mask). A softcap (``--softcap C``, the
+logits capped at c·tanh(s/c), its tanh not counted) likewise: ours get ``softcap=`` C, FlexAttention a ``score_mod``
+(with the causal, window or document block mask when there is one). Shapes:
 B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
 
@@ -146,8 +149,9 @@ class IokernelsCupy(Impl):
         shape = (problem.batch, problem.heads, problem.n, problem.d)
         q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
         fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, "window": problem.window,
-               "documents": problem.documents}
-        bwd = {**self.backward, "causal": problem.causal, "window": problem.window, "documents": problem.documents}
+               "documents": problem.documents, "softcap": problem.softcap}
+        bwd = {**self.backward, "causal": problem.causal, "window": problem.window, "documents": problem.documents,
+               "softcap": problem.softcap}
         clock = CupyClock()
         with clock.on():
             cp.cuda.Device().synchronize()
@@ -187,6 +191,8 @@ class CupyStandard(Impl):
             raise Unsupported("the cupy standard attention has no sliding window")
         if problem.masks_documents:
             raise Unsupported("the cupy standard attention has no document mask")
+        if problem.softcap is not None:
+            raise Unsupported("the cupy standard attention has no softcap")
         from ..kernels.runtime import require_cupy
 
         cp = require_cupy()
@@ -342,7 +348,7 @@ class IokernelsTorch(Impl):
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window,
-                             documents=problem.documents)
+                             documents=problem.documents, softcap=problem.softcap)
 
         return torch_runner(problem, direction, attend, device=self.device)
 
@@ -370,6 +376,8 @@ class TorchSdpa(Impl):
         if problem.masks_documents:
             raise Unsupported("torch's scaled_dot_product_attention has no document mask (an explicit mask would "
                               "compute every block: another workload)")
+        if problem.softcap is not None:
+            raise Unsupported("torch's scaled_dot_product_attention has no softcap")
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
@@ -394,7 +402,8 @@ class TorchFlex(Impl):
     name, label, ours = "torch_flex", "FLEX", False
     description = ("torch FlexAttention (torch.nn.attention.flex_attention.flex_attention) compiled with "
                    "torch.compile(dynamic=False); a causal block mask when causal, a sliding-window one with a window, "
-                   "a document one (document_id[q_idx] == document_id[kv_idx]) with documents; no dropout")
+                   "a document one (document_id[q_idx] == document_id[kv_idx]) with documents, a score_mod "
+                   "c * tanh(score / c) with a softcap; no dropout")
 
     def __init__(self, device: str = "cuda"):
         self.device = device
@@ -418,9 +427,10 @@ class TorchFlex(Impl):
         mask_mod = flex_mask_mod(problem, self.device)
         block_mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, problem.n, problem.n,
                                                                      device=self.device)
+        score_mod = flex_score_mod(problem)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
-            return flex(q, k, v, block_mask=block_mask)
+            return flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
         return torch_runner(problem, direction, attend, device=self.device)
 
@@ -452,6 +462,17 @@ def flex_mask_mod(problem: Problem, device: str = "cuda") -> Callable[..., Any] 
         return ok
 
     return mask_mod
+
+
+def flex_score_mod(problem: Problem) -> Callable[..., Any] | None:
+    """FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)`` for the problem's softcap c: ``c * tanh(score / c)``
+    (FlexAttention's score is already scaled, so this is c·tanh(scale·q·kᵀ/c), ours' softcap), None without one."""
+    if problem.softcap is None:
+        return None
+    import torch
+
+    c = float(problem.softcap)
+    return lambda score, b, h, q_idx, kv_idx: c * torch.tanh(score / c)
 
 
 # names, aliases and defaults

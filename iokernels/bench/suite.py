@@ -31,7 +31,7 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
             "mode": mode, "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch,
             "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
             "window": None if problem.window is None else list(problem.window),
-            "documents": None if problem.documents is None else list(problem.documents),
+            "documents": None if problem.documents is None else list(problem.documents), "softcap": problem.softcap,
             "flops": problem.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
             "loop": None, "method": None, "note": None}
 
@@ -332,7 +332,9 @@ def render(doc: dict) -> str:
                   + (f", sliding window {tuple(h['window'])} (TFLOP/s on the visible elements)" if h.get("window")
                      else "")
                   + (f", {h['documents']} documents per sequence (N cut into equal lengths, the last taking the "
-                     "remainder; TFLOP/s on the visible elements)" if h.get("documents") else "")]
+                     "remainder; TFLOP/s on the visible elements)" if h.get("documents") else "")
+                  + (f", softcap {h['softcap']:g} (the logits capped at C tanh(s / C); the tanh not counted in FLOPs)"
+                     if h.get("softcap") is not None else "")]
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))
         configs.sort(key=lambda c: (c[0], c[1], dtypes.index(c[2]), PASSES.index(c[4])))

@@ -11,6 +11,7 @@ from ..bench import configs
 from ..bench.configs import DEFAULT_DS, DEFAULT_DTYPES, DEFAULT_NS, OVERHEAD_DS, OVERHEAD_DTYPES, OVERHEAD_NS
 from ..plan.dropout import check_p
 from ..plan.units import check_dtype
+from ..plan.variants import check_softcap
 from .app import cli
 from .options import SIZE_HELP, emit, parse_window, plans_from_options, problem_options, user_errors
 
@@ -55,12 +56,12 @@ def _command_line(ctx: click.Context) -> str:
 
 
 # the bench options that --decode does not take, and the --decode options
-NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "overhead", "overhead_calls",
-              "long_table", "long_only", "long_max_n", "long_dtype", "sram")
+NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "overhead",
+              "overhead_calls", "long_table", "long_only", "long_max_n", "long_dtype", "sram")
 DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
 # the bench options that --varlen does not take, and the --varlen options
-NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "overhead", "overhead_calls", "long_table",
-              "long_only", "long_max_n", "long_dtype", "sram", "impls", "peers", "decode")
+NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "overhead", "overhead_calls",
+              "long_table", "long_only", "long_max_n", "long_dtype", "sram", "impls", "peers", "decode")
 VARLEN_ONLY = ("varlen_batch", "varlen_max")
 
 
@@ -84,6 +85,10 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
               help="document masking (issue #22): each N cut into K documents of equal length (the last takes the "
                    "remainder), a row seeing only its own document's keys (with --causal, those up to its own), on "
                    "ours and FlexAttention (torch's SDPA has none); TFLOP/s counted on the visible elements")
+@click.option("--softcap", "softcap", type=float, default=None, metavar="C",
+              help="attention softcapping (Gemma 2's; issue #22): every logit capped at C tanh(s / C), C > 0, on ours "
+                   "(softcap=C) and FlexAttention (a score_mod; torch's SDPA and cupy have none); combines with "
+                   "--causal and --window, not --documents or --dropout; FLOPs as without (the tanh not counted)")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
 @click.option("--mode", "mode", default=None,
               help="call: CUDA events around back-to-back calls of each public function (host time included); "
@@ -138,10 +143,10 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
 @user_errors
-def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, backward, mode, overhead,
-              overhead_calls, long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup, repeats,
-              max_call_ms, time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen, varlen_batch,
-              varlen_max, as_json) -> None:
+def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, backward, mode,
+              overhead, overhead_calls, long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup,
+              repeats, max_call_ms, time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen,
+              varlen_batch, varlen_max, as_json) -> None:
     """TFLOP/s of iokernels and its peers (torch SDPA backends, FlexAttention, cupy/cuBLAS) in one run, all
     timed the same way, with ratios; with --overhead, host microseconds per call; with --decode, decode attention
     against long K/V caches (KV bandwidth, percent of copy, time ratios); with --varlen, a variable-length batch."""
@@ -175,6 +180,17 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
             raise ValueError("--documents and --window are two masks: pick one")
         if long_table or long_only or overhead:  # before the problems, whose lengths could fail first
             raise ValueError("--documents applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
+    if softcap is not None:
+        try:
+            softcap = check_softcap(softcap)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"--softcap: {exc}") from None
+        if dropout_p:  # ours refuse dropout with a softcap
+            raise ValueError("--softcap and --dropout: ours have no dropout with a softcap; pick one")
+        if documents is not None:  # ours run documents on the variable-length kernels, which take no softcap
+            raise ValueError("--softcap and --documents: ours have no softcap on documents; pick one")
+        if long_table or long_only or overhead:
+            raise ValueError("--softcap applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     if overhead:
         if modes != ("call",):
             raise ValueError("--overhead times host calls; --mode does not apply to it")
@@ -188,7 +204,8 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     dtype_list = configs.parse_dtypes(dtypes)
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
-                                                          dropout=dropout_p, window=window, documents=documents)
+                                                          dropout=dropout_p, window=window, documents=documents,
+                                                          softcap=softcap)
     if window is not None and (long_table or long_only or overhead):
         raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
@@ -207,7 +224,7 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
             reasons.setdefault(i.unavailable("fwd") or "", []).append(i.name)
         _nothing_available(reasons)
     header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
-              "window": None if window is None else list(window), "documents": documents,
+              "window": None if window is None else list(window), "documents": documents, "softcap": softcap,
               "command": _command_line(ctx)}
 
     def progress(msg: str) -> None:
