@@ -532,11 +532,11 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // allow (TB_DK_FLIES: B_r 64) it is waited for only once the next step's Sᵀ and dPᵀ are issued, so the tensor
         // cores go from one to the next without a gap (at B_r 128 the step's dSᵀ fragments, which the product reads,
         // leave too few registers: ptxas serializes every wgmma, C7512). The counting builds (their counters take
-        // registers) and VARLEN do not let dK fly past the step (C7512 again), and with DROPOUT (SOFTCAP) keep the order dK, dQ
-        // (with the keep bits the new order serializes the products and spills 8 bytes); the order moves no byte.
-        // Issuing the next step's Sᵀ and dPᵀ at the end of a step made ptxas serialize them all (C7514: the
-        // accumulators came from the loop and its prologue), as does a path around the loop that sets dK while the last
-        // product flies (C7515): the loop and the wait after it are one branch.
+        // registers) and VARLEN do not let dK fly past the step (C7512 again), and the counting builds with DROPOUT or
+        // SOFTCAP keep the order dK, dQ (with the keep bits the new order serializes the products and spills 8 bytes);
+        // the order moves no byte. Issuing the next step's Sᵀ and dPᵀ at the end of a step made ptxas serialize them
+        // all (C7514: the accumulators came from the loop and its prologue), as does a path around the loop that sets
+        // dK while the last product flies (C7515): the loop and the wait after it are one branch.
 #ifdef IOK_COUNT
 #if defined(DROPOUT) || defined(SOFTCAP)
         constexpr bool TB_DQ_PIPE = false;

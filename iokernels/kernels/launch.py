@@ -99,11 +99,11 @@ def tensor_shape(plan: Plan, name: str) -> tuple[int, ...]:
     if name in SPLIT_TENSORS:  # one (batch*heads, N_q[, d]) float32 tensor per split
         return (plan.tile["S"] * plan.bh, plan.N_q, *((plan.d,) if name == "Opart" else ()))
     if plan.varlen is not None:  # packed: (total, heads, d) rows, (total, heads) row scalars, (batch + 1,) offsets
-        if name in VARLEN_TENSORS:  # (head_major: (heads, total, d) and (heads, total))
+        if name in VARLEN_TENSORS:
             return (plan.batch + 1,)
         total = plan.varlen.total_k if DIMS[name][0] == "k" else plan.varlen.total_q
         heads = plan.kv_heads if name in KV_TENSORS else plan.heads
-        rows = (heads, total) if plan.varlen.head_major else (total, heads)
+        rows = (heads, total) if plan.varlen.head_major else (total, heads)  # head-major: (heads, total, d)
         return (*rows, *((plan.d,) if DIMS[name][-1] == "d" else ()))
     cache = plan.kv_cache
     if name in CACHE_TENSORS:  # a decode's cache: lengths (batch,), page table (batch, max_pages)

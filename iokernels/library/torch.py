@@ -144,6 +144,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     if documents is not None:
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, mask=attn_mask if mask is None else mask,
                        dropout=dropout or dropout_p, window=window, deterministic=deterministic, softcap=softcap)
+        for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         if is_causal and causal:
             raise TypeError("pass is_causal or causal, not both")
         return _documents(q, k, v, documents, normalize_causal(causal or is_causal), check_scale(scale))

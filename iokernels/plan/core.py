@@ -254,7 +254,8 @@ class Plan:
                if self.kv_cache is not None else {}),
             **({"varlen": {"total_q": self.varlen.total_q, "total_k": self.varlen.total_k,
                            "lengths_q": None if self.varlen.lengths_q is None else list(self.varlen.lengths_q),
-                           "lengths_k": None if self.varlen.lengths_k is None else list(self.varlen.lengths_k)}}
+                           "lengths_k": None if self.varlen.lengths_k is None else list(self.varlen.lengths_k),
+                           **({"head_major": True} if self.varlen.head_major else {})}}
                if self.varlen is not None else {}),
             "tiles": dict(self.tiles),
             "smem_bytes": self.smem_bytes,

@@ -1,4 +1,4 @@
-# issue #21/#22/#23: the checks after the session's last kernel edit (f44306c: the tma backward's counting and VARLEN
+# issue #21/#22/#23: the checks after the kernel edits af70574 and d789b04 (the tma backward's counting and VARLEN
 # builds keep dK from flying past the step; VARLEN_HEAD_MAJOR addressing): san_bwd.py (dense tma backward) and the
 # packed varlen launches (issue23 san_varlen.py) under memcheck, racecheck, synccheck; the window, dropout and tma GPU
 # tests. OUT=<dir>, COMMIT=<hash>; from the repository root. Lands in $OUT/r3.tgz.
