@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..plan.sequences import offsets
 from . import clocks
 from .clocks import Runner, free_device_memory
 from .implementations import (
@@ -114,7 +115,7 @@ def _randn(torch: Any, problem: VarlenProblem, *shape: int) -> tuple[tuple[Any, 
 def _packed(torch: Any, problem: VarlenProblem) -> tuple[tuple[Any, Any, Any], Any, Any]:
     """(q, k, v) and dout (total, H, d), and the offsets (B + 1,) int32 on the device."""
     leaves, dout = _randn(torch, problem, sum(problem.lengths), problem.heads, problem.d)
-    cu = torch.tensor(np.concatenate([[0], np.cumsum(problem.lengths)]), dtype=torch.int32, device="cuda")
+    cu = torch.from_numpy(offsets(problem.lengths)).to("cuda")
     return leaves, dout, cu
 
 

@@ -316,17 +316,11 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     if documents is not None:
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, graph=graph, block_mask=block_mask,
                        mask=mask, dropout=dropout, return_dropout=return_dropout, window=window, softcap=softcap)
-        return attention_documents(q, k, v, documents, causal=causal, scale=check_scale(scale),
-                                   return_lse=_check_flag("return_lse", return_lse))
+        return attention_documents(q, k, v, documents, causal=causal,
+                                   scale=_check_options(scale, return_lse=return_lse), return_lse=return_lse)
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
                             return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
                             return_dropout=return_dropout, window=window, softcap=softcap)
-
-
-def _check_flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return value
 
 
 def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,

@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 try:
     import torch
 except ImportError as exc:  # an optional dependency: say how to get it
@@ -26,6 +24,7 @@ except ImportError as exc:  # an optional dependency: say how to get it
 
 from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
+from ..plan.sequences import offsets
 from ..plan.units import parse_size
 from ..plan.variants import check_softcap
 from .dispatch import check_scale
@@ -141,15 +140,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     >>> bool((o.double() - want).abs().max() < 1e-2)
     True
     """
-    if documents is not None:
+    if documents is not None:  # the options checked as any call's, then those documents do not take refused
+        p, _, _, causal, scale, algorithm, schedule, sram, deterministic, window, softcap = _checked_options(
+            is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout, window,
+            softcap)
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, mask=attn_mask if mask is None else mask,
-                       dropout=dropout or dropout_p, window=window, deterministic=deterministic, softcap=softcap)
-        for name, flag in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, got {flag!r}")
-        if is_causal and causal:
-            raise TypeError("pass is_causal or causal, not both")
-        return _documents(q, k, v, documents, normalize_causal(causal or is_causal), check_scale(scale))
+                       dropout=p, window=window, deterministic=deterministic, softcap=softcap)
+        return _documents(q, k, v, documents, causal, scale)
     if attn_mask is not None and mask is not None:
         raise TypeError("pass attn_mask or mask, not both")
     mask = attn_mask if mask is None else mask
@@ -309,7 +306,7 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 @functools.lru_cache(maxsize=64)
 def _document_offsets(documents: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """The documents' offsets (D + 1,) int32 on ``device``, made once per documents and device."""
-    return torch.tensor(np.concatenate([[0], np.cumsum(documents)]), dtype=torch.int32, device=device)
+    return torch.from_numpy(offsets(documents)).to(device)
 
 
 def _documents(q: Any, k: Any, v: Any, documents: Any, causal: str, scale: float | None) -> torch.Tensor:

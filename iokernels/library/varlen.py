@@ -19,7 +19,7 @@ import numpy as np
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
 from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal
-from ..plan.sequences import check_lengths
+from ..plan.sequences import check_lengths, offsets
 from ..plan.varlen import make_varlen_plan
 from ..simulate import reference
 from .dispatch import Dispatch, DispatchCache, array_key, check_scale, device_id
@@ -210,7 +210,7 @@ def document_offsets(documents: tuple[int, ...], device: int) -> Any:
     """The documents' offsets (D + 1,) int32 on ``device`` (cupy), made once per documents and device."""
     cp = require_cupy()
     with cp.cuda.Device(device):
-        return cp.asarray(np.concatenate([[0], np.cumsum(documents)]).astype(np.int32))
+        return cp.asarray(offsets(documents))
 
 
 def documents_shapes(q: Shape, k: Shape, v: Shape, documents: Any) -> tuple[tuple[int, ...], int, int, int, int]:

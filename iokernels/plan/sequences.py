@@ -40,8 +40,12 @@ class Varlen:
         """``cu_seqlens_q`` and ``cu_seqlens_k`` as int32 arrays of B + 1 offsets."""
         if not self.known:
             raise ValueError("a variable-length launch plan: the sequences' lengths are not known")
-        return (np.concatenate([[0], np.cumsum(self.lengths_q)]).astype(np.int32),
-                np.concatenate([[0], np.cumsum(self.lengths_k)]).astype(np.int32))
+        return offsets(self.lengths_q), offsets(self.lengths_k)
+
+
+def offsets(lengths: Sequence[int]) -> np.ndarray:
+    """Cumulative offsets of packed lengths: (len + 1,) int32 from 0 (``cu_seqlens``)."""
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
 
 
 def check_lengths(name: str, values: Sequence[int] | np.ndarray) -> tuple[int, ...]:
