@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from ..plan import check_problem, normalize_documents, visible_area
+from ..plan.causal import key_intervals
+from ..plan.masks import DEFAULT_BLOCK, PATTERNS, BlockMask, check_density, pattern
 from ..plan.units import check_dtype, itemsize
 
 PASSES = ("fwd", "bwd")
@@ -28,22 +33,63 @@ DECODE_NQS = (1,)
 L2_FACTOR = 4  # the K/V caches a decode case rotates among hold together at least this many times the L2
 FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when causal; a sliding window or "
                    "documents: 4*B*H*d per visible element of S (iokernels.plan.visible_area; documents of lengths "
-                   "n_i: the sum of n_i^2, causal n_i(n_i+1)/2); a softcap's tanh not counted; backward 2.5x "
-                   "forward; TFLOP/s = FLOPs / median seconds / 1e12")
+                   "n_i: the sum of n_i^2, causal n_i(n_i+1)/2); block-sparse: 4*B*H*d per visible element of the "
+                   "blocks the mask keeps (causal: those of them on or below the diagonal; the dense reference "
+                   "io-dense: its own dense count); a softcap's tanh not counted; backward 2.5x forward; TFLOP/s = "
+                   "FLOPs / median seconds / 1e12")
+BLOCK_SPARSE_BLOCK = DEFAULT_BLOCK  # bench --block-sparse: 128 x 128 blocks (FlexAttention's BLOCK_SIZE too)
+DEFAULT_BLOCK_PATTERN = "random"  # the peers' reference setup: random 128 x 128 blocks
 
 
 # ---------------------------------------------------------------------------------------------
 # work and configurations
 
+def block_areas(block_mask: BlockMask, causal: bool = False) -> np.ndarray:
+    """Int64 (T_r, T_c): the visible elements of each block of ``block_mask``'s grid, kept or not (its block's
+    rows times columns, clipped to N_q x N_k; with ``causal``, those of them with key j <= query i + N_k - N_q, the
+    bottom-right rule of :func:`iokernels.plan.causal.key_intervals`). What a block-sparse call computes is these
+    areas over the kept blocks (:func:`block_sparse_area`); FlexAttention's full blocks are those whose area is the
+    whole block. Cached per mask and causal: computed once per shape."""
+    return _block_areas(block_mask, bool(causal)).copy()
+
+
+@lru_cache(maxsize=64)
+def _block_areas(block_mask: BlockMask, causal: bool) -> np.ndarray:
+    n_q, n_k, bq, bk = block_mask.n_q, block_mask.n_k, block_mask.block_q, block_mask.block_k
+    rows, cols = block_mask.shape
+    start = np.arange(cols, dtype=np.int64) * bk
+    end = np.minimum(n_k, start + bk) - 1  # each key block's last key
+    out = np.zeros((rows, cols), np.int64)
+    for a in range(rows):  # per query block: its rows' visible keys [lo, hi] against every key block
+        lo, hi = key_intervals(n_q, n_k, "bottom_right" if causal else "", None,
+                               np.arange(a * bq, min(n_q, (a + 1) * bq)))
+        out[a] = np.maximum(0, np.minimum(hi[:, None], end) - np.maximum(lo[:, None], start) + 1).sum(axis=0)
+    out.flags.writeable = False
+    return out
+
+
+def block_sparse_area(block_mask: BlockMask, causal: bool = False) -> int:
+    """The visible elements of S a block-sparse call computes: the kept blocks' :func:`block_areas`."""
+    return int(block_areas(block_mask, causal)[block_mask.blocks].sum())
+
+
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, *, causal: bool = False,
                     direction: str = "fwd", window: tuple[int | None, int | None] | None = None,
-                    documents: Sequence[int] | None = None) -> float:
+                    documents: Sequence[int] | None = None, block_mask: BlockMask | None = None) -> float:
     """FLOPs of one attention call by the FlashAttention-2 convention (a sliding window or documents, the lengths of
-    packed documents summing to N_q = N_k: their visible elements)."""
+    packed documents summing to N_q = N_k: their visible elements; a block mask: the visible elements of the blocks
+    it keeps, :func:`block_sparse_area`)."""
     if direction not in PASSES:
         raise ValueError(f"direction must be 'fwd' or 'bwd', got {direction!r}")
     # checked here so that lengths not summing to N are an error, not a wrong count; one document is None (no mask)
     documents = normalize_documents(documents, n_q, n_k)
+    if block_mask is not None:
+        if window is not None or documents is not None:
+            raise ValueError("a block mask is counted alone (with causal): not with a window or documents")
+        if (block_mask.n_q, block_mask.n_k) != (n_q, n_k):
+            raise ValueError(f"the block mask is for N_q={block_mask.n_q}, N_k={block_mask.n_k}, not {n_q}, {n_k}")
+        flops = 4.0 * batch * heads * d * block_sparse_area(block_mask, causal)
+        return flops * (BWD_OVER_FWD if direction == "bwd" else 1.0)
     masked = window is not None or documents is not None
     if masked:
         flops = 4.0 * batch * heads * d * visible_area(n_q, n_k, "bottom_right" if causal else "", window, documents)
@@ -68,6 +114,8 @@ class Problem:
     # document masking: the lengths of the documents packed into N (summing to N; a row sees its own document's keys)
     documents: tuple[int, ...] | None = None
     softcap: float | None = None  # the logits capped, c·tanh(scale·q·kᵀ/c) (Gemma 2's attention softcapping)
+    # block-sparse attention (the paper's Algorithm 5): the blocks of S computed (with causal, both masks apply)
+    block_mask: BlockMask | None = None
 
     @property
     def bh(self) -> int:
@@ -81,14 +129,16 @@ class Problem:
 
     def flops(self, direction: str) -> float:
         return attention_flops(self.batch, self.heads, self.n, self.n, self.d, causal=self.causal,
-                               direction=direction, window=self.window, documents=self.documents)
+                               direction=direction, window=self.window, documents=self.documents,
+                               block_mask=self.block_mask)
 
     def describe(self) -> str:
         return (f"d={self.d} N={self.n} {self.dtype} B={self.batch} H={self.heads}" + (" causal" if self.causal else "")
                 + (f" dropout={self.dropout:g}" if self.dropout else "")
                 + (f" window={_window_text(self.window)}" if self.window is not None else "")
                 + (f" documents={documents_text(self.documents)}" if self.documents is not None else "")
-                + (f" softcap={self.softcap:g}" if self.softcap is not None else ""))
+                + (f" softcap={self.softcap:g}" if self.softcap is not None else "")
+                + (f" blocks={self.block_mask.label}" if self.block_mask is not None else ""))
 
     def dropout_plan_arg(self) -> Any:
         """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
@@ -124,6 +174,20 @@ def document_lengths(n: int, count: int) -> tuple[int, ...]:
     return (base,) * (count - 1) + (n - base * (count - 1),)
 
 
+def block_sparse_spec(density: float, kind: str = DEFAULT_BLOCK_PATTERN, seed: int = 0) -> dict:
+    """bench --block-sparse's mask: :func:`iokernels.plan.masks.pattern`'s arguments, checked (ValueError naming the
+    option), blocks of :data:`BLOCK_SPARSE_BLOCK`."""
+    try:
+        density = check_density(density)
+    except ValueError as exc:
+        raise ValueError(f"--block-sparse: {exc}") from None
+    if kind not in PATTERNS:
+        raise ValueError(f"--block-pattern: unknown pattern {kind!r}; expected one of {', '.join(PATTERNS)}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"--block-seed must be an int >= 0, got {seed!r}")
+    return {"kind": kind, "density": density, "seed": seed, "block_q": BLOCK_SPARSE_BLOCK}
+
+
 def parse_ints(option: str, text: str) -> list[int]:
     """``"64,128"`` -> [64, 128]; ValueError naming the option on anything else."""
     items = [x.strip() for x in str(text).split(",") if x.strip()]
@@ -151,12 +215,15 @@ def parse_dtypes(text: str) -> list[str]:
 def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *, tokens: int = DEFAULT_TOKENS,
                   heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0,
                   window: tuple[int | None, int | None] | None = None,
-                  documents: int | None = None, softcap: float | None = None) -> list[Problem]:
+                  documents: int | None = None, softcap: float | None = None,
+                  block_sparse: dict | None = None) -> list[Problem]:
     """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens; ``documents``: the
     number of documents each N is cut into (:func:`document_lengths`), None for none; ``softcap``: every problem's
-    softcap (None for none)."""
+    softcap (None for none); ``block_sparse``: :func:`block_sparse_spec`'s pattern arguments, one block mask made
+    per N (:func:`iokernels.plan.masks.pattern`) and shared by its problems, None for none."""
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
+    masks: dict[int, BlockMask] = {}
     problems = []
     for d in ds:
         for dtype in dtypes:
@@ -167,8 +234,10 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                 batch = tokens // (n * heads)
                 check_problem(n, n, d, dtype, batch, heads)
                 lengths = None if documents is None else document_lengths(n, documents)
+                if block_sparse is not None and n not in masks:
+                    masks[n] = pattern(n_q=n, n_k=n, **block_sparse)
                 problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window,
-                                        documents=lengths, softcap=softcap))
+                                        documents=lengths, softcap=softcap, block_mask=masks.get(n)))
     return problems
 
 

@@ -27,8 +27,13 @@ Peers (``--peers``):
 - ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``
   (its first call, compiling, is outside the timed calls), a causal block mask when causal, a sliding-window one
   (``mask_mod``, the same rule as ours) with ``--window``, a document one (``document_id[q_idx] ==
-  document_id[kv_idx]``) with ``--documents``, a ``score_mod`` ``c * tanh(score / c)`` with ``--softcap``; no
-  dropout.
+  document_id[kv_idx]``) with ``--documents``, a ``score_mod`` ``c * tanh(score / c)`` with ``--softcap``, with
+  ``--block-sparse`` a ``BlockMask.from_kv_blocks`` of our mask's 128 x 128 blocks (:func:`flex_kv_blocks`: the
+  blocks wholly visible as full blocks, no ``mask_mod`` on them; with causal, those the diagonal cuts partial, under
+  a causal ``mask_mod``); no dropout.
+- ``iokernels_torch_dense`` (``--block-sparse`` only, beside ``iokernels_torch``): ``iokernels.torch.attention``
+  without the block mask, the dense fast path on the same shapes; its TFLOP/s on what it computes (the dense count),
+  so that the block-sparse rate over it compares rates. A reference: a denominator of the ratios, not a numerator.
 Layout (B, H, N, d), contiguous, random normal inputs.
 
 Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require grad), "bwd" (torch:
@@ -41,7 +46,10 @@ sliding window or documents, 4·B·H·d per visible element); backward 2.5× for
 and FlexAttention only (torch's SDPA and the cupy standard attention have neither: a dense mask would be another
 workload; ours get ``documents=`` the lengths, FlexAttention a ``document_id`` mask). A softcap (``--softcap C``, the
 logits capped at c·tanh(s/c), its tanh not counted) likewise: ours get ``softcap=`` C, FlexAttention a ``score_mod``
-(with the causal, window or document block mask when there is one). Shapes:
+(with the causal, window or document block mask when there is one). A block mask (``--block-sparse DENSITY``, an
+:class:`iokernels.plan.masks.BlockMask` made once per N) likewise: ours get ``block_mask=``, FlexAttention its blocks;
+its work, 4·B·H·d per visible element of the kept blocks (:func:`iokernels.bench.configs.block_sparse_area`), counted
+the same for both. Shapes:
 B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
 
@@ -53,15 +61,17 @@ the same implementation and pass is not tried at larger N."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any
 
+from ..plan.masks import BlockMask
 from ..plan.units import parse_size
 from .clocks import CupyClock, Runner, TorchClock, Unsupported, no_kernel, one_line
-from .configs import PASSES, Problem
+from .configs import PASSES, Problem, block_areas
 
 DIRECTIONS = (*PASSES, "fwdbwd")  # fwdbwd: bench --overhead only
 
@@ -75,10 +85,16 @@ class Impl:
     name: str = ""
     label: str = ""
     ours: bool = False
+    reference: bool = False  # ours, but a denominator of the ratios (iokernels_torch_dense)
     description: str = ""
 
     def unavailable(self, direction: str) -> str | None:
         return None
+
+    def workload(self, problem: Problem) -> Problem:
+        """The problem this implementation computes on ``problem``'s inputs, whose FLOPs its TFLOP/s count: the
+        problem itself, but for the dense reference of a block-sparse run."""
+        return problem
 
     def setup(self, problem: Problem, direction: str) -> Runner:
         raise NotImplementedError
@@ -149,9 +165,9 @@ class IokernelsCupy(Impl):
         shape = (problem.batch, problem.heads, problem.n, problem.d)
         q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
         fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, "window": problem.window,
-               "documents": problem.documents, "softcap": problem.softcap}
+               "documents": problem.documents, "softcap": problem.softcap, "block_mask": problem.block_mask}
         bwd = {**self.backward, "causal": problem.causal, "window": problem.window, "documents": problem.documents,
-               "softcap": problem.softcap}
+               "softcap": problem.softcap, "block_mask": problem.block_mask}
         clock = CupyClock()
         with clock.on():
             cp.cuda.Device().synchronize()
@@ -193,6 +209,9 @@ class CupyStandard(Impl):
             raise Unsupported("the cupy standard attention has no document mask")
         if problem.softcap is not None:
             raise Unsupported("the cupy standard attention has no softcap")
+        if problem.block_mask is not None:
+            raise Unsupported("the cupy standard attention has no block mask (a dense mask would compute every block: "
+                              "another workload)")
         from ..kernels.runtime import require_cupy
 
         cp = require_cupy()
@@ -346,11 +365,32 @@ class IokernelsTorch(Impl):
     def setup(self, problem: Problem, direction: str) -> Runner:
         from ..torch import attention
 
+        # block_mask= only when there is one (the mask made once per N, here, outside the timed calls)
+        sparse = {} if problem.block_mask is None else {"block_mask": problem.block_mask}
+
         def attend(q: Any, k: Any, v: Any) -> Any:
             return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window,
-                             documents=problem.documents, softcap=problem.softcap)
+                             documents=problem.documents, softcap=problem.softcap, **sparse)
 
         return torch_runner(problem, direction, attend, device=self.device)
+
+
+class IokernelsTorchDense(IokernelsTorch):
+    """The dense reference of ``bench --block-sparse``: ``iokernels.torch.attention`` on the same shapes without the
+    block mask, its TFLOP/s on the dense count."""
+
+    name, label, ours, reference = "iokernels_torch_dense", "io-dense", True, True
+    description = ("iokernels.torch.attention(q, k, v) without the block mask (the dense fast path on the block-sparse "
+                   "run's shapes); TFLOP/s on the dense count (4*B*H*N^2*d, halved when causal); a reference of the "
+                   "ratios")
+
+    def workload(self, problem: Problem) -> Problem:
+        return dataclasses.replace(problem, block_mask=None)
+
+    def setup(self, problem: Problem, direction: str) -> Runner:
+        if problem.block_mask is None:
+            raise Unsupported("the dense reference of bench --block-sparse: without a block mask it is io-torch")
+        return super().setup(self.workload(problem), direction)
 
 
 class TorchSdpa(Impl):
@@ -378,6 +418,9 @@ class TorchSdpa(Impl):
                               "compute every block: another workload)")
         if problem.softcap is not None:
             raise Unsupported("torch's scaled_dot_product_attention has no softcap")
+        if problem.block_mask is not None:
+            raise Unsupported("torch's scaled_dot_product_attention has no block-sparse mask (an explicit mask would "
+                              "compute every block: another workload)")
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
@@ -403,7 +446,8 @@ class TorchFlex(Impl):
     description = ("torch FlexAttention (torch.nn.attention.flex_attention.flex_attention) compiled with "
                    "torch.compile(dynamic=False); a causal block mask when causal, a sliding-window one with a window, "
                    "a document one (document_id[q_idx] == document_id[kv_idx]) with documents, a score_mod "
-                   "c * tanh(score / c) with a softcap; no dropout")
+                   "c * tanh(score / c) with a softcap, BlockMask.from_kv_blocks of our block mask's blocks (causal: "
+                   "a causal mask_mod on the diagonal's) with a block mask; no dropout")
 
     def __init__(self, device: str = "cuda"):
         self.device = device
@@ -425,8 +469,11 @@ class TorchFlex(Impl):
 
         flex = _compiled_flex()
         mask_mod = flex_mask_mod(problem, self.device)
-        block_mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, problem.n, problem.n,
-                                                                     device=self.device)
+        if problem.block_mask is not None:
+            block_mask = flex_block_mask(problem, self.device)
+        else:
+            block_mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, problem.n, problem.n,
+                                                                         device=self.device)
         score_mod = flex_score_mod(problem)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
@@ -464,6 +511,44 @@ def flex_mask_mod(problem: Problem, device: str = "cuda") -> Callable[..., Any] 
     return mask_mod
 
 
+def flex_kv_blocks(block_mask: BlockMask, causal: bool = False) -> tuple[Any, Any, Any, Any]:
+    """FlexAttention's ``BlockMask.from_kv_blocks`` arguments for our block mask, as numpy int32 arrays shaped
+    (1, 1, T_r) and (1, 1, T_r, T_c) (one mask for every batch row and head): ``kv_num_blocks``, ``kv_indices`` of
+    the partial blocks (those kept that the causal mask cuts, or that pass the end of N: the ``mask_mod`` applies to
+    them) and ``full_kv_num_blocks``, ``full_kv_indices`` of the full ones (kept and wholly visible: no ``mask_mod``).
+    Each row of indices lists its blocks in ascending order, then the others (ascending; FlexAttention reads only the
+    first ``num`` of them). A kept block with no visible element (above the diagonal) is in neither: FlexAttention
+    skips it, as ours do. Built from :func:`iokernels.bench.configs.block_areas`, the areas the FLOPs count."""
+    import numpy as np
+
+    areas = block_areas(block_mask, causal)
+    kept = block_mask.blocks
+    full = kept & (areas == block_mask.block_q * block_mask.block_k)
+    partial = kept & (areas > 0) & ~full
+
+    def listed(grid: Any) -> tuple[Any, Any]:
+        order = np.argsort(~grid, axis=1, kind="stable").astype(np.int32)  # the chosen first, each part ascending
+        return grid.sum(axis=1).astype(np.int32)[None, None], order[None, None]
+
+    return (*listed(partial), *listed(full))
+
+
+def flex_block_mask(problem: Problem, device: str = "cuda") -> Any:
+    """FlexAttention's BlockMask of the problem's block mask (:func:`flex_kv_blocks`), BLOCK_SIZE the mask's blocks,
+    the causal ``mask_mod`` (:func:`flex_mask_mod`) on the partial blocks when causal: no per-element mask for the
+    block sparsity itself."""
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask as FlexBlockMask
+
+    bm = problem.block_mask
+    if bm is None:
+        raise ValueError("flex_block_mask needs a problem with a block mask")
+    num, idx, full_num, full_idx = (torch.as_tensor(a, device=device)
+                                    for a in flex_kv_blocks(bm, problem.causal))
+    return FlexBlockMask.from_kv_blocks(num, idx, full_num, full_idx, BLOCK_SIZE=(bm.block_q, bm.block_k),
+                                        mask_mod=flex_mask_mod(problem, device), seq_lengths=(bm.n_q, bm.n_k))
+
+
 def flex_score_mod(problem: Problem) -> Callable[..., Any] | None:
     """FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)`` for the problem's softcap c: ``c * tanh(score / c)``
     (FlexAttention's score is already scaled, so this is c·tanh(scale·q·kᵀ/c), ours' softcap), None without one."""
@@ -479,11 +564,14 @@ def flex_score_mod(problem: Problem) -> Callable[..., Any] | None:
 
 OURS = ("iokernels_torch", "iokernels_cupy", "iokernels_flash", "iokernels_standard", "iokernels_flash_kv_outer")
 DEFAULT_OURS = OURS[:2]
+DENSE = "iokernels_torch_dense"  # bench --block-sparse's dense reference (with it, "all" and "default" include it)
+SPARSE_OURS = (*OURS, DENSE)
+SPARSE_DEFAULT_OURS = ("iokernels_torch", DENSE)  # bench --block-sparse's default: the fast path, sparse and dense
 PEERS = ("cupy_standard", "torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_flex")
 STRONGEST_FROM = ("torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_flex")  # "the strongest peer"
-PRIORITY = ("iokernels_torch", "torch_flash", "torch_cudnn", "iokernels_cupy", "torch_flex", "torch_efficient",
+PRIORITY = ("iokernels_torch", "torch_flash", "torch_cudnn", "iokernels_cupy", "torch_flex", DENSE, "torch_efficient",
             "iokernels_flash", "iokernels_standard", "cupy_standard", "torch_math", "iokernels_flash_kv_outer")
-IMPL_ALIASES = {"torch": "iokernels_torch", "fast": "iokernels_torch", "cupy": "iokernels_cupy",
+IMPL_ALIASES = {"torch": "iokernels_torch", "fast": "iokernels_torch", "cupy": "iokernels_cupy", "dense": DENSE,
                 "flash": "iokernels_flash", "standard": "iokernels_standard",
                 "kv_outer": "iokernels_flash_kv_outer", "flash_kv_outer": "iokernels_flash_kv_outer"}
 PEER_ALIASES = {"cupy": "cupy_standard", "flex": "torch_flex", **{k.split("_", 1)[1]: k for k in TORCH_BACKENDS},
@@ -513,6 +601,7 @@ def make_impls(names: Iterable[str], *, sram: int | str | None = None) -> list[I
     sram_bytes = None if sram is None else parse_size(sram)
     factories: dict[str, Callable[[], Impl]] = {
         "iokernels_torch": IokernelsTorch,
+        DENSE: IokernelsTorchDense,
         "iokernels_cupy": IokernelsCupy,
         "iokernels_flash": lambda: IokernelsCupy("iokernels_flash", "io-flash",
                                                  {"algorithm": "flash", "schedule": "q_outer"}, None,

@@ -27,19 +27,24 @@ class _History:
 
 
 def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> dict:
-    return {"table": problem.table, "impl": impl.name, "label": impl.label, "ours": impl.ours, "pass": direction,
+    """A row of ``impl`` on ``problem``: its FLOPs those of what it computes (:meth:`Impl.workload`; the block-sparse
+    rows' the kept blocks', the dense reference's its dense count), its block mask that problem's (None: dense)."""
+    work = impl.workload(problem)
+    return {"table": problem.table, "impl": impl.name, "label": impl.label, "ours": impl.ours,
+            "reference": impl.reference, "pass": direction,
             "mode": mode, "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch,
             "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
             "window": None if problem.window is None else list(problem.window),
             "documents": None if problem.documents is None else list(problem.documents), "softcap": problem.softcap,
-            "flops": problem.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
+            "block_mask": None if work.block_mask is None else work.block_mask.as_dict(),
+            "flops": work.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
             "loop": None, "method": None, "note": None}
 
 
 def _failed(row: dict, exc: BaseException, problem: Problem, key: tuple, history: _History) -> None:
     if isinstance(exc, TooSlow):
         row.update(status="skipped", seconds=exc.seconds, timed_calls=1, note=str(exc))
-        history.rates[key] = problem.flops(row["pass"]) / exc.seconds
+        history.rates[key] = row["flops"] / exc.seconds
         if problem.table == "long":
             history.stopped[key] = f"too slow at N={problem.n}"
         return
@@ -57,6 +62,7 @@ def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, histor
     warmed = warmed if warmed is not None else set()
     rows = [_row(problem, impl, direction, mode) for mode in modes]
     key = (problem.table, impl.name, direction, problem.d, problem.dtype, problem.causal)
+    flops = rows[0]["flops"]  # what this implementation computes (Impl.workload)
 
     def every(**values: object) -> list[dict]:
         for r in rows:
@@ -70,7 +76,7 @@ def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, histor
         return every(status="skipped", note=history.stopped[key])
     rate = history.rates.get(key)
     if rate:
-        estimate = problem.flops(direction) / rate
+        estimate = flops / rate
         if estimate > timing.max_call_seconds:
             if problem.table == "long":
                 history.stopped[key] = f"too slow at N={problem.n}"
@@ -91,10 +97,10 @@ def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, histor
                 continue
             finally:
                 warmed.add(impl.name)
-            row.update(status="ok", seconds=got.seconds, tflops=problem.flops(direction) / got.seconds / 1e12,
+            row.update(status="ok", seconds=got.seconds, tflops=flops / got.seconds / 1e12,
                        timed_calls=got.calls, loop=got.loop, method=got.method)
             if row is rows[0]:  # the first mode's rate estimates the next N's time
-                history.rates[key] = problem.flops(direction) / got.seconds
+                history.rates[key] = flops / got.seconds
     except Exception as exc:
         for row in rows:
             _failed(row, exc, problem, key, history)
@@ -114,7 +120,8 @@ def _config(r: dict) -> tuple:
 def ratios(rows: list[dict]) -> list[dict]:
     """TFLOP/s of each of our implementations over each peer's, per configuration, pass and mode, where both
     measured; and over the strongest peer's there (peer "strongest": the largest TFLOP/s among the torch SDPA
-    backends and FlexAttention measured, named under "strongest")."""
+    backends and FlexAttention measured, named under "strongest"). A reference of ours (``reference``: the dense
+    fast path of a block-sparse run) is a denominator, as a peer is, never a numerator."""
     by_config: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         if r["status"] == "ok":
@@ -125,11 +132,11 @@ def ratios(rows: list[dict]) -> list[dict]:
                  "pass": direction, "mode": mode}
         strong = [r for r in impls.values() if r["impl"] in STRONGEST_FROM]
         best = max(strong, key=lambda r: r["tflops"]) if strong else None
-        for ours in (r for r in impls.values() if r["ours"]):
+        for ours in (r for r in impls.values() if r["ours"] and not r.get("reference")):
             if best is not None:
                 out.append({**where, "impl": ours["impl"], "peer": "strongest", "strongest": best["impl"],
                             "ratio": ours["tflops"] / best["tflops"]})
-            for peer in (r for r in impls.values() if not r["ours"]):
+            for peer in (r for r in impls.values() if not r["ours"] or r.get("reference")):
                 out.append({**where, "impl": ours["impl"], "peer": peer["impl"],
                             "ratio": ours["tflops"] / peer["tflops"]})
     return out
@@ -267,6 +274,25 @@ def _columns(doc: dict) -> list[tuple[str, str, str]]:
             for mode in modes]
 
 
+def _block_sparse_lines(h: dict, main: list[dict], names: dict[str, str]) -> list[str]:
+    """bench --block-sparse: the mask, the density it has per N, and which count each column's TFLOP/s uses."""
+    sparse = h.get("block_sparse")
+    if not sparse:
+        return []
+    density = {r["N"]: r["block_mask"]["density"] for r in main if r.get("block_mask")}
+    dense = [names.get(r["impl"], r["impl"]) for r in main if r.get("reference")]
+    counted = [names.get(r["impl"], r["impl"]) for r in main if r.get("block_mask") and r["status"] == "ok"]
+    lines = [f"block-sparse: {sparse['pattern']} {sparse['block']}x{sparse['block']} blocks at density "
+             f"{sparse['density']:g}" + (f", seed {sparse['seed']}" if sparse["pattern"] == "random" else "")
+             + " (kept per N: " + ", ".join(f"{n} {d:.3f}" for n, d in sorted(density.items())) + ")"]
+    lines.append("TFLOP/s counted on the kept blocks' visible elements" + (" (causal: on or below the diagonal)"
+                                                                            if h.get("causal") else "")
+                 + f" for {', '.join(dict.fromkeys(counted)) or 'the block-sparse columns'}"
+                 + (f"; on the dense count (4*B*H*N^2*d{', halved' if h.get('causal') else ''}) for "
+                    f"{', '.join(dict.fromkeys(dense))}, the dense fast path without the mask" if dense else ""))
+    return lines
+
+
 def _ratio_lines(doc: dict, labels: list[tuple[str, str]], dtypes: list[str]) -> list[str]:
     main_ratios = [r for r in doc["ratios"] if r["table"] == "main"]
     if not main_ratios:
@@ -275,6 +301,10 @@ def _ratio_lines(doc: dict, labels: list[tuple[str, str]], dtypes: list[str]) ->
     peers = [(n, lab) for n, lab in labels if any(r["peer"] == n for r in main_ratios)]
     lines = ["", "ratios: our TFLOP/s over the strongest peer's (the largest of the torch SDPA backends and "
                  "FlexAttention measured, named under 'strongest') and over each peer's (same run, same mode)"]
+    refs = [lab for n, lab in peers if any(r["impl"] == n and r.get("reference") for r in doc["rows"])]
+    if refs:
+        lines.append(f"/{', /'.join(refs)}: the block-sparse TFLOP/s (kept blocks) over the dense fast path's (dense "
+                     "count): rates, not times")
     rindex = {(r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["mode"], r["impl"], r["peer"]): r
               for r in main_ratios}
     modes = _modes(doc)
@@ -335,6 +365,7 @@ def render(doc: dict) -> str:
                      "remainder; TFLOP/s on the visible elements)" if h.get("documents") else "")
                   + (f", softcap {h['softcap']:g} (the logits capped at C tanh(s / C); the tanh not counted in FLOPs)"
                      if h.get("softcap") is not None else "")]
+        lines += _block_sparse_lines(h, main, dict(labels))
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))
         configs.sort(key=lambda c: (c[0], c[1], dtypes.index(c[2]), PASSES.index(c[4])))

@@ -56,12 +56,18 @@ def _command_line(ctx: click.Context) -> str:
 
 
 # the bench options that --decode does not take, and the --decode options
-NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "overhead",
-              "overhead_calls", "long_table", "long_only", "long_max_n", "long_dtype", "sram")
+NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "block_sparse",
+              "block_pattern", "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n",
+              "long_dtype", "sram")
 DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
 # the bench options that --varlen does not take, and the --varlen options
-NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "overhead", "overhead_calls",
-              "long_table", "long_only", "long_max_n", "long_dtype", "sram", "impls", "peers", "decode")
+NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "block_sparse", "block_pattern",
+              "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n", "long_dtype", "sram",
+              "impls", "peers", "decode")
+# what --block-sparse does not combine with (the block mask runs alone, with --causal or without), and why
+NOT_BLOCK_SPARSE = {"documents": "two masks", "window": "two masks",
+                    "softcap": "the block-sparse run times the block mask alone",
+                    "dropout_p": "the block-sparse run times the block mask alone"}
 VARLEN_ONLY = ("varlen_batch", "varlen_max")
 
 
@@ -89,6 +95,18 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
               help="attention softcapping (Gemma 2's; issue #22): every logit capped at C tanh(s / C), C > 0, on ours "
                    "(softcap=C) and FlexAttention (a score_mod; torch's SDPA and cupy have none); combines with "
                    "--causal and --window, not --documents or --dropout; FLOPs as without (the tanh not counted)")
+@click.option("--block-sparse", "block_sparse", type=float, default=None, metavar="DENSITY",
+              help="block-sparse attention (the paper's Algorithm 5; issue #22): a block mask of 128x128 blocks "
+                   "keeping about this fraction, in (0, 1], made once per N; ours (block_mask=), FlexAttention (a "
+                   "BlockMask of the same blocks) and, for the ratio, ours dense (io-dense: no mask); torch's SDPA "
+                   "and cupy have none; combines with --causal only; TFLOP/s on the kept blocks' visible elements "
+                   "(io-dense: on its dense count)")
+@click.option("--block-pattern", "block_pattern", default=configs.DEFAULT_BLOCK_PATTERN, show_default=True,
+              metavar="local|strided|random",
+              help="with --block-sparse: the mask's pattern (iokernels.plan.masks.pattern: a band around the "
+                   "diagonal, every 1/DENSITY-th key block, or blocks drawn at random)")
+@click.option("--block-seed", "block_seed", type=int, default=0, show_default=True,
+              help="with --block-sparse and --block-pattern random: the seed of the blocks drawn")
 @click.option("--backward/--no-backward", default=True, show_default=True, help="also time the backward pass")
 @click.option("--mode", "mode", default=None,
               help="call: CUDA events around back-to-back calls of each public function (host time included); "
@@ -106,7 +124,8 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--impls", default="default", show_default=True,
               help="ours, comma-separated: torch (iokernels.torch.attention; alias fast), cupy (iokernels.attention "
                    "on cupy arrays), flash (q_outer), standard, kv_outer (slow; research kernels through the cupy "
-                   "call), all, none; default: torch,cupy")
+                   "call), dense (with --block-sparse only: torch without the block mask), all, none; default: "
+                   "torch,cupy; with --block-sparse torch,dense")
 @click.option("--peers", default="all", show_default=True,
               help="peers, comma-separated: cupy, flash, cudnn, efficient, math (torch SDPA backends), flex "
                    "(FlexAttention, compiled), all, none")
@@ -143,7 +162,8 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
 @user_errors
-def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, backward, mode,
+def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, block_sparse,
+              block_pattern, block_seed, backward, mode,
               overhead, overhead_calls, long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup,
               repeats, max_call_ms, time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen,
               varlen_batch, varlen_max, as_json) -> None:
@@ -173,6 +193,7 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     timing.check()
     check_p(dropout_p)
     window = parse_window(window)
+    sparse = _block_sparse(ctx, block_sparse, block_pattern, block_seed, long_table or long_only or overhead)
     if documents is not None:
         if documents < 1:
             raise ValueError(f"--documents must be >= 1, got {documents}")
@@ -205,15 +226,19 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
                                                           dropout=dropout_p, window=window, documents=documents,
-                                                          softcap=softcap)
+                                                          softcap=softcap, block_sparse=sparse)
     if window is not None and (long_table or long_only or overhead):
         raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
         if long_table or long_only else []
-    names = (implementations.parse_names("--impls", impls, implementations.OURS, implementations.IMPL_ALIASES,
-                                         implementations.DEFAULT_OURS)
+    ours, ours_default = (implementations.SPARSE_OURS, implementations.SPARSE_DEFAULT_OURS) if sparse else \
+        (implementations.OURS, implementations.DEFAULT_OURS)
+    names = (implementations.parse_names("--impls", impls, ours, implementations.IMPL_ALIASES, ours_default)
              + implementations.parse_names("--peers", peers, implementations.PEERS, implementations.PEER_ALIASES,
                                            implementations.PEERS))
+    if sparse is None and implementations.DENSE in names:
+        raise ValueError("--impls dense is the dense reference of a block-sparse run: it needs --block-sparse DENSITY "
+                         "(without it, it is torch)")
     if not names:
         raise ValueError("--impls and --peers select no implementation")
     chosen = implementations.make_impls(names, sram=sram)
@@ -225,6 +250,8 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
         _nothing_available(reasons)
     header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
               "window": None if window is None else list(window), "documents": documents, "softcap": softcap,
+              "block_sparse": None if sparse is None else {"density": sparse["density"], "pattern": sparse["kind"],
+                                                           "seed": sparse["seed"], "block": sparse["block_q"]},
               "command": _command_line(ctx)}
 
     def progress(msg: str) -> None:
@@ -244,6 +271,27 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     doc = suite.run(problems, chosen, timing, long=long, backward=backward, header=header, modes=modes,
                     progress=progress)
     emit(doc, as_json, suite.render(doc))
+
+
+def _block_sparse(ctx: click.Context, density, kind, seed, other_table: bool) -> dict | None:
+    """--block-sparse DENSITY with --block-pattern and --block-seed as the mask's pattern arguments
+    (configs.block_sparse_spec), None without it; ValueError for what does not go with it."""
+    if density is None:
+        for name in ("block_pattern", "block_seed"):
+            if _given(ctx, name):
+                raise ValueError(f"--{name.replace('_', '-')} needs --block-sparse DENSITY")
+        return None
+    sparse = configs.block_sparse_spec(density, kind, seed)
+    if _given(ctx, "block_seed") and sparse["kind"] != "random":
+        raise ValueError(f"--block-seed applies to --block-pattern random only (the {sparse['kind']} pattern draws "
+                         "nothing)")
+    for name, why in NOT_BLOCK_SPARSE.items():
+        if ctx.params[name]:  # given, and not its default (no dropout, no window, ...)
+            flag = next(max(p.opts, key=len) for p in ctx.command.params if p.name == name)
+            raise ValueError(f"--block-sparse and {flag}: {why}; pick one (--block-sparse combines with --causal)")
+    if other_table:
+        raise ValueError("--block-sparse applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
+    return sparse
 
 
 def _nothing_available(reasons: dict[str, list[str]]) -> None:
