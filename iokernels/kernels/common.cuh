@@ -370,6 +370,24 @@ __device__ __forceinline__ bool iok_block_kept(IokCounters<Ts...>& c, const unsi
     if (threadIdx.x == 0) kept = iok_ld<IOK_T_block_mask>(c, block_mask + static_cast<size_t>(i) * t_c + j) != 0;
     return __syncthreads_or(kept) != 0;
 }
+
+// The kept blocks of one row (or column) of the tile grid, for kernels whose loop runs over a list (the sm_90 tma
+// kernels): one warp reads the bytes of blocks first, first + 1, ..., first + count - 1 (entry b at
+// grid[b * stride]; 32 at a time, each byte counted once) and writes the kept ones' places in that range (b - first),
+// in order, to kept[0 .. n) of shared memory; returns n in every lane.
+template <int... Ts>
+__device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsigned char* grid, int first, int count,
+                                               int stride, unsigned short* kept, int lane)
+{
+    int n = 0;
+    for (int b = lane; b - lane < count; b += 32) {
+        const bool keep = b < count && iok_ld<IOK_T_block_mask>(c, grid + static_cast<size_t>(first + b) * stride) != 0;
+        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+        if (keep) kept[n + __popc(ballot & ((1u << lane) - 1u))] = static_cast<unsigned short>(b);
+        n += __popc(ballot);
+    }
+    return n;
+}
 #endif
 
 #ifdef MASK

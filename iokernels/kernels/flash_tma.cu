@@ -39,6 +39,12 @@
 //
 // SOFTCAP (iokernels/plan/variants.py with_softcap): the logits τ s become c tanh(τ s / c) before the masks.
 //
+// BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
+// reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
+// list of the kept key tiles in shared memory (BLOCK_LIST entries at most), and the item's steps run over that list:
+// step j takes key tile kept[j], the same loop as without a mask. A row with no kept tile loads nothing and writes
+// O = 0, lse -inf.
+//
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
 // decode's, iokernels/model/hbm.py).
@@ -94,6 +100,10 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(VARLEN) && (defined(PERSISTENT) || defined(WINDOW) || defined(DROPOUT) || defined(RAGGED) || defined(SPLIT))
 #error "VARLEN: a block per work item (its sequence's offsets read first), causal or no mask, no dropout"
 #endif
+#if defined(BLOCK_SPARSE) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) \
+    || defined(WINDOW) || !defined(BLOCK_LIST))
+#error "BLOCK_SPARSE: a block per item (its list read first), causal or no mask; BLOCK_LIST from the plan"
+#endif
 #if defined(RAGGED) || defined(VARLEN)
 #define IOK_TAIL 1  // the last V tile's rows past the sequence zeroed in shared memory
 #endif
@@ -137,12 +147,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, const int n_q_in, const int n_k_in, float scale, int kv_group, int bh,
-              IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM
-              unsigned long long* __restrict__ iok_counters)
+              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM IOK_PACKED_PARAM
+              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T IOK_BLOCK_MASK_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
@@ -259,6 +269,20 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __shared__ int seq_rows[4];
     if (threadIdx.x == 0) iok_varlen_rows(io, cu_seqlens_q, cu_seqlens_k, blockIdx.y, n_q_in, n_k_in, seq_rows);
 #endif
+#ifdef BLOCK_SPARSE
+    // the kept key tiles of the block's row of the grid, within its band (kt0 + kept[j]): the item's steps
+    __shared__ unsigned short kept[BLOCK_LIST];
+    __shared__ int kept_count;
+    if (threadIdx.x < 32) {
+        const Item w = item_of(0);
+        const int n = iok_kept_blocks(io, block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC),
+                                      w.kt0, w.tiles, 1, kept, lane);
+        if (lane == 0) kept_count = n;
+    }
+#define IOK_KEY_TILE(j) (kt0 + static_cast<int>(kept[j]))
+#else
+#define IOK_KEY_TILE(j) (kt0 + (j))
+#endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
         iok_mbar_init(&empty_q, CONSUMERS / 32);
@@ -289,6 +313,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef PERSISTENT
 #define ITEM_OF(it) item_of(it)
+#elif defined(BLOCK_SPARSE)
+    Item block_item = item_of(0);  // before the roles part, as the one item's values: its steps, the kept tiles
+    block_item.tiles = kept_count;
+#define ITEM_OF(it) block_item
 #else
     const Item block_item = item_of(0);  // before the roles part, as the one item's values
 #define ITEM_OF(it) block_item
@@ -323,7 +351,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
 #endif
                     iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
-                    const int key0 = (kt0 + j) * BC;
+                    const int key0 = IOK_KEY_TILE(j) * BC;
                     unsigned char* dst = smem + (is_k ? (st ? SMEM_K1 : SMEM_K0) : (st ? SMEM_V1 : SMEM_V0));
 #ifdef PAGED
                     const int* table = page_table + static_cast<size_t>(seq) * max_pages;
@@ -406,7 +434,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             auto dropout_bits = [&]([[maybe_unused]] int j) {
 #ifdef DROPOUT
                 wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, z,
-                                    row0 + wg * 64 + warp * 16 + g, (kt0 + j) * BC, t);
+                                    row0 + wg * 64 + warp * 16 + g, IOK_KEY_TILE(j) * BC, t);
                 asm volatile("" : "+r"(keep[0]), "+r"(keep[1]));  // done before the wait
 #endif
             };
@@ -425,7 +453,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) s[i] = (softcap / scale) * iok_tanh(s[i] * (scale / softcap));
 #endif
-                const int key0 = (kt0 + j) * BC, keys = w.keys;
+                const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys;
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf
 #pragma unroll
                     for (int i = 0; i < BC / 2; ++i) {
@@ -568,8 +596,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
             }
-#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL) || defined(VARLEN)
-            // a row that sees no key (RAGGED, VARLEN: a sequence of none; PACKED_CAUSAL: of a split): O = 0, lse = -inf
+#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL) || defined(VARLEN) || defined(BLOCK_SPARSE)
+            // a row that sees no key (RAGGED, VARLEN: a sequence of none; PACKED_CAUSAL: of a split; BLOCK_SPARSE: a row
+            // of the grid with no kept tile): O = 0, lse = -inf
             const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};
 #else
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};

@@ -37,6 +37,11 @@
 // SOFTCAP (narrow tiles): Pᵀ from c tanh(τ Sᵀ / c) and dSᵀ times 1 − tanh² (wg_bwd.cuh wgb_probs_softcap; the band
 // mask written as −inf before it).
 //
+// BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): once the roles' common values
+// are known, warp 0 reads the key block's column of the grid (T_r x T_c bytes, the query blocks of its band;
+// common.cuh iok_kept_blocks) into a list of the kept query blocks in shared memory (BLOCK_LIST entries at most), and
+// the steps run over that list (step s: query head s / span, query block kept[s % span]), read once per K/V head.
+//
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
 // read and 4 written of dQacc (the reduction's read-modify-write; with the wide tiles the consumers count their
@@ -62,6 +67,9 @@
 #if defined(VARLEN) && (defined(WINDOW) || defined(DROPOUT))
 #error "VARLEN: causal or no mask, no dropout"
 #endif
+#if defined(BLOCK_SPARSE) && (defined(VARLEN) || defined(WINDOW) || !defined(BLOCK_LIST))
+#error "BLOCK_SPARSE: causal or no mask, no VARLEN; BLOCK_LIST from the plan"
+#endif
 #if defined(SOFTCAP) && (defined(VARLEN) || defined(DROPOUT))
 #error "SOFTCAP: the dense backward, with causal or a window, no dropout"
 #endif
@@ -79,6 +87,8 @@ static_assert(THREADS == CONSUMERS + 128, "the consumer warpgroups and the produ
 #if defined(VARLEN)
 // (the loader's sequence state and its zeroing of the last query block: 24 or 40 registers spill. In the counting build
 // at d 64 the consumers spill 8 bytes at 224: tests/kernels/test_compile.py SPILLS_ALLOWED)
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+#elif defined(IOK_COUNT) && defined(BLOCK_SPARSE)  // (the list's counters too: 40 spill 40 bytes)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
 #elif defined(IOK_COUNT)
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // the counting build's producer adds 64-bit counters
@@ -178,12 +188,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
               const __grid_constant__ IokTensorMap tmdQ,
 #endif
               T* __restrict__ dK, T* __restrict__ dV, const int n_q_in, const int n_k_in, float scale, int kv_group,
-              IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM
+              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV IOK_VARLEN_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV IOK_VARLEN_T
+                IOK_BLOCK_MASK_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -238,13 +249,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // head of the group, query block) pairs. A function that each role calls after its register reallocation
     // (kept live across it, a value spills)
     int first, span;
-    auto schedule = [&]() {
-#ifdef VARLEN
-        if (cols <= 0) {  // a key block past its sequence's end: no step, nothing written
-            first = span = 0;
-            return 0;
-        }
+#ifdef BLOCK_SPARSE
+    // the kept query blocks of the key block's column of the grid, within its band (first + kept[s])
+    __shared__ unsigned short kept[BLOCK_LIST];
+    __shared__ int kept_count;
 #endif
+    auto band = [&]() {
 #ifdef IOK_BAND
         const int q_lo = max(0, col0 - IOK_BAND_HI);
 #ifdef WINDOW
@@ -258,11 +268,34 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         first = 0;
         span = (n_q + BR - 1) / BR;
 #endif
+    };
+    auto schedule = [&]() {
+#ifdef VARLEN
+        if (cols <= 0) {  // a key block past its sequence's end: no step, nothing written
+            first = span = 0;
+            return 0;
+        }
+#endif
+        band();
+#ifdef BLOCK_SPARSE
+        span = kept_count;
+#endif
         return span * kv_group;
     };
+#ifdef BLOCK_SPARSE
+    if (threadIdx.x < 32) {
+        band();
+        const int n = iok_kept_blocks(io, block_mask + blockIdx.x, first, span, (n_k + BC - 1) / BC, kept, lane);
+        if (lane == 0) kept_count = n;
+    }
+    __syncthreads();  // the list, before the roles part
+    // step s: query head blockIdx.z * kv_group + s / span, query block first + kept[s % span]
+    auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span])) * BR; };
+#else
     // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
-    auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
     auto step_q0 = [&](int s) { return (first + s % span) * BR; };
+#endif
+    auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
         iok_regs_dec<PRODUCER_REGS>();

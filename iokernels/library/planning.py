@@ -13,6 +13,7 @@ from ..plan import (
     Unsupported,
     check_runnable,
     make_plan,
+    supports_block_sparse,
     supports_causal,
     supports_dropout,
 )
@@ -133,7 +134,8 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
         schedules: list[str | None] = ["fast"]
     else:
         fast = (algorithm == "flash" and schedule is None and dtype in FAST_DTYPES  # the head dims: the plans say
-                and (not causal or supports_causal("flash", "fast", direction)) and block_mask is None
+                and (not causal or supports_causal("flash", "fast", direction))
+                and (block_mask is None or supports_block_sparse("flash", "fast", direction))
                 and mask is None and (dropout is None or supports_dropout("flash", "fast", direction)))
         schedules = ["fast"] if deterministic else ["fast", None] if fast else [schedule]
     failure: Unsupported | None = None

@@ -22,8 +22,9 @@ except ImportError as exc:  # an optional dependency: say how to get it
     raise ImportError("iokernels.torch needs PyTorch, which is not installed: pip install torch "
                       "(iokernels itself does not depend on it)") from exc
 
-from ..plan import normalize_causal, normalize_window
+from ..plan import Unsupported, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
+from ..plan.masks import BlockMask
 from ..plan.sequences import offsets
 from ..plan.units import parse_size
 from ..plan.variants import check_softcap
@@ -73,7 +74,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
               schedule: str | None = None, sram: int | str | None = None, deterministic: bool = False,
               mask: Any = None, dropout: float | Dropout = 0.0,
               window: tuple[int | None, int | None] | None = None, documents: Any = None,
-              softcap: float | None = None) -> torch.Tensor:
+              softcap: float | None = None, block_mask: Any = None) -> torch.Tensor:
     """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd; torch's
     ``scaled_dot_product_attention`` signature (attn_mask, dropout_p, is_causal, scale, enable_gqa) and
     the library's options.
@@ -122,6 +123,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     or bfloat16), through :func:`attention_varlen` with ``head_major`` (its operators, its autograd); it takes causal,
     is_causal, scale and enable_gqa only (ValueError otherwise).
 
+    block_mask: block-sparse attention (the paper's Algorithm 5), an :class:`iokernels.BlockMask` made once for
+    (N_q, N_k) (``iokernels.plan.masks.pattern``, ``BlockMask.from_array``): as :func:`iokernels.attention`'s, on the
+    sm_90 tma kernels where its blocks are multiples of 128 (the research kernels elsewhere), forward and backward,
+    with causal, dropout and softcap. Eager calls only: a traced call (torch.compile, fake tensors) raises
+    :class:`iokernels.plan.Unsupported`.
+
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
     at import without torch, TypeError/ValueError on bad input (non-tensors, other dtypes, CPU tensors,
@@ -147,6 +154,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, mask=attn_mask if mask is None else mask,
                        dropout=p, window=window, deterministic=deterministic, softcap=softcap)
         return _documents(q, k, v, documents, causal, scale)
+    if block_mask is not None and not isinstance(block_mask, BlockMask):
+        raise TypeError(f"block_mask must be an iokernels.BlockMask, got {type(block_mask).__name__}")
     if attn_mask is not None and mask is not None:
         raise TypeError("pass attn_mask or mask, not both")
     mask = attn_mask if mask is None else mask
@@ -172,13 +181,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     if not _plain_eager(q, k, v):  # traced (one node each way), fake or meta tensors (the fake implementation),
         # a dispatch mode that should see the operator, or what the operator's checks refuse
         check_tensors(q, k, v, mask)
+        if block_mask is not None:
+            raise Unsupported("block_mask: eager calls on CUDA tensors only (the operators take none yet)")
         out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm,
                                                       schedule, sram, deterministic, *window_ints(window), softcap)
         return out
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
-        return EagerAttention.apply(q, k, v, mask, options)
+        return EagerAttention.apply(q, k, v, mask, options, block_mask)
     return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram,
-                   keep_lse=False, window=window, softcap=softcap)[0]
+                   keep_lse=False, window=window, softcap=softcap, block_mask=block_mask)[0]
 
 
 def _plain_eager(q: Any, *more: Any) -> bool:
@@ -351,13 +362,13 @@ class EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                options: tuple[Any, ...]) -> torch.Tensor:
+                options: tuple[Any, ...], block_mask: Any = None) -> torch.Tensor:
         p, seed, offset, causal, scale, algorithm, schedule, sram, _, window, softcap = options
         drop = forward_dropout(p, seed, offset)
         out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window,
-                           softcap=softcap)
+                           softcap=softcap, block_mask=block_mask)
         ctx.save_for_backward(q, k, v, out, lse, mask)
-        ctx.drop, ctx.options = drop, options
+        ctx.drop, ctx.options, ctx.block_mask = drop, options, block_mask
         return out
 
     @staticmethod
@@ -366,5 +377,5 @@ class EagerAttention(torch.autograd.Function):
         _, _, _, causal, scale, algorithm, _, sram, deterministic, window, softcap = ctx.options
         dq, dk, dv = backward(dout, q, k, v, out, lse, mask, ctx.drop, causal, scale,
                               "standard" if algorithm == "standard" else "flash", sram, deterministic, window,
-                              softcap)
-        return dq, dk, dv, None, None
+                              softcap, ctx.block_mask)
+        return dq, dk, dv, None, None, None

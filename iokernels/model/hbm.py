@@ -23,8 +23,8 @@ TFLOP/s), whatever the schedule actually computes.
 
 Block-sparse plans (``block_sparse=``, ``plan.block_mask``; the paper's Algorithm 5): the same sums over
 the block pairs the mask keeps (:func:`iokernels.plan.pair_sums`), plus ``N_bm`` bytes of the block mask
-(one per pair a loop visits, per batch·head). FLOPs are those of the kept blocks (A_S elements of S);
-the Θ form is Proposition 4's Θ(Nd + N²d²M⁻¹s), with s·A in place of the sums.
+(one per pair a loop visits, per batch·head; the backward's per K/V head). FLOPs are those of the kept blocks
+(A_S elements of S); the Θ form is Proposition 4's Θ(Nd + N²d²M⁻¹s), with s·A in place of the sums.
 
 Explicit masks (``mask=``, ``plan.mask``; :class:`iokernels.plan.masks.ExplicitMask`): the stages that read
 one read its elements of every pair they compute, once per batch·head whether the mask is shared or not:
@@ -271,9 +271,9 @@ def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *
         stages = _CACHE_BUILDERS[(variant, cache)](loops)
     else:
         stages = _BUILDERS[_k(algorithm, schedule, direction, variant)](loops)
-    if block_sparse:
+    if block_sparse:  # the backward's blocks own a K/V head's key block: they read it once per K/V head
         for name in BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
-            stages[name].read("block_mask", N_bm)
+            stages[name].read("block_mask", N_bm, BH_kv if direction == "bwd" else BH)
     if mask:
         # standard attention's qk product reads the mask element of every S element it stores, causal or not
         area = N_q * N_k if algorithm == "standard" else loops.s

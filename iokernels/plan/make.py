@@ -20,6 +20,7 @@ from .masks import BlockMask, ExplicitMask
 from .research import research_plan
 from .units import itemsize
 from .variants import (
+    FAST_SPARSE_BLOCK,
     check_block_mask,
     check_dropout,
     check_explicit_mask,
@@ -70,9 +71,10 @@ def make_plan(
     (module docstring); flash/fast/bwd takes causal with its wgmma kernel only (sm_90; Unsupported
     elsewhere).
     ``block_mask``: block-sparse attention (:class:`iokernels.plan.masks.BlockMask`, the paper's Algorithm 5)
-    by the research tiled schedules (:func:`supports_block_sparse`; Unsupported elsewhere). The tiles
-    are the largest ones up to the usual ones that divide the mask's blocks (forced tiles must divide
-    them), so each (query block, key block) pair lies in one mask block; with ``causal`` both masks apply.
+    by the research tiled schedules and flash/fast's tma kernels (:func:`supports_block_sparse`; Unsupported
+    elsewhere). The research tiles are the largest ones up to the usual ones that divide the mask's blocks (forced
+    tiles must divide them), flash/fast's its causal tiles (ValueError where they do not divide the blocks), so each
+    (query block, key block) pair lies in one mask block; with ``causal`` both masks apply.
     ``mask``: an explicit element mask (:class:`iokernels.plan.masks.ExplicitMask`) read from HBM by the
     schedules of :func:`supports_explicit_mask` (Unsupported elsewhere); it combines with the others.
     ``dropout``: dropout on P (:class:`iokernels.plan.dropout.Dropout`), by the stages of
@@ -97,13 +99,21 @@ def make_plan(
         check_explicit_mask((algorithm, schedule, direction), mask)
     if dropout is not None:
         check_dropout((algorithm, schedule, direction), dropout)
-    if block_mask is not None:
+    if block_mask is not None and schedule == "fast":  # its kernels' own tiles (block_sparse below), which must divide
+        check_block_mask((algorithm, schedule, direction), block_mask, N_q, N_k)
+        if block_mask.block_q % FAST_SPARSE_BLOCK or block_mask.block_k % FAST_SPARSE_BLOCK:  # before any tiling
+            raise Unsupported(f"flash/fast: its tiles divide blocks of a multiple of {FAST_SPARSE_BLOCK}, not the "
+                              f"block mask's {block_mask.block_q}x{block_mask.block_k}")
+        if normalize_window(window) is not None:
+            raise Unsupported("flash/fast: a block mask and a sliding window together are not implemented")
+    elif block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
     capped = check_softcap(softcap) is not None
     # a softcap's backward takes the dropout tiles (B_r 64: at 128 its 1 − tanh² per element spills)
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c,
                      dropout=dropout is not None or (capped and direction == "bwd"),
-                     banded=normalize_window(window) is not None or capped, **args)
+                     banded=normalize_window(window) is not None or capped, block_sparse=block_mask is not None,
+                     **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     return with_softcap(with_documents(with_window(plan, window), documents), softcap)
 
@@ -150,9 +160,11 @@ def base_plan(
     causal: str,
     dropout: bool = False,
     banded: bool = False,
+    block_sparse: bool = False,
 ) -> Plan:
     """The plan of one schedule before its variants (causal, masks, dropout) are applied. ``banded``: a sliding
-    window will be applied (flash/fast: the tiles of a causal plan, and an sm_90 backward kernel)."""
+    window will be applied (flash/fast: the tiles of a causal plan, and an sm_90 backward kernel). ``block_sparse``:
+    a block mask will be (flash/fast: the tma kernels, the causal tiles, a block per work item)."""
     masked = bool(causal) or banded
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -178,13 +190,15 @@ def base_plan(
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads, dropout=dropout, causal=masked, window=banded)
+                                             kv_heads=kv_heads, dropout=dropout, causal=masked or block_sparse,
+                                             window=banded, block_sparse=block_sparse)
             except NoFastTilingFits as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
         # the backward: its default tiles, or B_c = 64 where those do not fit M
         plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                      kv_heads=kv_heads, wgmma_only=masked, dropout=dropout, window=banded)
+                                      kv_heads=kv_heads, wgmma_only=masked, dropout=dropout,
+                                      window=banded or block_sparse)
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")

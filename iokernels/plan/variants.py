@@ -119,7 +119,15 @@ BLOCK_SPARSE_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("flash", "kv_outer", "fwd"): ("main",),
     ("flash", "q_outer", "fwd"): ("main",),
     ("flash", "kv_outer", "bwd"): ("main",),
+    ("flash", "fast", "fwd"): ("main",),  # the sm_90 tma kernels only (BLOCK_SPARSE_KERNELS)
+    ("flash", "fast", "bwd"): ("main",),
 }
+# flash/fast's kernels that take a block mask: the tma forward (a block per work item) and backward, which read their
+# row (column) of the grid into a list of the kept blocks in shared memory, of BLOCK_LIST entries (a define; 2 bytes
+# each): 1024, and 512 for the wide backward (d past 128), whose buffers leave 2 KB of the 227 KB a block takes
+BLOCK_SPARSE_KERNELS = ("flash_tma_fwd", KERNEL_TMA, KERNEL_TMA_WIDE)
+BLOCK_LIST = {"flash_tma_fwd": 1024, KERNEL_TMA: 1024, KERNEL_TMA_WIDE: 512}
+FAST_SPARSE_BLOCK = 128  # their tiles (128 or 64 a side) divide a block mask's blocks of a multiple of this
 
 
 def supports_block_sparse(algorithm: str, schedule: str, direction: str) -> bool:
@@ -131,9 +139,7 @@ def check_block_mask(key: tuple[str, str, str], block_mask: object, n_q: int, n_
     if not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask must be an iokernels.plan.masks.BlockMask, got {type(block_mask).__name__}")
     if key not in BLOCK_SPARSE_STAGES:
-        why = {"standard": "standard attention computes all of S (it has no blocks to skip)",
-               "fast": "the tensor-core kernels have no block-sparse variant yet; use flash/q_outer "
-                       "(forward) or flash/kv_outer (backward)"}
+        why = {"standard": "standard attention computes all of S (it has no blocks to skip)"}
         raise Unsupported(f"block-sparse attention is not implemented by {'/'.join(key)}: "
                           f"{why.get(key[0], why.get(key[1], 'no kernel'))}")
     if (block_mask.n_q, block_mask.n_k) != (n_q, n_k):
@@ -152,10 +158,26 @@ def with_block_mask(plan: Plan, block_mask: BlockMask | None) -> Plan:
     check_block_mask(key, block_mask, plan.N_q, plan.N_k)
     if plan.variant:
         raise Unsupported(f"block-sparse attention is not implemented by {plan.label}")
+    if plan.schedule == "fast" and (block_mask.block_q % plan.tile["Br"] or block_mask.block_k % plan.tile["Bc"]):
+        raise Unsupported(f"{plan.label}: its tiles {plan.tile['Br']}x{plan.tile['Bc']} do not divide the block mask's "
+                          f"blocks {block_mask.block_q}x{block_mask.block_k} (blocks of a multiple of "
+                          f"{FAST_SPARSE_BLOCK} divide them)")
     block_mask.refine(plan.tile["Br"], plan.tile["Bc"])  # ValueError unless the tiles divide its blocks
     sparse = BLOCK_SPARSE_STAGES[key]
-    stages = tuple(replace(s, params=(*s.params, ("BLOCK_SPARSE", 1))) if s.name in sparse else s
-                   for s in plan.stages)
+    params: tuple[tuple[str, int], ...] = (("BLOCK_SPARSE", 1),)
+    if plan.schedule == "fast":
+        main = next(s for s in plan.stages if s.name in sparse)
+        if main.kernel not in BLOCK_SPARSE_KERNELS or dict(main.params).get("PERSISTENT"):
+            persistent = " (persistent)" if main.kernel in BLOCK_SPARSE_KERNELS else ""
+            raise Unsupported(f"block-sparse attention on the tensor cores is the sm_90 tma kernels' (a block per "
+                              f"work item), not {main.kernel}{persistent}")
+        forward = plan.direction == "fwd"
+        listed = -(-(plan.N_k if forward else plan.N_q) // plan.tile["Bc" if forward else "Br"])
+        if listed > BLOCK_LIST[main.kernel]:
+            raise Unsupported(f"block-sparse {plan.label}: a {'row' if plan.direction == 'fwd' else 'column'} of "
+                              f"{listed} blocks of the tile grid; its kernel lists at most {BLOCK_LIST[main.kernel]}")
+        params += (("BLOCK_LIST", BLOCK_LIST[main.kernel]),)
+    stages = tuple(replace(s, params=(*s.params, *params)) if s.name in sparse else s for s in plan.stages)
     return replace(plan, block_mask=block_mask, stages=stages)
 
 

@@ -399,8 +399,10 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
         hbm.put(name, array)
     if plan.mask is not None:  # read by every batch·head, shared or not: a row per batch·head to count
         hbm.put("mask", np.broadcast_to(inputs["mask"], (plan.bh, plan.N_q, plan.N_k)))
-    if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read
-        hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (plan.bh, *plan.block_grid().shape)))
+    if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read (the
+        # backward's blocks own a K/V head's key block: per K/V head)
+        rows = plan.bh_kv if plan.direction == "bwd" else plan.bh
+        hbm.put("block_mask", np.broadcast_to(plan.block_grid(), (rows, *plan.block_grid().shape)))
     if plan.varlen is not None:  # packed tensors of their own shapes (simulate/varlen.py)
         (run_varlen if plan.direction == "fwd" else run_varlen_bwd)(hbm, scale)
     else:

@@ -29,7 +29,8 @@ def sparse_variants() -> dict[str, list[CompileVariant]]:
         mask = pattern("random", 0.5, n_q=N, n_k=N, block_q=block)
         for problem in problems:
             plans += all_plans(N_q=N, N_k=N, backward=True, causal=causal, block_mask=mask, **problem)
-    return plan_variants(plans, "BLOCK_SPARSE")
+    # (flash/fast's tma kernels: their own cases in iokernels.kernels.sources, for CI's time)
+    return plan_variants([p for p in plans if p.schedule != "fast"], "BLOCK_SPARSE")
 
 
 def test_every_block_sparse_kernel_family_has_variants():

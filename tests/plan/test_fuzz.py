@@ -38,6 +38,7 @@ from iokernels.plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from iokernels.plan.fast_bwd import make_fast_backward_plan
 from iokernels.plan.masks import MASK_KINDS, PATTERNS, ExplicitMask, pattern
 from iokernels.plan.units import DTYPE_ITEMSIZE
+from iokernels.plan.variants import FAST_SPARSE_BLOCK
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 KB = 1024
@@ -67,13 +68,13 @@ def fuzz(examples: int) -> Callable:
 @dataclass(frozen=True)
 class Mask:
     kwargs: Callable[[int, int], st.SearchStrategy[dict]]  # (N_q, N_k) -> make_plan keyword arguments
-    supported: Callable[[Key], bool]
+    supported: Callable[[Key, dict], bool]  # (key, the make_plan keyword arguments) -> whether a kernel takes it
 
 
 MASKS: dict[str, Mask] = {
-    "none": Mask(lambda n_q, n_k: st.just({}), lambda key: True),
+    "none": Mask(lambda n_q, n_k: st.just({}), lambda key, kw: True),
     "causal": Mask(lambda n_q, n_k: st.sampled_from([True, *CAUSAL_ALIGNMENTS]).map(lambda c: {"causal": c}),
-                   lambda key: supports_causal(*key)),
+                   lambda key, kw: supports_causal(*key)),
     # a block mask of a random pattern, density and block size (the plan's tiles divide its blocks), with or
     # without the causal mask
     "block_sparse": Mask(lambda n_q, n_k: st.builds(
@@ -81,28 +82,30 @@ MASKS: dict[str, Mask] = {
                                                                        seed=s), "causal": causal},
         st.sampled_from(PATTERNS), st.floats(0.05, 1.0), st.sampled_from([8, 16, 32, 48, 64, 128]),
         st.integers(0, 99), st.sampled_from([False, "bottom_right", "top_left"])),
-        lambda key: supports_block_sparse(*key)),
+        # (flash/fast: its tiles divide blocks of a multiple of FAST_SPARSE_BLOCK only)
+        lambda key, kw: supports_block_sparse(*key)
+        and (key[1] != "fast" or kw["block_mask"].block_q % FAST_SPARSE_BLOCK == 0)),
     # an explicit mask, boolean or additive, shared or one per batch-head, with or without the causal mask
     "explicit": Mask(lambda n_q, n_k: st.builds(
         lambda kind, shared, causal: {"mask": ExplicitMask(kind, shared), "causal": causal},
         st.sampled_from(MASK_KINDS), st.booleans(), st.sampled_from([False, "bottom_right", "top_left"])),
-        lambda key: supports_explicit_mask(*key)),
+        lambda key, kw: supports_explicit_mask(*key)),
     # dropout of a random p, seed and offset, alone or with the causal mask
     "dropout": Mask(lambda n_q, n_k: st.builds(
         lambda t, s, off: {"dropout": Dropout(t / 256, s, off)},
         st.integers(0, 243), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1)),  # p: a multiple of 1/256
-        lambda key: supports_dropout(*key)),
+        lambda key, kw: supports_dropout(*key)),
     # a sliding window (left, right; None: unbounded) with or without the causal mask (the model and the simulator
     # take it; no kernel does yet)
     "window": Mask(lambda n_q, n_k: st.builds(
         lambda left, right, causal: {"window": (left, right), "causal": causal},
         st.none() | st.integers(0, 2 * N_MAX), st.none() | st.integers(0, 2 * N_MAX),
         st.sampled_from([False, *CAUSAL_ALIGNMENTS])),
-        lambda key: supports_causal(*key)),
+        lambda key, kw: supports_causal(*key)),
     "dropout_causal": Mask(lambda n_q, n_k: st.builds(
         lambda t, s, causal: {"dropout": Dropout(t / 256, s, 0), "causal": causal},
         st.integers(0, 243), st.integers(0, 2**64 - 1), st.sampled_from(CAUSAL_ALIGNMENTS)),
-        lambda key: supports_dropout(*key) and supports_causal(*key)),
+        lambda key, kw: supports_dropout(*key) and supports_causal(*key)),
 }
 
 
@@ -177,7 +180,7 @@ def _plan_or_unsupported(problem: Problem, sram: int) -> Plan | None:
         return problem.make(sram)
     except Unsupported:
         # legitimate only where the plans say the mask has no kernel here
-        assert not MASKS[problem.mask].supported(problem.key), problem
+        assert not MASKS[problem.mask].supported(problem.key, problem.mask_kwargs), problem
         event(f"unsupported: {problem.mask} on {'/'.join(problem.key)}")
         return None
 
@@ -188,7 +191,7 @@ def test_simulator_bytes_equal_the_model_and_outputs_the_reference(problem: Prob
     try:
         smallest = problem.smallest_m()
     except Unsupported:  # legitimate only where the plans say the mask has no kernel here
-        assert not MASKS[problem.mask].supported(problem.key), problem
+        assert not MASKS[problem.mask].supported(problem.key, problem.mask_kwargs), problem
         return
     if smallest == 1 and not problem.deterministic:  # make_plan took M = 1 byte: only if it has no tiles to fit
         pytest.fail(f"make_plan accepted M = 1 byte: {problem}")
@@ -220,7 +223,7 @@ def test_sram_too_small_exactly_below_the_smallest_m(problem: Problem, below: bo
     try:
         smallest = problem.smallest_m()
     except Unsupported:
-        assert not MASKS[problem.mask].supported(problem.key), problem
+        assert not MASKS[problem.mask].supported(problem.key, problem.mask_kwargs), problem
         return
     if problem.mask == "none" and problem.kv_heads == problem.heads:
         algorithm, schedule, direction = problem.key
