@@ -373,18 +373,26 @@ __device__ __forceinline__ bool iok_block_kept(IokCounters<Ts...>& c, const unsi
 
 // The kept blocks of one row (or column) of the tile grid, for kernels whose loop runs over a list (the sm_90 tma
 // kernels): one warp reads the bytes of blocks first, first + 1, ..., first + count - 1 (entry b at
-// grid[b * stride]; 32 at a time, each byte counted once) and writes the kept ones' places in that range (b - first),
+// grid[b * stride]; 32 ROUND at a time, their loads issued together, each byte counted once) and writes the kept ones' places in that range (b - first),
 // in order, to kept[0 .. n) of shared memory; returns n in every lane.
-template <int... Ts>
+template <int ROUND, int... Ts>
 __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsigned char* grid, int first, int count,
                                                int stride, unsigned short* kept, int lane)
 {
     int n = 0;
-    for (int b = lane; b - lane < count; b += 32) {
-        const bool keep = b < count && iok_ld<IOK_T_block_mask>(c, grid + static_cast<size_t>(first + b) * stride) != 0;
-        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-        if (keep) kept[n + __popc(ballot & ((1u << lane) - 1u))] = static_cast<unsigned short>(b);
-        n += __popc(ballot);
+    for (int b0 = 0; b0 < count; b0 += 32 * ROUND) {
+        bool keep[ROUND];
+#pragma unroll
+        for (int u = 0; u < ROUND; ++u) {
+            const int b = b0 + 32 * u + lane;
+            keep[u] = b < count && iok_ld<IOK_T_block_mask>(c, grid + static_cast<size_t>(first + b) * stride) != 0;
+        }
+#pragma unroll
+        for (int u = 0; u < ROUND; ++u) {
+            const unsigned ballot = __ballot_sync(0xffffffffu, keep[u]);
+            if (keep[u]) kept[n + __popc(ballot & ((1u << lane) - 1u))] = static_cast<unsigned short>(b0 + 32 * u + lane);
+            n += __popc(ballot);
+        }
     }
     return n;
 }

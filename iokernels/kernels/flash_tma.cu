@@ -275,7 +275,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __shared__ int kept_count;
     if (threadIdx.x < 32) {
         const Item w = item_of(0);
-        const int n = iok_kept_blocks(io, block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC),
+        const int n = iok_kept_blocks<4>(io, block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC),
                                       w.kt0, w.tiles, 1, kept, lane);
         if (lane == 0) kept_count = n;
     }

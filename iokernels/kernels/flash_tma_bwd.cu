@@ -285,7 +285,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef BLOCK_SPARSE
     if (threadIdx.x < 32) {
         band();
-        const int n = iok_kept_blocks(io, block_mask + blockIdx.x, first, span, (n_k + BC - 1) / BC, kept, lane);
+        // (4 loads a round; 2 in the softcapped counting build, where 4 spill 16 bytes)
+#if defined(IOK_COUNT) && defined(SOFTCAP)
+        constexpr int round = 2;
+#else
+        constexpr int round = 4;
+#endif
+        const int n = iok_kept_blocks<round>(io, block_mask + blockIdx.x, first, span, (n_k + BC - 1) / BC, kept, lane);
         if (lane == 0) kept_count = n;
     }
     __syncthreads();  // the list, before the roles part

@@ -265,16 +265,16 @@ def check_softcap(softcap: object) -> float | None:
 def with_softcap(plan: Plan, softcap: object) -> Plan:
     """``plan`` with the logits capped: c · tanh(τ s / c) for a softcap c (Gemma 2's attention softcapping; None:
     the plan unchanged), forward and backward (dS times 1 − tanh²). The sm_90 tma kernels apply it (``SOFTCAP`` on
-    the main stage: flash/fast with the tma kernels, d up to 256 forward and 128 backward, no dropout); any other
-    plan raises Unsupported. Bytes do not change."""
+    the main stage: flash/fast with the tma kernels, d up to 256 forward and 128 backward, no dropout, a block mask
+    or not); any other plan raises Unsupported. Bytes do not change."""
     softcap = check_softcap(softcap)
     if softcap is None:
         return plan
     kernel = next((s.kernel for s in plan.stages if s.name == "main"), None)
     if plan.schedule != "fast" or plan.variant or plan.dropout is not None or plan.mask is not None \
-            or plan.block_mask is not None or kernel not in SOFTCAP_KERNELS:
+            or kernel not in SOFTCAP_KERNELS:
         raise Unsupported(f"a softcap runs on the sm_90 tma kernels (flash/fast forward, and the backward up to d 128) "
-                          f"without dropout or masks, not {plan.label}" + (f" ({kernel})" if kernel else ""))
+                          f"without dropout or explicit masks, not {plan.label}" + (f" ({kernel})" if kernel else ""))
     stages = tuple(replace(s, params=(*s.params, ("SOFTCAP", 1))) if s.name == "main" else s for s in plan.stages)
     return replace(plan, softcap=softcap, stages=stages)
 
