@@ -9,54 +9,36 @@ Ours (``--impls``):
   tensor-core flash path where it applies); backward as torch's peers', autograd.
 - ``iokernels_cupy``: ``iokernels.attention(q, k, v)`` on cupy arrays (float16/float32; cupy has no
   bfloat16); backward ``iokernels.attention_backward(q, k, v, o, do, lse)``.
-- ``iokernels_flash`` (flash ``q_outer`` forward), ``iokernels_standard`` (standard forward and backward),
-  ``iokernels_flash_kv_outer`` (Algorithm 1, forward only, slow): the research kernels through the same
-  public cupy call, ``algorithm=``/``schedule=`` given (a backward only for standard, whose public
-  backward is its own: the public flash backward is the tensor-core one that ``iokernels_cupy`` times).
-  No prebuilt plan, no graph of the library's own: what a user's call costs.
+- ``iokernels_flash`` (``q_outer`` forward), ``iokernels_standard`` (forward and backward), ``iokernels_flash_kv_outer``
+  (Algorithm 1, forward only, slow): the research kernels through the same public cupy call, ``algorithm=`` and
+  ``schedule=`` given. No prebuilt plan, no graph of the library's own: what a user's call costs.
 
 Peers (``--peers``):
 
-- ``cupy_standard``: standard attention from cupy: ``cupy.matmul`` (cuBLAS) in the input dtype for
-  QKᵀ, PV and the backward's products; softmax, D = rowsum(dO∘O) and dS in float32 cupy element-wise
-  and reduction kernels. The backward starts from P and O stored by a forward run. cupy has no
-  bfloat16 dtype, so bfloat16 is reported as unsupported (not computed as float16).
-- ``torch_flash``, ``torch_cudnn``, ``torch_efficient``, ``torch_math``: ``F.scaled_dot_product_attention``
-  with ``torch.nn.attention.sdpa_kernel(SDPBackend.X)`` entered once around the calls, one backend forced
-  at a time. A backend that refuses a configuration is "unsupported" with torch's own reasons.
-- ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile``
-  (its first call, compiling, is outside the timed calls), a causal block mask when causal, a sliding-window one
-  (``mask_mod``, the same rule as ours) with ``--window``, a document one (``document_id[q_idx] ==
-  document_id[kv_idx]``) with ``--documents``, a ``score_mod`` ``c * tanh(score / c)`` with ``--softcap``, with
-  ``--block-sparse`` a ``BlockMask.from_kv_blocks`` of our mask's 128 x 128 blocks (:func:`flex_kv_blocks`: the
-  blocks wholly visible as full blocks, no ``mask_mod`` on them; with causal, those the diagonal cuts partial, under
-  a causal ``mask_mod``); no dropout.
-- ``iokernels_torch_dense`` (``--block-sparse`` only, beside ``iokernels_torch``): ``iokernels.torch.attention``
-  without the block mask, the dense fast path on the same shapes; its TFLOP/s on what it computes (the dense count),
-  so that the block-sparse rate over it compares rates. A reference: a denominator of the ratios, not a numerator.
+- ``cupy_standard``: standard attention from cupy: ``cupy.matmul`` (cuBLAS) in the input dtype, softmax, D and dS in
+  float32 element-wise kernels; its backward from a forward's P and O (no bfloat16 in cupy: unsupported).
+- ``torch_flash``, ``torch_cudnn``, ``torch_efficient``, ``torch_math``: ``F.scaled_dot_product_attention`` under
+  ``sdpa_kernel(SDPBackend.X)``, one backend at a time (one that refuses: "unsupported", with torch's reasons).
+- ``torch_flex``: FlexAttention (``torch.nn.attention.flex_attention``) compiled with ``torch.compile`` (its first
+  call outside the timed calls), with a block mask or ``score_mod`` for each variant (below); no dropout.
+- ``iokernels_torch_dense`` (``--block-sparse`` only): ``iokernels.torch.attention`` without the block mask, the dense
+  fast path on the same shapes and its dense count: the denominator of the ratios, not a numerator.
 Layout (B, H, N, d), contiguous, random normal inputs.
 
-Passes: "fwd" (torch: under ``torch.no_grad()`` on inputs that do not require grad), "bwd" (torch:
-``torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)`` on an ``out`` computed once, outside the
-timed calls; cupy: the backward call on a stored forward's O and lse) and, for ``bench --overhead`` only,
-"fwdbwd" (a forward and its backward per call).
+Passes: "fwd" (torch: under ``torch.no_grad()``), "bwd" (torch: ``torch.autograd.grad`` on an ``out`` computed once,
+outside the timed calls; cupy: the backward call on a stored forward's O and lse), "fwdbwd" (``bench --overhead``).
 
-Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal (with a
-sliding window or documents, 4·B·H·d per visible element); backward 2.5× forward. A window and documents run on ours
-and FlexAttention only (torch's SDPA and the cupy standard attention have neither: a dense mask would be another
-workload; ours get ``documents=`` the lengths, FlexAttention a ``document_id`` mask). A softcap (``--softcap C``, the
-logits capped at c·tanh(s/c), its tanh not counted) likewise: ours get ``softcap=`` C, FlexAttention a ``score_mod``
-(with the causal, window or document block mask when there is one). A block mask (``--block-sparse DENSITY``, an
-:class:`iokernels.plan.masks.BlockMask` made once per N) likewise: ours get ``block_mask=``, FlexAttention its blocks;
-its work, 4·B·H·d per visible element of the kept blocks (:func:`iokernels.bench.configs.block_sparse_area`), counted
-the same for both. Shapes:
-B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
+Work counted (FlashAttention-2 convention): forward 4·B·H·N_q·N_k·d FLOPs, halved when causal; backward 2.5×
+forward. The variants run on ours and FlexAttention only (torch's SDPA and the cupy standard attention have none), each
+counted the same for both, 4·B·H·d per visible element: a window (Flex: its ``mask_mod``), documents (ours
+``documents=``, Flex a ``document_id`` mask), a softcap (ours ``softcap=``, Flex a ``score_mod``; its tanh not
+counted), a block mask (``--block-sparse``: ours ``block_mask=``, Flex ``BlockMask.from_kv_blocks`` of the same 128 x
+128 blocks, :func:`flex_kv_blocks`; the kept blocks' visible elements, ``configs.block_sparse_area``).
+Shapes: B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
 
-Out of memory (cupy's or torch's OutOfMemoryError, or "out of memory" in a CUDA error) is "oom"
-and the run goes on; the device memory of cupy's pool and torch's caching allocator is released
-after every measurement. In the long table a configuration that ran out of memory shows -1, and
-the same implementation and pass is not tried at larger N."""
+Out of memory is "oom" and the run goes on (cupy's pool and torch's allocator released after every measurement); in
+the long table it shows -1, and the same implementation and pass is not tried at larger N."""
 
 from __future__ import annotations
 

@@ -65,6 +65,17 @@ __device__ __forceinline__ float iok_tanh(float x)
 #define IOK_SOFTCAP_PARAM
 #endif
 
+// ALiBi (iokernels/plan/variants.py, with_alibi): a kernel compiled with ALIBI takes the slopes, a float per
+// batch·head, after the softcap (IOK_ALIBI_PARAM) and names them in its counters (IOK_ALIBI_T); the logits τ s of
+// query i and key j get −slope · |j − i − (n_k − n_q)| (FlashAttention-2's bias, the bottom-right offset).
+#ifdef ALIBI
+#define IOK_ALIBI_PARAM const float *__restrict__ alibi,
+#define IOK_ALIBI_T , IOK_T_alibi
+#else
+#define IOK_ALIBI_PARAM
+#define IOK_ALIBI_T
+#endif
+
 #if defined(CAUSAL) || defined(WINDOW)
 #define IOK_BAND 1
 #endif

@@ -39,6 +39,9 @@
 //
 // SOFTCAP (iokernels/plan/variants.py with_softcap): the logits τ s become c tanh(τ s / c) before the masks.
 //
+// ALIBI (iokernels/plan/variants.py with_alibi): thread 0 reads the block's head's slope before the roles part; the
+// logits (after the softcap) get −slope |key − row − (n_k − n_q)| before the masks.
+//
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
 // list of the kept key tiles in shared memory (BLOCK_LIST entries at most), and the item's steps run over that list:
@@ -104,6 +107,12 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
     || defined(WINDOW) || !defined(BLOCK_LIST))
 #error "BLOCK_SPARSE: a block per item (its list read first), causal or no mask; BLOCK_LIST from the plan"
 #endif
+#if defined(ALIBI) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) || defined(SOFTCAP))
+#error "ALIBI: a block per item (its slope read first), no softcap"
+#endif
+#ifdef ALIBI
+static_assert(TILE_D <= 128, "ALIBI: d up to 128 (past it the counting build's consumers spill)");
+#endif
 #if defined(RAGGED) || defined(VARLEN)
 #define IOK_TAIL 1  // the last V tile's rows past the sequence zeroed in shared memory
 #endif
@@ -147,12 +156,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, const int n_q_in, const int n_k_in, float scale, int kv_group, int bh,
-              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM IOK_PACKED_PARAM
-              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM
+              IOK_PACKED_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T IOK_BLOCK_MASK_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T IOK_BLOCK_MASK_T IOK_ALIBI_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
@@ -282,6 +291,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #define IOK_KEY_TILE(j) (kt0 + static_cast<int>(kept[j]))
 #else
 #define IOK_KEY_TILE(j) (kt0 + (j))
+#endif
+#ifdef ALIBI
+    __shared__ float alibi_slope;  // the block's head's (read once, by one thread)
+    if (threadIdx.x == 0) alibi_slope = iok_ld<IOK_T_alibi>(io, alibi + blockIdx.z);
 #endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
@@ -454,6 +467,20 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 for (int i = 0; i < BC / 2; ++i) s[i] = (softcap / scale) * iok_tanh(s[i] * (scale / softcap));
 #endif
                 const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys;
+#ifdef ALIBI
+                {
+                    // −slope |key − row − (n_k − n_q)| in units of s (the exponentials scale it by τ); c: key − row
+                    // − (n_k − n_q) of element 0 of the lane's first row
+                    // (in floats: the offsets below are exact, and no integer temporaries)
+                    const float slope = alibi_slope / scale;
+                    const float c0 = static_cast<float>(key0 + 2 * t - (row0 + wg * 64 + warp * 16 + g) - (n_k - n_q));
+#pragma unroll
+                    for (int i = 0; i < BC / 2; ++i) {
+                        const float c = c0 + static_cast<float>((i >> 2) * 8 + (i & 1) - 8 * ((i >> 1) & 1));
+                        s[i] = fmaf(-slope, fabsf(c), s[i]);
+                    }
+                }
+#endif
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf
 #pragma unroll
                     for (int i = 0; i < BC / 2; ++i) {

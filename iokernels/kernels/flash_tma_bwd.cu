@@ -37,6 +37,9 @@
 // SOFTCAP (narrow tiles): Pᵀ from c tanh(τ Sᵀ / c) and dSᵀ times 1 − tanh² (wg_bwd.cuh wgb_probs_softcap; the band
 // mask written as −inf before it).
 //
+// ALIBI: the first kv_group threads read the slopes of the block's query heads before the roles part (ALIBI of them at
+// most); Sᵀ gets −slope |key − query − (n_k − n_q)| before Pᵀ (wg_bwd.cuh wgb_alibi), a constant with no derivative.
+//
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): once the roles' common values
 // are known, warp 0 reads the key block's column of the grid (T_r x T_c bytes, the query blocks of its band;
 // common.cuh iok_kept_blocks) into a list of the kept query blocks in shared memory (BLOCK_LIST entries at most), and
@@ -69,6 +72,9 @@
 #endif
 #if defined(BLOCK_SPARSE) && (defined(VARLEN) || defined(WINDOW) || !defined(BLOCK_LIST))
 #error "BLOCK_SPARSE: causal or no mask, no VARLEN; BLOCK_LIST from the plan"
+#endif
+#if defined(ALIBI) && (defined(VARLEN) || defined(SOFTCAP) || (defined(HEAD_D_TILE) ? HEAD_D_TILE : HEAD_D) > 128)
+#error "ALIBI: the narrow tiles, no VARLEN, no softcap"
 #endif
 #if defined(SOFTCAP) && (defined(VARLEN) || defined(DROPOUT))
 #error "SOFTCAP: the dense backward, with causal or a window, no dropout"
@@ -188,13 +194,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
               const __grid_constant__ IokTensorMap tmdQ,
 #endif
               T* __restrict__ dK, T* __restrict__ dV, const int n_q_in, const int n_k_in, float scale, int kv_group,
-              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM
+              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM
               unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV IOK_VARLEN_T
-                IOK_BLOCK_MASK_T> io;
+                IOK_BLOCK_MASK_T IOK_ALIBI_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -220,6 +226,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // sequence's first query and key rows and one past their last (read once, by one thread)
     __shared__ __align__(8) unsigned long long bar_tail;
     __shared__ int seq_rows[4];
+#endif
+#ifdef ALIBI
+    __shared__ float alibi_slope[ALIBI];  // the slopes of the block's query heads (read once, a thread each)
+    if (threadIdx.x < kv_group) {
+        alibi_slope[threadIdx.x] = iok_ld<IOK_T_alibi>(io, alibi + blockIdx.z * kv_group + threadIdx.x);
+    }
 #endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_kv, 1);
@@ -479,6 +491,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             wg_commit();
             wg_wait<1>();
             wg_fence_regs(s);
+#ifdef ALIBI
+            wgb_alibi(s, col0 + key_w + g, step_q0(step) + qw, alibi_slope[step / span] / scale, n_k - n_q, t);
+#endif
             wgb_probs(s, lse_s + qw, scale2, key_out, t);
 #ifdef IOK_BAND
             wgb_band(s, col0, key_w, g, t, step_q0(step) + qw, IOK_BAND_LO, IOK_BAND_HI);
@@ -621,6 +636,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 unsigned cap_grad[BR / 4];  // 1 − tanh², half2 pairs
                 wgb_probs_softcap<T>(s, pa, cap_grad, lse_s, softcap, scale, key_out, t);
 #else
+#ifdef ALIBI
+                wgb_alibi(s, col0 + key_w + g, step_q0(step), alibi_slope[step / span] / scale, n_k - n_q, t);
+#endif
                 wgb_probs(s, lse_s, scale2, key_out, t);
 #ifdef IOK_BAND
                 wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);

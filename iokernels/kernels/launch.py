@@ -317,6 +317,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args += [np.int32(-big if lo is None else max(lo, -big)), np.int32(big if hi is None else min(hi, big))]
     if params.get("SOFTCAP"):  # the softcap, after the window (common.cuh IOK_SOFTCAP_PARAM)
         args.append(np.float32(plan.softcap))
+    if params.get("ALIBI"):  # ALiBi's slopes, after the softcap (common.cuh IOK_ALIBI_PARAM)
+        args.append("alibi")
     if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)
         args += ["seqlens", np.int32(plan.batch), np.int32(plan.kv_cache.append)]
     if params.get("PAGED"):
@@ -380,8 +382,7 @@ def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None 
             if poison_outputs:
                 poison(buffers[name], dtype)
     workspace = pool.used_bytes() - before
-    if plan.block_mask is not None:  # part of the plan: its block mask on the tile grid, T_r x T_c bytes
-        buffers["block_mask"] = cp.asarray(plan.block_grid())
+    buffers.update(plan_constants(plan))
     if plan.mask is not None:  # an explicit mask: an input, (1 or batch*heads, N_q, N_k) of uint8 or float32
         shape = plan.mask.shape(plan.bh, plan.N_q, plan.N_k)
         x = inputs.get("mask")
@@ -391,6 +392,18 @@ def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None 
                              f"got {got}")
         buffers["mask"] = x
     return buffers, workspace
+
+
+def plan_constants(plan: Plan) -> dict[str, Any]:
+    """The device arrays that are part of a plan: its block mask on the tile grid (T_r x T_c bytes), ALiBi's slopes
+    (a float32 per batch·head)."""
+    cp = require_cupy()
+    out = {}
+    if plan.block_mask is not None:
+        out["block_mask"] = cp.asarray(plan.block_grid())
+    if plan.alibi is not None:
+        out["alibi"] = cp.asarray(np.asarray(plan.alibi, dtype=np.float32))
+    return out
 
 
 def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float, counting: bool,
@@ -442,7 +455,7 @@ def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[
     written = [n for n in tensors if n not in read]
     returned = [n for n in written if outputs is None or n in outputs]
     scratch = [n for n in written if n not in returned]
-    constants = {"block_mask": cp.asarray(plan.block_grid())} if plan.block_mask is not None else {}
+    constants = plan_constants(plan)
     names = (*read, *returned, *scratch, *constants)
     index = {n: i for i, n in enumerate(names)}
     allocations = []

@@ -161,6 +161,13 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                             direction="fwd" if source == "flash_tma.cu" else "bwd",
                             block_mask=pattern("random", 0.5, n_q=1000, n_k=1000))
                   for d, c, cap in cases]
+        # ALiBi (ALIBI): the forward causal at d 64 and not at d 128, the backward causal grouped-query at d 128 and not
+        # at d 64
+        cases = ((64, True), (128, False)) if source == "flash_tma.cu" else ((128, True), (64, False))
+        plans += [make_plan("flash", "fast", N_q=1000, d=d, dtype="bfloat16", sram=227 * 1024, causal=c, heads=4,
+                            kv_heads=2, alibi=(0.5, 0.25, 0.125, 0.0625),
+                            direction="fwd" if source == "flash_tma.cu" else "bwd")
+                  for d, c in cases]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

@@ -55,6 +55,20 @@ __device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, fl
         s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
     }
 }
+#ifdef ALIBI
+// ALiBi's bias (common.cuh) added to Sᵀ in units of s (slope: the query head's over τ): −slope |key − q − off| for
+// the thread's keys key and key + 8 and the accumulator's queries q0 + 8 (i >> 2) + 2t + (i & 1)
+template <int NS>
+__device__ __forceinline__ void wgb_alibi(float (&s)[NS], int key, int q0, float slope, int off, int t)
+{
+    const float c0 = static_cast<float>(key - q0 - 2 * t - off);  // (floats: exact offsets, no integer temporaries)
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const float c = c0 + static_cast<float>(8 * ((i >> 1) & 1) - 8 * (i >> 2) - (i & 1));
+        s[i] = fmaf(-slope, fabsf(c), s[i]);
+    }
+}
+#endif
 #ifdef SOFTCAP
 // With a softcap c (common.cuh): t = tanh(τ Sᵀ / c), Pᵀ = exp(c t − lse) in base 2 rounded into the A fragments pa
 // (0 for keys past n_k and where the band set Sᵀ to −inf: tanh(−inf) = −1 would not give 0), and cap_grad holding

@@ -47,7 +47,7 @@ from .fastpath import (
     run_fast,
 )
 from .memory import copied_bytes, needed_bytes, require_memory
-from .planning import choose_plan, plan_chain
+from .planning import alibi_for, alibi_values, choose_plan, plan_chain
 from .varlen import attention_documents, attention_documents_backward, documents_only
 
 _DTYPES = {"float32": "float32", "float16": "float16"}
@@ -200,7 +200,7 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
               return_lse: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
               dropout: float | Dropout = 0.0, return_dropout: bool = False,
               window: tuple[int | None, int | None] | None = None, documents: Any = None,
-              softcap: float | None = None) -> Any:
+              softcap: float | None = None, alibi_slopes: Any = None) -> Any:
     """Exact attention ``softmax(scale * q kᵀ) v`` on the GPU.
 
     Shapes: q (..., N_q, d); k and v (..., N_k, d), with any number of leading batch/head dims, equal
@@ -249,6 +249,13 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     it runs on the tensor-core path's sm_90 tma kernels only (float16, bfloat16 through :mod:`iokernels.torch`, d up
     to 256 forward and 128 backward, causal and windows included, not dropout or masks); anything else raises
     :class:`iokernels.plan.Unsupported` before any launch.
+
+    alibi_slopes: ALiBi (FlashAttention-2's ``alibi_slopes``): one slope per head, H numbers (every batch row alike)
+    or one per batch row and head, ``prod(leading dims)`` numbers (a sequence, a numpy array; values >= 0, read on the
+    host, part of the call's plan like a block mask: constants of the model, not per-call data); the logits of query
+    i and key j get −slope · |j − i − (N_k − N_q)|, forward and backward. It runs on the sm_90 tma kernels (flash
+    "fast", float16, bfloat16 through :mod:`iokernels.torch`, d up to 256; with causal, windows, block masks,
+    grouped-query attention and dropout; not with a softcap); anything else raises :class:`iokernels.plan.Unsupported`.
 
     documents: document masking, the lengths (n_1, ..., n_D) of documents packed one after another along N (N_q = N_k
     = their sum; the same for every batch row and head): query i sees key j iff both lie in one document
@@ -315,17 +322,19 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     """
     if documents is not None:
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, graph=graph, block_mask=block_mask,
-                       mask=mask, dropout=dropout, return_dropout=return_dropout, window=window, softcap=softcap)
+                       mask=mask, dropout=dropout, return_dropout=return_dropout, window=window, softcap=softcap,
+                       alibi_slopes=alibi_slopes)
         return attention_documents(q, k, v, documents, causal=causal,
                                    scale=_check_options(scale, return_lse=return_lse), return_lse=return_lse)
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
                             return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
-                            return_dropout=return_dropout, window=window, softcap=softcap)
+                            return_dropout=return_dropout, window=window, softcap=softcap,
+                            alibi_slopes=alibi_slopes)
 
 
 def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None, causal: str, scale: float | None,
                  sram: Any, bfloat16: bool, block_mask: Any, mask: Any, dropout: Any, window: Any = None,
-                 softcap: float | None = None) -> Dispatch:
+                 softcap: float | None = None, alibi: tuple[float, ...] | None = None) -> Dispatch:
     """The :class:`Dispatch` of a forward call (``causal`` and ``window`` normalized, ``scale`` checked): planned
     and checked at its signature's first call, from the cache after."""
     def plan_call() -> Dispatch:  # the checks and the plan, once per call signature (.dispatch)
@@ -335,7 +344,7 @@ def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None
         spec = mask_spec(mask, lead, n_q, n_k)
         plan, expand = choose_plan("fwd", algorithm, schedule, n_q, n_k, d, dtype, lead, sram, group, causal,
                                    block_mask=block_mask, mask=spec, dropout=_forward_dropout(dropout, draw=False),
-                                   window=window, softcap=softcap)
+                                   window=window, softcap=softcap, alibi=alibi_for(alibi, lead))
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, (plan,),
                         needed_bytes([plan], expand, group) + copied_bytes([q, k, v]),
                         reference.default_scale(d) if scale is None else scale,
@@ -343,7 +352,7 @@ def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None
 
     key = call_key("fwd", (q, k, v), mask, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale,
                    sram=sram, bfloat16=bfloat16, block_mask=block_mask, dropout=dropout_present(dropout), window=window,
-                   softcap=softcap)
+                   softcap=softcap, alibi=alibi)
     return CACHE.lookup(key, plan_call)
 
 
@@ -351,21 +360,21 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
                      causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                      return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
                      mask: Any = None, dropout: float | Dropout = 0.0, return_dropout: bool = False,
-                     window: Any = None, softcap: Any = None) -> Any:
+                     window: Any = None, softcap: Any = None, alibi_slopes: Any = None) -> Any:
     if window is not None:  # normalized first: a bad window fails here, and windows equal once normalized share keys
         window = normalize_window(window)
-    softcap = check_softcap(softcap)
+    softcap, alibi = check_softcap(softcap), alibi_values(alibi_slopes)
     memo = None  # a call with no mask, dropout or graph: its arguments as given find its fast path (CUPY_CALLS)
     if mask is None and block_mask is None and not graph and type(dropout) in (float, int) and dropout == 0:
         memo = memo_key((q, k, v), ("fwd", algorithm, schedule, causal, scale, sram, return_lse, bfloat16,
-                                    return_dropout, window, softcap))
+                                    return_dropout, window, softcap, alibi))
     call = memo_call(memo)  # found: checked at its first call, and it has a fast path
     if call is None:
         causal = normalize_causal(causal)
         scale = _check_options(scale, return_lse=return_lse, graph=graph, return_dropout=return_dropout)
         call = forward_call(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
                             bfloat16=bfloat16, block_mask=block_mask, mask=mask, dropout=dropout, window=window,
-                            softcap=softcap)
+                            softcap=softcap, alibi=alibi)
         if memo is not None and call.fast is not None:
             CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path
@@ -403,7 +412,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
                        causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                        deterministic: bool = False, graph: bool = False, block_mask: Any = None, mask: Any = None,
                        dropout: Dropout | None = None, window: tuple[int | None, int | None] | None = None,
-                       documents: Any = None, softcap: float | None = None) -> tuple[Any, Any, Any]:
+                       documents: Any = None, softcap: float | None = None, alibi_slopes: Any = None
+                       ) -> tuple[Any, Any, Any]:
     """Gradients (dq, dk, dv) of ``o = attention(q, k, v)`` given ``do = dL/do``.
 
     Shapes as :func:`attention` (grouped-query attention included): q, o and do (..., N_q, d); k and
@@ -431,7 +441,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     deterministic=True) skips the key/query tile pairs outside the band; keys no query sees get dk = dv = 0.
     documents: as :func:`attention`, the same as the forward's (the variable-length tma backward on the arrays where
     they lie; lse shaped as q's leading dims and N). softcap: as :func:`attention`, the forward's (dS times 1 − tanh²;
-    the tma backward up to d 128, not deterministic=True).
+    the tma backward up to d 128, not deterministic=True). alibi_slopes: as :func:`attention`, the forward's (the tma
+    backward, at most 32 query heads per K/V head, not deterministic=True).
 
     Grouped-query attention: natively on the tensor-core backward where its kernel takes it (sm_90);
     elsewhere K and V are expanded to q's heads, the ordinary backward runs, and dk, dv are the sums
@@ -455,16 +466,18 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
     """
     if documents is not None:
         documents_only(algorithm=algorithm, sram=sram, graph=graph, block_mask=block_mask, mask=mask,
-                       dropout=dropout, window=window, deterministic=deterministic, softcap=softcap)
+                       dropout=dropout, window=window, deterministic=deterministic, softcap=softcap,
+                       alibi_slopes=alibi_slopes)
         return attention_documents_backward(do, q, k, v, o, lse, documents, causal=causal, scale=check_scale(scale))
     return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                                      deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
-                                     dropout=dropout, window=window, softcap=softcap)
+                                     dropout=dropout, window=window, softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorithm: str, causal: str,
                   scale: float | None, sram: Any, deterministic: bool, bfloat16: bool, block_mask: Any, mask: Any,
-                  dropout: Any, window: Any = None, softcap: float | None = None) -> Dispatch:
+                  dropout: Any, window: Any = None, softcap: float | None = None,
+                  alibi: tuple[float, ...] | None = None) -> Dispatch:
     """The :class:`Dispatch` of a backward call, as :func:`forward_call`."""
     def plan_call() -> Dispatch:  # the checks and the plans, once per call signature (.dispatch)
         group = _kv_group(q, k, v)
@@ -488,7 +501,7 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
             raise ValueError("deterministic=True needs the tensor-core flash backward: float16 with d in "
                              f"{FAST_HEAD_DIMS} (the other backward passes add dQ with float atomics)")
         plan, expand = choose_plan("bwd", algorithm, None, n_q, n_k, d, dtype, lead, sram, group, causal,
-                                   deterministic, block_mask, spec, drop, window, softcap)
+                                   deterministic, block_mask, spec, drop, window, softcap, alibi_for(alibi, lead))
         chain = plan_chain(plan, algorithm, n_q, n_k, d, dtype, lead, sram, causal, window)
         arrays = [q, k, v, o, do, lse] if mask is None else [q, k, v, o, do, lse, mask]
         return Dispatch(mod, dtype, lead, n_q, n_k, d, group, expand, tuple(chain),
@@ -497,7 +510,7 @@ def backward_call(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, algorith
 
     key = call_key("bwd", (q, k, v, o, do, lse), mask, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                    deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask,
-                   dropout=dropout is not None, window=window, softcap=softcap)
+                   dropout=dropout is not None, window=window, softcap=softcap, alibi=alibi)
     return CACHE.lookup(key, plan_call)
 
 
@@ -505,21 +518,21 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
                         causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                         deterministic: bool = False, graph: bool = False, bfloat16: bool = False,
                         block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None, window: Any = None,
-                        softcap: Any = None) -> tuple[Any, Any, Any]:
+                        softcap: Any = None, alibi_slopes: Any = None) -> tuple[Any, Any, Any]:
     if window is not None:  # as attention_arrays's
         window = normalize_window(window)
-    softcap = check_softcap(softcap)
+    softcap, alibi = check_softcap(softcap), alibi_values(alibi_slopes)
     memo = None  # as attention_arrays's
     if mask is None and block_mask is None and not graph and dropout is None:
         memo = memo_key((q, k, v, o, do, lse), ("bwd", algorithm, causal, scale, sram, deterministic, bfloat16,
-                                                window, softcap))
+                                                window, softcap, alibi))
     call = memo_call(memo)
     if call is None:
         causal = normalize_causal(causal)
         scale = _check_options(scale, deterministic=deterministic, graph=graph)
         call = backward_call(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                              deterministic=deterministic, bfloat16=bfloat16, block_mask=block_mask, mask=mask,
-                             dropout=dropout, window=window, softcap=softcap)
+                             dropout=dropout, window=window, softcap=softcap, alibi=alibi)
         if memo is not None and call.fast is not None:
             CUPY_CALLS.put(memo, call)
     if call.fast is not None and not graph and not launch.counting_active():  # the fast path

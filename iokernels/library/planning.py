@@ -7,6 +7,8 @@ import math
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 from ..plan import (
     Plan,
     SramTooSmall,
@@ -30,6 +32,38 @@ WINDOW_PATH = ("a sliding window runs on the tensor-core flash path only (algori
                "float16 or bfloat16, d a multiple of 8 up to 256, the sm_90 tma kernels, forward and backward)")
 SOFTCAP_PATH = ("a softcap runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': float16 or "
                 "bfloat16, the sm_90 tma kernels, d up to 256 forward and 128 backward, no dropout or masks)")
+ALIBI_PATH = ("ALiBi runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': float16 or "
+              "bfloat16, the sm_90 tma kernels, d up to 256, no softcap)")
+
+
+def alibi_values(slopes: Any) -> tuple[float, ...] | None:
+    """A call's ALiBi slopes as given (a sequence, numpy, cupy or torch array of numbers), flattened to floats read on
+    the host (a device array: one copy); None for none. TypeError/ValueError for what is not numbers >= 0."""
+    if slopes is None:
+        return None
+    if hasattr(slopes, "tolist") and not isinstance(slopes, np.ndarray):  # cupy, torch: to the host once
+        slopes = slopes.tolist()
+    try:
+        a = np.asarray(slopes, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise TypeError(f"alibi_slopes must be numbers, got {type(slopes).__name__}") from None
+    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("alibi_slopes must be finite numbers >= 0, at least one")
+    return tuple(float(x) for x in a)
+
+
+def alibi_for(slopes: tuple[float, ...] | None, lead: tuple[int, ...]) -> tuple[float, ...] | None:
+    """The slopes of every row of the leading dims (batch·heads, the heads last) from :func:`alibi_values`: H of them
+    (the last leading dim's) repeated for every batch row, or one per row as given; ValueError otherwise."""
+    if slopes is None:
+        return None
+    rows, heads = math.prod(lead), (lead[-1] if lead else 1)
+    if len(slopes) == rows:
+        return slopes
+    if len(slopes) == heads:
+        return slopes * (rows // heads)
+    raise ValueError(f"alibi_slopes: {heads} (one per head) or {rows} (one per batch row and head) numbers for "
+                     f"leading dims {lead}, got {len(slopes)}")
 
 
 def smem_limit() -> int | None:
@@ -79,7 +113,8 @@ def decode_plan(n_q: int, n_k: int, d: int, dtype: str, lead: tuple[int, ...], s
 
 
 def library_plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram, kv_group=1, causal="",
-                 deterministic=False, block_mask=None, mask=None, dropout=None, window=None, softcap=None) -> Plan:
+                 deterministic=False, block_mask=None, mask=None, dropout=None, window=None, softcap=None,
+                 alibi=None) -> Plan:
     """One plan of a call: M from ``sram`` (default :data:`DEFAULT_SRAM`; "fast": the device's limit), the leading
     dims as batch (and heads, for grouped-query attention), the deterministic backward's own plan."""
     limit = smem_limit()
@@ -100,14 +135,14 @@ def library_plan(algorithm, schedule, direction, n_q, n_k, d, dtype, lead, sram,
                                        deterministic=True, **grouped)
     return make_plan(algorithm, schedule, N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=sram_bytes, batch=batch,
                      heads=heads, kv_heads=heads // kv_group, direction=direction, smem_limit=limit, causal=causal,
-                     block_mask=block_mask, mask=mask, dropout=dropout, window=window, softcap=softcap)
+                     block_mask=block_mask, mask=mask, dropout=dropout, window=window, softcap=softcap, alibi=alibi)
 
 
 def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, n_k: int, d: int, dtype: str,
                 lead: tuple[int, ...], sram: Any, group: int, causal: str, deterministic: bool = False,
                 block_mask: Any = None, mask: Any = None, dropout: Dropout | None = None,
-                window: tuple[int | None, int | None] | None = None, softcap: float | None = None
-                ) -> tuple[Plan, bool]:
+                window: tuple[int | None, int | None] | None = None, softcap: float | None = None,
+                alibi: tuple[float, ...] | None = None) -> tuple[Plan, bool]:
     """The plan a call runs, and whether K and V are expanded to q's heads for it.
 
     A plain flash forward with few query rows per K/V head runs the split-KV decode (:func:`decode_plan`).
@@ -120,13 +155,16 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
     ``window`` (normalized, :func:`iokernels.plan.normalize_window`): only flash/fast's tma kernels apply one, so
     flash takes "fast" and nothing else, and any other algorithm, schedule or problem raises Unsupported
     (:data:`WINDOW_PATH`) here: never run unmasked, never left to fail at launch. ``softcap`` (checked) the same
-    (:data:`SOFTCAP_PATH`)."""
+    (:data:`SOFTCAP_PATH`), and ``alibi`` (a slope per row of the leading dims, :func:`alibi_for`; :data:`ALIBI_PATH`).
+    """
     if (direction == "fwd" and algorithm == "flash" and schedule in (None, "fast") and not deterministic
-            and block_mask is None and mask is None and dropout is None and window is None and softcap is None):
+            and block_mask is None and mask is None and dropout is None and window is None and softcap is None
+            and alibi is None):
         plan = decode_plan(n_q, n_k, d, dtype, lead, sram, group, causal)
         if plan is not None:
             return plan, False
-    path = WINDOW_PATH if window is not None else SOFTCAP_PATH if softcap is not None else None
+    path = (WINDOW_PATH if window is not None else SOFTCAP_PATH if softcap is not None
+            else ALIBI_PATH if alibi is not None else None)
     if path is not None:
         if algorithm != "flash" or schedule not in (None, "fast") or deterministic:
             what = "deterministic=True" if deterministic else "/".join(filter(None, (algorithm, schedule)))
@@ -143,7 +181,7 @@ def choose_plan(direction: str, algorithm: str, schedule: str | None, n_q: int, 
         for kv_group in ((group, 1) if group > 1 else (1,)):
             try:
                 plan = library_plan(algorithm, sched, direction, n_q, n_k, d, dtype, lead, sram, kv_group, causal,
-                                    deterministic, block_mask, mask, dropout, window, softcap)
+                                    deterministic, block_mask, mask, dropout, window, softcap, alibi)
             except Unsupported as exc:  # the next choice, or this error when there is none
                 failure = exc
                 continue

@@ -30,6 +30,7 @@ from ..plan.units import parse_size
 from ..plan.variants import check_softcap
 from .dispatch import check_scale
 from .kvcache import check_options
+from .planning import alibi_values
 from .torch_kvcache import KV_NO_BACKWARD, check_in_place, check_kv_tensors, kvcache_forward
 from .torch_ops import (
     backward,
@@ -74,7 +75,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
               schedule: str | None = None, sram: int | str | None = None, deterministic: bool = False,
               mask: Any = None, dropout: float | Dropout = 0.0,
               window: tuple[int | None, int | None] | None = None, documents: Any = None,
-              softcap: float | None = None, block_mask: Any = None) -> torch.Tensor:
+              softcap: float | None = None, block_mask: Any = None, alibi_slopes: Any = None) -> torch.Tensor:
     """Exact attention ``softmax(scale * q kᵀ) v`` on CUDA tensors, with autograd; torch's
     ``scaled_dot_product_attention`` signature (attn_mask, dropout_p, is_causal, scale, enable_gqa) and
     the library's options.
@@ -129,6 +130,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     with causal, dropout and softcap. Eager calls only: a traced call (torch.compile, fake tensors) raises
     :class:`iokernels.plan.Unsupported`.
 
+    alibi_slopes: ALiBi, as :func:`iokernels.attention`'s: H or B·H numbers (a sequence, or a tensor, read on the host
+    at each call: constants of the model, best given as a tuple), the logits plus −slope · |j − i − (N_k − N_q)|,
+    forward and backward, on the sm_90 tma kernels. Eager calls only, as block_mask.
+
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
     at import without torch, TypeError/ValueError on bad input (non-tensors, other dtypes, CPU tensors,
@@ -152,10 +157,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
             is_causal, causal, enable_gqa, algorithm, schedule, scale, sram, deterministic, dropout_p, dropout, window,
             softcap)
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, mask=attn_mask if mask is None else mask,
-                       dropout=p, window=window, deterministic=deterministic, softcap=softcap)
+                       dropout=p, window=window, deterministic=deterministic, softcap=softcap,
+                       block_mask=block_mask, alibi_slopes=alibi_slopes)
         return _documents(q, k, v, documents, causal, scale)
     if block_mask is not None and not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask must be an iokernels.BlockMask, got {type(block_mask).__name__}")
+    alibi = alibi_values(alibi_slopes)
     if attn_mask is not None and mask is not None:
         raise TypeError("pass attn_mask or mask, not both")
     mask = attn_mask if mask is None else mask
@@ -181,15 +188,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     if not _plain_eager(q, k, v):  # traced (one node each way), fake or meta tensors (the fake implementation),
         # a dispatch mode that should see the operator, or what the operator's checks refuse
         check_tensors(q, k, v, mask)
-        if block_mask is not None:
-            raise Unsupported("block_mask: eager calls on CUDA tensors only (the operators take none yet)")
+        if block_mask is not None or alibi is not None:
+            raise Unsupported("block_mask, alibi_slopes: eager calls on CUDA tensors only (the operators take none "
+                              "yet)")
         out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm,
                                                       schedule, sram, deterministic, *window_ints(window), softcap)
         return out
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
-        return EagerAttention.apply(q, k, v, mask, options, block_mask)
+        return EagerAttention.apply(q, k, v, mask, options, block_mask, alibi)
     return forward(q, k, v, mask, forward_dropout(p, seed, offset), causal, scale, algorithm, schedule, sram,
-                   keep_lse=False, window=window, softcap=softcap, block_mask=block_mask)[0]
+                   keep_lse=False, window=window, softcap=softcap, block_mask=block_mask, alibi=alibi)[0]
 
 
 def _plain_eager(q: Any, *more: Any) -> bool:
@@ -362,13 +370,13 @@ class EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                options: tuple[Any, ...], block_mask: Any = None) -> torch.Tensor:
+                options: tuple[Any, ...], block_mask: Any = None, alibi: Any = None) -> torch.Tensor:
         p, seed, offset, causal, scale, algorithm, schedule, sram, _, window, softcap = options
         drop = forward_dropout(p, seed, offset)
         out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window,
-                           softcap=softcap, block_mask=block_mask)
+                           softcap=softcap, block_mask=block_mask, alibi=alibi)
         ctx.save_for_backward(q, k, v, out, lse, mask)
-        ctx.drop, ctx.options, ctx.block_mask = drop, options, block_mask
+        ctx.drop, ctx.options, ctx.block_mask, ctx.alibi = drop, options, block_mask, alibi
         return out
 
     @staticmethod
@@ -377,5 +385,5 @@ class EagerAttention(torch.autograd.Function):
         _, _, _, causal, scale, algorithm, _, sram, deterministic, window, softcap = ctx.options
         dq, dk, dv = backward(dout, q, k, v, out, lse, mask, ctx.drop, causal, scale,
                               "standard" if algorithm == "standard" else "flash", sram, deterministic, window,
-                              softcap, ctx.block_mask)
-        return dq, dk, dv, None, None, None
+                              softcap, ctx.block_mask, ctx.alibi)
+        return dq, dk, dv, None, None, None, None

@@ -337,14 +337,14 @@ def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> TorchCall | 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None,
             causal: str, scale: float | None, algorithm: str, schedule: str | None, sram: int | None,
             keep_lse: bool = True, window: tuple[int | None, int | None] | None = None, softcap: float | None = None,
-            block_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+            block_mask: Any = None, alibi: tuple[float, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(O, lse) of :func:`iokernels.attention` on CUDA tensors (the operator's forward, and the eager call's);
     ``keep_lse=False`` (a call no backward follows): lse may be None. ``window``: normalized; ``softcap``: checked;
-    ``block_mask``: a BlockMask (the eager call's only)."""
+    ``block_mask``: a BlockMask, ``alibi``: the slopes as floats (planning.alibi_values; the eager call's only)."""
     try:
         key = ("fwd", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
                v.stride(), v.dtype, v.device, mask_signature(mask), dropout is not None, causal, scale, algorithm,
-               schedule, sram, window, softcap, block_mask)
+               schedule, sram, window, softcap, block_mask, alibi)
     except AttributeError:  # not tensors: check_tensors says so
         key = None
     entry = None if key is None else fast_call(key, q.device)
@@ -365,9 +365,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v)]
         mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
         o, lse = api.attention_arrays(*arrays, schedule=schedule, return_lse=True, mask=mask_array,
-                                      block_mask=block_mask, **options)
+                                      block_mask=block_mask, alibi_slopes=alibi, **options)
         result = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
-        call = api.forward_call(*arrays, schedule=schedule, block_mask=block_mask, mask=mask_array, **options)
+        call = api.forward_call(*arrays, schedule=schedule, block_mask=block_mask, mask=mask_array, alibi=alibi,
+                                **options)
     if key is not None and call.fast is not None and all(t.is_contiguous() for t in (q, k, v)):
         TORCH_CALLS.put(key, torch_call(call, (q, k, v)))
     return result
@@ -376,15 +377,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
              lse: torch.Tensor, mask: torch.Tensor | None, dropout: Dropout | None, causal: str, scale: float | None,
              algorithm: str, sram: int | None, deterministic: bool, window: tuple[int | None, int | None] | None = None,
-             softcap: float | None = None, block_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             softcap: float | None = None, block_mask: Any = None, alibi: tuple[float, ...] | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of :func:`iokernels.attention_backward` on CUDA tensors (the operator's and the eager call's);
-    ``window``: normalized, the forward's; ``softcap``, ``block_mask``: the forward's."""
+    ``window``: normalized, the forward's; ``softcap``, ``block_mask``, ``alibi``: the forward's."""
     try:
         key = ("bwd", dout.shape, dout.stride(), dout.dtype, dout.device, q.shape, q.stride(), q.dtype, q.device,
                k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(), v.dtype, v.device, out.shape,
                out.stride(), out.dtype, out.device, lse.shape, lse.stride(), lse.dtype, lse.device,
                mask_signature(mask), dropout is not None, causal, scale, algorithm, sram, deterministic, window,
-               softcap, block_mask)
+               softcap, block_mask, alibi)
     except AttributeError:
         key = None
     entry = None if key is None else fast_call(key, q.device)
@@ -403,9 +405,10 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     with torch_stream(q.device) as (cp, allocator):
         arrays = [as_cupy(cp, t.contiguous()) for t in (q, k, v, out, dout.to(q.dtype), lse)]
         mask_array = None if mask is None else as_cupy(cp, library_mask(mask))
-        grads = api.attention_backward_arrays(*arrays, mask=mask_array, block_mask=block_mask, **options)
+        grads = api.attention_backward_arrays(*arrays, mask=mask_array, block_mask=block_mask, alibi_slopes=alibi,
+                                              **options)
         result = tuple(allocator.tensor(g, q.dtype) for g in grads)
-        call = api.backward_call(*arrays, block_mask=block_mask, mask=mask_array, **options)
+        call = api.backward_call(*arrays, block_mask=block_mask, mask=mask_array, alibi=alibi, **options)
     if key is not None and call.fast is not None and dout.dtype == q.dtype and \
             all(t.is_contiguous() for t in (dout, q, k, v, out, lse)):
         TORCH_CALLS.put(key, torch_call(call, (q, k, v)))

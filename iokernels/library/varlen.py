@@ -192,13 +192,14 @@ def _run(call: Dispatch, arrays: dict[str, Any]) -> dict[str, Any]:
 
 def documents_only(*, algorithm: Any, schedule: Any = None, sram: Any = None, graph: Any = False,
                     block_mask: Any = None, mask: Any = None, dropout: Any = 0.0, return_dropout: Any = False,
-                    window: Any = None, deterministic: Any = False, softcap: Any = None) -> None:
+                    window: Any = None, deterministic: Any = False, softcap: Any = None,
+                    alibi_slopes: Any = None) -> None:
     """ValueError unless a call with ``documents`` leaves every option it does not take at its default."""
     given = [name for name, off in (
         ("algorithm", algorithm == "flash"), ("schedule", schedule in (None, "fast")), ("sram", sram is None),
         ("graph", graph is False), ("block_mask", block_mask is None), ("mask", mask is None),
         ("return_dropout", return_dropout is False), ("window", window is None), ("softcap", softcap is None),
-        ("deterministic", deterministic is False),
+        ("deterministic", deterministic is False), ("alibi_slopes", alibi_slopes is None),
         ("dropout", dropout is None or (type(dropout) in (int, float) and dropout == 0))) if not off]
     if given:
         raise ValueError(f"documents runs the tensor-core flash path alone (the sm_90 variable-length kernels): it "

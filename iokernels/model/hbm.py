@@ -256,14 +256,15 @@ def _elements(tensor: str) -> sp.Expr:
 
 def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
              causal: bool | str = False, block_sparse: bool = False, mask: bool = False,
-             window: bool = False, cache: str = "") -> IoTable:
+             window: bool = False, cache: str = "", alibi: bool = False) -> IoTable:
     """Exact bytes read and written, per stage and tensor, as sympy expressions (``causal``: in the
     causal sums R_K, R_Q, A_S, N_qv, N_kv; the alignment only changes their values. ``block_sparse``:
     the same sums over the pairs the block mask keeps, plus the block-mask bytes, one per pair visited:
     N_bm. ``mask``: an explicit mask, e_m bytes per element of the computed pairs, A_S. ``window``: a sliding
     window, the same sums as causal over the pairs with a visible element. ``cache``: a decode plan's cache of
     per-sequence lengths, "ragged" (contiguous) or "paged", in the means L_k, S_q, G_pt, and "+append" with the
-    appended rows A_new)."""
+    appended rows A_new). ``alibi``: ALiBi's slopes, a float per block and query head: T_r per batch·head forward, T_c
+    backward; of order N/B, the Θ forms leave them out)."""
     loops = Loops(bool(normalize_causal(causal)) or block_sparse or window)
     if cache:
         if variant not in DECODE_VARIANTS:
@@ -274,6 +275,8 @@ def io_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *
     if block_sparse:  # the backward's blocks own a K/V head's key block: they read it once per K/V head
         for name in BLOCK_SPARSE_STAGES[(algorithm, schedule, direction)]:
             stages[name].read("block_mask", N_bm, BH_kv if direction == "bwd" else BH)
+    if alibi:  # (flash/fast's tma kernels: each block reads its query heads' slopes before its work)
+        stages["main"].read("alibi", T_r if direction == "fwd" else T_c)
     if mask:
         # standard attention's qk product reads the mask element of every S element it stores, causal or not
         area = N_q * N_k if algorithm == "standard" else loops.s
@@ -477,7 +480,7 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
         raise ValueError(f"{plan.label}: the sequences' lengths are not known (a launch plan): no exact bytes")
     values = plan_values(plan)
     table = io_exprs(*_key(plan), causal=plan.causal, block_sparse=_sparse(plan), mask=plan.mask is not None,
-                     window=plan.positional, cache=cache_kind(plan))
+                     window=plan.positional, cache=cache_kind(plan), alibi=plan.alibi is not None)
     out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
            for stage, tensors in table.items()}
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}

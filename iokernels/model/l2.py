@@ -109,13 +109,13 @@ def _stage_exprs(tensors: dict[str, tuple[sp.Expr, sp.Expr]]) -> dict[str, tuple
 
 @cache
 def dram_exprs(algorithm: str, schedule: str, direction: str, variant: str = "", *,
-               causal: bool | str = False, block_sparse: bool = False, mask: bool = False, cache: str = ""
-               ) -> DramTable:
+               causal: bool | str = False, block_sparse: bool = False, mask: bool = False, cache: str = "",
+               alibi: bool = False) -> DramTable:
     """DRAM bytes (read, written) per stage and tensor, as sympy expressions in the symbols of
     :mod:`.hbm` and :data:`DRAM_SYMBOLS` (``G`` and ``b_SM`` are each stage's own; ``cache``: a decode plan's cache
     of per-sequence lengths, :func:`.hbm.cache_kind`)."""
     table = io_exprs(algorithm, schedule, direction, variant, causal=causal, block_sparse=block_sparse, mask=mask,
-                     cache=cache)
+                     cache=cache, alibi=alibi)
     return {stage: _stage_exprs(tensors) for stage, tensors in table.items()}
 
 
@@ -144,7 +144,8 @@ def dram_values(plan: Plan, spec: GpuSpec) -> dict[str, dict]:
 
 def _table(plan: Plan) -> DramTable:
     return dram_exprs(plan.algorithm, plan.schedule, plan.direction, plan.variant, causal=plan.causal,
-                      block_sparse=plan.block_mask is not None, mask=plan.mask is not None, cache=cache_kind(plan))
+                      block_sparse=plan.block_mask is not None, mask=plan.mask is not None, cache=cache_kind(plan),
+                      alibi=plan.alibi is not None)
 
 
 def _number(expr: sp.Expr, values: dict) -> int:

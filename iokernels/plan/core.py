@@ -43,7 +43,7 @@ SMEM_ALIGN = 16
 
 # Tensors stored in float32 whatever the input dtype; one byte per element; int32 (a decode's cache lengths and page
 # table, a variable-length batch's offsets); all others use the input dtype.
-FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part"})
+FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part", "alibi"})
 BYTE_TENSORS = frozenset({"block_mask"})
 INT32_TENSORS = frozenset(CACHE_TENSORS) | frozenset(VARLEN_TENSORS)
 
@@ -129,6 +129,9 @@ class Plan:
     # the logits' softcap c: c · tanh(τ s / c) (iokernels.plan.variants.with_softcap; None: none): flash/fast's tma
     # kernels take it (SOFTCAP), the model's bytes do not change
     softcap: float | None = None
+    # ALiBi: one slope per batch·head (row b·heads + h), the logits plus −slope·|j − i − (N_k − N_q)|
+    # (iokernels.plan.variants.with_alibi; None: none): flash/fast's tma kernels take it (ALIBI), reading the slopes
+    alibi: tuple[float, ...] | None = None
     # document masking: the lengths of packed documents (iokernels.plan.causal.normalize_documents; None: none). No
     # kernel takes it yet: the model and the simulator do, the launcher refuses it
     documents: tuple[int, ...] | None = None
@@ -244,6 +247,7 @@ class Plan:
             **({"causal": self.causal} if self.causal else {}),
             **({"window": list(self.window)} if self.window is not None else {}),
             **({"softcap": self.softcap} if self.softcap is not None else {}),
+            **({"alibi": list(self.alibi)} if self.alibi is not None else {}),
             **({"documents": list(self.documents)} if self.documents is not None else {}),
             **({"block_mask": self.block_mask.as_dict()} if self.block_mask is not None else {}),
             **({"mask": self.mask.as_dict()} if self.mask is not None else {}),

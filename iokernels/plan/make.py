@@ -25,6 +25,7 @@ from .variants import (
     check_dropout,
     check_explicit_mask,
     check_softcap,
+    with_alibi,
     with_block_mask,
     with_causal,
     with_documents,
@@ -58,6 +59,7 @@ def make_plan(
     window: tuple[int | None, int | None] | None = None,
     documents: tuple[int, ...] | None = None,
     softcap: float | None = None,
+    alibi: object = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -86,7 +88,9 @@ def make_plan(
     summing to N_q = N_k (:func:`iokernels.plan.causal.normalize_documents`): the model and the simulator take it, no
     kernel runs this tiling (the library runs documents as variable-length sequences, ``make_documents_plan``).
     ``softcap``: the logits c · tanh(τ s / c) (:func:`iokernels.plan.variants.with_softcap`): flash/fast on the tma
-    kernels only (as a window, the plan takes their tiles), Unsupported elsewhere.
+    kernels only (as a window, the plan takes their tiles), Unsupported elsewhere. ``alibi``: ALiBi slopes, one per
+    head or per batch·head (:func:`iokernels.plan.variants.with_alibi`): flash/fast on the tma kernels only (a block
+    per work item), Unsupported elsewhere.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -112,10 +116,10 @@ def make_plan(
     # a softcap's backward takes the dropout tiles (B_r 64: at 128 its 1 − tanh² per element spills)
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c,
                      dropout=dropout is not None or (capped and direction == "bwd"),
-                     banded=normalize_window(window) is not None or capped, block_sparse=block_mask is not None,
-                     **args)
+                     banded=normalize_window(window) is not None or capped,
+                     per_item=block_mask is not None or alibi is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
-    return with_softcap(with_documents(with_window(plan, window), documents), softcap)
+    return with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
 
 
 
@@ -160,11 +164,12 @@ def base_plan(
     causal: str,
     dropout: bool = False,
     banded: bool = False,
-    block_sparse: bool = False,
+    per_item: bool = False,
 ) -> Plan:
     """The plan of one schedule before its variants (causal, masks, dropout) are applied. ``banded``: a sliding
-    window will be applied (flash/fast: the tiles of a causal plan, and an sm_90 backward kernel). ``block_sparse``:
-    a block mask will be (flash/fast: the tma kernels, the causal tiles, a block per work item)."""
+    window will be applied (flash/fast: the tiles of a causal plan, and an sm_90 backward kernel). ``per_item``: a
+    variant that reads its data before a block's work (a block mask, ALiBi) will be (flash/fast: the tma kernels, the
+    causal tiles, a block per work item)."""
     masked = bool(causal) or banded
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -190,15 +195,15 @@ def base_plan(
         if direction == "fwd":  # the fastest of the forward kernel's tilings that fits M
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
-                                             kv_heads=kv_heads, dropout=dropout, causal=masked or block_sparse,
-                                             window=banded, block_sparse=block_sparse)
+                                             kv_heads=kv_heads, dropout=dropout, causal=masked or per_item,
+                                             window=banded, per_item=per_item)
             except NoFastTilingFits as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None
         # the backward: its default tiles, or B_c = 64 where those do not fit M
         plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                       kv_heads=kv_heads, wgmma_only=masked, dropout=dropout,
-                                      window=banded or block_sparse)
+                                      window=banded or per_item)
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")

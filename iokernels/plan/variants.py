@@ -279,6 +279,63 @@ def with_softcap(plan: Plan, softcap: object) -> Plan:
     return replace(plan, softcap=softcap, stages=stages)
 
 
+# the kernels that take ALiBi slopes (ALIBI, the slopes' address after the softcap, kernels/common.cuh): the sm_90 tma
+# forward (a block per work item: its slope read before the roles part) and narrow backward (the slopes of a K/V
+# head's query heads, at most ALIBI_GROUP of them), d up to 128 (past it the forward's counting build spills 44 bytes
+# with the bias), no softcap, no variable-length batch
+ALIBI_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
+ALIBI_D_MAX = 128
+ALIBI_GROUP = 32
+
+
+def check_alibi(slopes: object, heads: int, batch: int) -> tuple[float, ...] | None:
+    """ALiBi slopes as one float per batch·head (row b·heads + h): None (none), or ``heads`` numbers (every batch
+    row alike) or ``batch · heads`` (numbers or a (batch, heads) array), each finite and >= 0 (FlashAttention-2's
+    ``alibi_slopes``); TypeError/ValueError otherwise."""
+    if slopes is None:
+        return None
+    import numpy as np
+
+    try:
+        a = np.asarray(slopes, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"alibi slopes must be numbers, got {type(slopes).__name__}") from None
+    if a.size not in (heads, batch * heads) or a.ndim > 2:
+        raise ValueError(f"alibi slopes: {heads} (heads) or {batch * heads} (batch x heads) numbers, got shape "
+                         f"{a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("alibi slopes must be finite and >= 0")
+    a = np.tile(a.reshape(-1), batch) if a.size == heads else a.reshape(-1)
+    return tuple(float(x) for x in a)
+
+
+def with_alibi(plan: Plan, slopes: object) -> Plan:
+    """``plan`` with ALiBi: the logits τ s plus −slope · |j − i − (N_k − N_q)| for query i and key j (the bottom-right
+    offset, FlashAttention-2's), one slope per batch·head (:func:`check_alibi`; None: the plan unchanged), forward
+    and backward. The sm_90 tma kernels apply it (``ALIBI`` on the main stage: flash/fast, d up to
+    :data:`ALIBI_D_MAX`, a block per work item forward, at most :data:`ALIBI_GROUP` query heads per K/V head
+    backward, no softcap); any other plan raises
+    Unsupported. The kernels read the slopes: one float per block forward (BH·T_r), one per block and query head
+    backward (BH·T_c)."""
+    slopes = check_alibi(slopes, plan.heads, plan.batch)
+    if slopes is None:
+        return plan
+    main = next((s for s in plan.stages if s.name == "main"), None)
+    kernel = None if main is None else main.kernel
+    if plan.schedule != "fast" or plan.variant or plan.softcap is not None or kernel not in ALIBI_KERNELS \
+            or dict(main.params).get("PERSISTENT") or plan.d > ALIBI_D_MAX:
+        raise Unsupported(f"ALiBi runs on the sm_90 tma kernels (flash/fast, a block per work item, d up to "
+                          f"{ALIBI_D_MAX}) without a softcap, not {plan.label} at d={plan.d}"
+                          + (f" ({kernel})" if kernel else ""))
+    if plan.direction == "bwd" and plan.heads // plan.kv_heads > ALIBI_GROUP:
+        raise Unsupported(f"ALiBi's backward takes at most {ALIBI_GROUP} query heads per K/V head, got "
+                          f"{plan.heads // plan.kv_heads}")
+    # (ALIBI: the most query heads whose slopes a backward block keeps)
+    stages = tuple(replace(s, params=(*s.params, ("ALIBI", ALIBI_GROUP))) if s.name == "main" else s
+                   for s in plan.stages)
+    return replace(plan, alibi=slopes, stages=stages)
+
+
 def with_documents(plan: Plan, documents: object) -> Plan:
     """``plan`` with document masking (:func:`iokernels.plan.causal.normalize_documents`; None or one document: the
     plan unchanged). The tiled schedules' model and simulator take it (pairs with no visible element skipped);

@@ -45,11 +45,12 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
         mask = reference_mask(plan, inputs)
         # dropout: O is the forward's dropped output (D = rowsum(dO ∘ O)); lse and P stay undropped
         o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask,
-                                   dropout=reference_dropout(plan), softcap=plan.softcap)
+                                   dropout=reference_dropout(plan), softcap=plan.softcap, alibi=plan.alibi)
         inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
                       P=stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask,
-                                                       softcap=plan.softcap)
+                                                       softcap=plan.softcap, alibi=plan.alibi)
                                if plan.causal or mask is not None or plan.softcap is not None
+                               or plan.alibi is not None
                                else np.exp(scale * (q @ np.swapaxes(k[kv], -1, -2)) - lse[..., None])))
     return inputs
 
@@ -178,11 +179,11 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
         kv = kv_rows(plan)
         return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,
                                        mask=reference_mask(plan, inputs), dropout=reference_dropout(plan),
-                                       softcap=plan.softcap)[0]}
+                                       softcap=plan.softcap, alibi=plan.alibi)[0]}
     kv, group = kv_rows(plan), plan.heads // plan.kv_heads
     dq, dk, dv = reference.backward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], inputs["dO"], scale,
                                     causal=plan.causal, mask=reference_mask(plan, inputs),
-                                    dropout=reference_dropout(plan), softcap=plan.softcap)
+                                    dropout=reference_dropout(plan), softcap=plan.softcap, alibi=plan.alibi)
     # grouped-query attention: a K/V head's gradient sums those of the query heads that share it
     dk, dv = (x.reshape(plan.bh_kv, group, *x.shape[1:]).sum(axis=1) for x in (dk, dv))
     return {"dQ": dq, "dK": dk, "dV": dv}

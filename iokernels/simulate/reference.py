@@ -45,11 +45,20 @@ def capped(x: np.ndarray, softcap: float | None) -> np.ndarray:
     return x if softcap is None else softcap * np.tanh(x / softcap)
 
 
+def alibi_bias(slopes: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
+    """ALiBi's bias −slope · |j − i − (N_k − N_q)| (FlashAttention-2's, the bottom-right offset) for slopes (BH,):
+    (BH, N_q, N_k) float64."""
+    rel = np.abs(np.arange(n_k)[None, :] - np.arange(n_q)[:, None] - (n_k - n_q))
+    return -np.asarray(slopes, dtype=np.float64)[:, None, None] * rel
+
+
 def _scores(q: np.ndarray, k: np.ndarray, scale: float, causal: bool | str, mask: np.ndarray | None,
-            softcap: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """scale * Q K^T (through the softcap, then plus an additive mask) and the boolean visibility (None: all
-    visible)."""
+            softcap: float | None = None, alibi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """scale * Q K^T (through the softcap, plus ALiBi's bias for slopes ``alibi`` (BH,) of q's flattened leading
+    dims, then plus an additive mask) and the boolean visibility (None: all visible)."""
     s = capped(scale * (q @ np.swapaxes(k, -1, -2)), softcap)
+    if alibi is not None:
+        s = s + alibi_bias(alibi, s.shape[-2], s.shape[-1]).reshape(s.shape)
     visible = causal_mask(q.shape[-2], k.shape[-2], causal)
     if mask is not None:
         mask = np.asarray(mask)
@@ -78,23 +87,25 @@ def _probabilities(s: np.ndarray, visible: np.ndarray | None) -> tuple[np.ndarra
 
 
 def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, causal: bool | str = False,
-                  mask: np.ndarray | None = None, softcap: float | None = None) -> np.ndarray:
+                  mask: np.ndarray | None = None, softcap: float | None = None,
+                  alibi: np.ndarray | None = None) -> np.ndarray:
     """P = softmax(scale * Q K^T) in float64 (through the softcap), 0 where masked (and on rows with no visible
     key)."""
     scale = default_scale(q.shape[-1]) if scale is None else scale
     return _probabilities(*_scores(np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64), scale,
-                                   causal, mask, softcap))[0]
+                                   causal, mask, softcap, alibi))[0]
 
 
 def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
             causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None,
-            softcap: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+            softcap: float | None = None, alibi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64
-    (``causal``: see the module docstring; ``softcap`` c: the logits c · tanh(scale * Q K^T / c))."""
+    (``causal``: see the module docstring; ``softcap`` c: the logits c · tanh(scale * Q K^T / c); ``alibi``: one slope
+    per batch·head, :func:`alibi_bias`)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s, visible = _scores(q, k, scale, causal, mask, softcap)
+    s, visible = _scores(q, k, scale, causal, mask, softcap, alibi)
     if visible is None:
         m = s.max(axis=-1, keepdims=True)
         p = np.exp(s - m)
@@ -109,13 +120,15 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = N
 
 def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None,
              causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None,
-             softcap: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             softcap: float | None = None, alibi: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64 (``causal``: see the
-    module docstring; ``softcap`` as :func:`forward`'s, its derivative 1 − tanh² on dS)."""
+    module docstring; ``softcap`` as :func:`forward`'s, its derivative 1 − tanh² on dS; ``alibi`` as forward's, a
+    constant bias with no derivative)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
-    s, visible = _scores(q, k, scale, causal, mask, softcap)
+    s, visible = _scores(q, k, scale, causal, mask, softcap, alibi)
     if visible is None:
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)

@@ -58,6 +58,19 @@ def _kept(hbm: Hbm, rs: slice, cs: slice) -> bool:
     return bool(hbm.load("block_mask", (ALL, rs.start // t["Br"], cs.start // t["Bc"])).all())
 
 
+def _slopes(hbm: Hbm) -> np.ndarray | None:
+    """ALiBi plans: the slopes of every batch·head, read (a float each) by a block before its work; None without."""
+    return None if hbm.plan.alibi is None else hbm.load("alibi", (ALL,))
+
+
+def _bias(p: Plan, slopes: np.ndarray | None, rs: slice, cs: slice) -> np.ndarray | float:
+    """ALiBi's bias of the pair (reference.alibi_bias), (BH, rows, cols); 0 without slopes."""
+    if slopes is None:
+        return 0.0
+    rel = np.abs(np.arange(cs.start, cs.stop)[None, :] - np.arange(rs.start, rs.stop)[:, None] - (p.N_k - p.N_q))
+    return -slopes[:, None, None] * rel
+
+
 def _explicit(hbm: Hbm, rs: slice, cs: slice, x: np.ndarray) -> np.ndarray:
     """Explicit masks (iokernels.plan.masks.ExplicitMask): x (scores of the pair, any offset already taken)
     with the pair's mask elements applied: read once per batch·head (a shared mask too), boolean 0 → −inf,
@@ -257,6 +270,7 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     hbm.begin("main")
     for rs, (a, b) in zip(blocks(p.N_q, t["Br"]), visible, strict=True):
         # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
+        slopes = _slopes(hbm)  # (ALiBi: every block reads its head's slope first)
         q = None
         acc = np.zeros((p.bh, rs.stop - rs.start, p.d))
         m = np.full(acc.shape[:-1], -np.inf)
@@ -266,7 +280,7 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
                 continue
             if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
                 q = hbm.load("Q", (ALL, rs, ALL))
-            logits = capped(scale * (q @ transpose(hbm.load("K", (kv, cs, ALL)))), p.softcap)
+            logits = capped(scale * (q @ transpose(hbm.load("K", (kv, cs, ALL)))), p.softcap) + _bias(p, slopes, rs, cs)
             s = _explicit(hbm, rs, cs, _masked(logits, _visible(p, rs, cs)))
             m_new = np.maximum(m, s.max(axis=-1))
             prob = np.exp(s - finite(m_new)[..., None])
@@ -297,6 +311,7 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
 
     hbm.begin(stage)
     for cs in blocks(p.N_k, t["Bc"]):
+        slopes = _slopes(hbm)  # (ALiBi: every block reads its query heads' slopes first)
         if not _key_block_used(p, cs):  # causal: no query sees these keys: dK_j = dV_j = 0, nothing loaded
             hbm.store("dK", (ALL, cs, ALL), 0.0)
             hbm.store("dV", (ALL, cs, ALL), 0.0)
@@ -314,7 +329,7 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
             # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
             raw = (scale * (q @ transpose(k))).reshape(p.bh, *q.shape[2:-1], -1)
             with np.errstate(invalid="ignore"):  # a row with lse = −inf is masked everywhere
-                x = grouped(_explicit(hbm, rs, cs, capped(raw, p.softcap)))
+                x = grouped(_explicit(hbm, rs, cs, capped(raw, p.softcap) + _bias(p, slopes, rs, cs)))
                 prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
             # dropout (Z of the query heads): dV += (Z ∘ P)ᵀ dO, dS = P ∘ (Z ∘ dO Vᵀ − D)
             z = _dropout_tile(p, rs, cs)
@@ -399,6 +414,8 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
         hbm.put(name, array)
     if plan.mask is not None:  # read by every batch·head, shared or not: a row per batch·head to count
         hbm.put("mask", np.broadcast_to(inputs["mask"], (plan.bh, plan.N_q, plan.N_k)))
+    if plan.alibi is not None:  # part of the plan: a slope per batch·head
+        hbm.put("alibi", np.asarray(plan.alibi, dtype=np.float64))
     if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read (the
         # backward's blocks own a K/V head's key block: per K/V head)
         rows = plan.bh_kv if plan.direction == "bwd" else plan.bh

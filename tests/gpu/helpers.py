@@ -44,10 +44,12 @@ def ulp(dtype: str) -> float:
 
 
 def plan_naive_p(plan, q, k, scale):
-    """A fast plan's same-precision P: S (through the plan's softcap) rounded to the dtype, the plan's causal mask,
-    window and block mask applied, softmax in float64 (rows with no visible key 0), rounded. q (BH, N_q, d); k with
-    the plan's K/V rows per query head."""
+    """A fast plan's same-precision P: S (through the plan's softcap) rounded to the dtype, plus ALiBi's bias, the
+    plan's causal mask, window and block mask applied, softmax in float64 (rows with no visible key 0), rounded.
+    q (BH, N_q, d); k with the plan's K/V rows per query head."""
     s = round_to(reference.capped(scale * (q @ np.swapaxes(k, -1, -2)), plan.softcap), plan.dtype)
+    if plan.alibi is not None:  # (added in float32 by the kernels)
+        s = s + reference.alibi_bias(plan.alibi, plan.N_q, plan.N_k).reshape(s.shape)
     vis = plan.visible(np.arange(plan.N_q), np.arange(plan.N_k))
     if plan.block_mask is not None:
         vis = plan.element_mask() if vis is None else vis & plan.element_mask()
