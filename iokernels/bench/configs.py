@@ -35,14 +35,23 @@ FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when
                    "documents: 4*B*H*d per visible element of S (iokernels.plan.visible_area; documents of lengths "
                    "n_i: the sum of n_i^2, causal n_i(n_i+1)/2); block-sparse: 4*B*H*d per visible element of the "
                    "blocks the mask keeps (causal: those of them on or below the diagonal; the dense reference "
-                   "io-dense: its own dense count); a softcap's tanh not counted; backward 2.5x forward; TFLOP/s = "
-                   "FLOPs / median seconds / 1e12")
+                   "io-dense: its own dense count); a softcap's tanh and ALiBi's bias not counted; backward 2.5x "
+                   "forward; TFLOP/s = FLOPs / median seconds / 1e12")
 BLOCK_SPARSE_BLOCK = DEFAULT_BLOCK  # bench --block-sparse: 128 x 128 blocks (FlexAttention's BLOCK_SIZE too)
 DEFAULT_BLOCK_PATTERN = "random"  # the peers' reference setup: random 128 x 128 blocks
+ALIBI_RULE = "2^(-8(h+1)/H)"  # bench --alibi's slopes (alibi_slopes), as the header states them
 
 
 # ---------------------------------------------------------------------------------------------
 # work and configurations
+
+def alibi_slopes(heads: int) -> tuple[float, ...]:
+    """ALiBi's standard slopes for ``heads`` heads, the geometric sequence 2^(−8(h+1)/H) for head h = 0 .. H−1
+    (Press et al.; H 8: 1/2, 1/4, ..., 1/256), one float per head: every ``bench --alibi`` slope is made here."""
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"ALiBi slopes need heads >= 1, got {heads!r}")
+    return tuple(2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads))
+
 
 def block_areas(block_mask: BlockMask, causal: bool = False) -> np.ndarray:
     """Int64 (T_r, T_c): the visible elements of each block of ``block_mask``'s grid, kept or not (its block's
@@ -116,6 +125,13 @@ class Problem:
     softcap: float | None = None  # the logits capped, c·tanh(scale·q·kᵀ/c) (Gemma 2's attention softcapping)
     # block-sparse attention (the paper's Algorithm 5): the blocks of S computed (with causal, both masks apply)
     block_mask: BlockMask | None = None
+    # ALiBi: the logits plus −slope_h·|j − i − (N_k − N_q)|, the slopes alibi_slopes(heads) (FlashAttention-2's)
+    alibi: bool = False
+
+    @property
+    def alibi_slopes(self) -> tuple[float, ...] | None:
+        """The H slopes of :func:`alibi_slopes` with ALiBi, None without: ours' ``alibi_slopes``, Flex's bias."""
+        return alibi_slopes(self.heads) if self.alibi else None
 
     @property
     def bh(self) -> int:
@@ -137,7 +153,7 @@ class Problem:
                 + (f" dropout={self.dropout:g}" if self.dropout else "")
                 + (f" window={_window_text(self.window)}" if self.window is not None else "")
                 + (f" documents={documents_text(self.documents)}" if self.documents is not None else "")
-                + (f" softcap={self.softcap:g}" if self.softcap is not None else "")
+                + (f" softcap={self.softcap:g}" if self.softcap is not None else "") + (" alibi" if self.alibi else "")
                 + (f" blocks={self.block_mask.label}" if self.block_mask is not None else ""))
 
     def dropout_plan_arg(self) -> Any:
@@ -216,11 +232,12 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                   heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0,
                   window: tuple[int | None, int | None] | None = None,
                   documents: int | None = None, softcap: float | None = None,
-                  block_sparse: dict | None = None) -> list[Problem]:
+                  block_sparse: dict | None = None, alibi: bool = False) -> list[Problem]:
     """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens; ``documents``: the
     number of documents each N is cut into (:func:`document_lengths`), None for none; ``softcap``: every problem's
     softcap (None for none); ``block_sparse``: :func:`block_sparse_spec`'s pattern arguments, one block mask made
-    per N (:func:`iokernels.plan.masks.pattern`) and shared by its problems, None for none."""
+    per N (:func:`iokernels.plan.masks.pattern`) and shared by its problems, None for none; ``alibi``: ALiBi on
+    every problem (the slopes :func:`alibi_slopes` of ``heads``)."""
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
     masks: dict[int, BlockMask] = {}
@@ -237,7 +254,8 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                 if block_sparse is not None and n not in masks:
                     masks[n] = pattern(n_q=n, n_k=n, **block_sparse)
                 problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window,
-                                        documents=lengths, softcap=softcap, block_mask=masks.get(n)))
+                                        documents=lengths, softcap=softcap, block_mask=masks.get(n),
+                                        alibi=bool(alibi)))
     return problems
 
 

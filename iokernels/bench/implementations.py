@@ -33,7 +33,9 @@ forward. The variants run on ours and FlexAttention only (torch's SDPA and the c
 counted the same for both, 4·B·H·d per visible element: a window (Flex: its ``mask_mod``), documents (ours
 ``documents=``, Flex a ``document_id`` mask), a softcap (ours ``softcap=``, Flex a ``score_mod``; its tanh not
 counted), a block mask (``--block-sparse``: ours ``block_mask=``, Flex ``BlockMask.from_kv_blocks`` of the same 128 x
-128 blocks, :func:`flex_kv_blocks`; the kept blocks' visible elements, ``configs.block_sparse_area``).
+128 blocks, :func:`flex_kv_blocks`; the kept blocks' visible elements, ``configs.block_sparse_area``), ALiBi (ours
+``alibi_slopes=``, Flex a ``score_mod``, the slopes ``configs.alibi_slopes``; its bias not counted); the Flex
+arguments built in :mod:`iokernels.bench.flex_mods`.
 Shapes: B·H·N = ``--tokens`` with H = ``--heads`` (16), B = tokens / (N·H).
 The long-sequence table (``--long``): H = 48, d = 64, B = 1, N from 512 doubling to ``--long-max-n``.
 
@@ -50,10 +52,10 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any
 
-from ..plan.masks import BlockMask
 from ..plan.units import parse_size
 from .clocks import CupyClock, Runner, TorchClock, Unsupported, no_kernel, one_line
-from .configs import PASSES, Problem, block_areas
+from .configs import PASSES, Problem
+from .flex_mods import flex_block_mask, flex_kv_blocks, flex_mask_mod, flex_score_mod  # noqa: F401 (re-exported)
 
 DIRECTIONS = (*PASSES, "fwdbwd")  # fwdbwd: bench --overhead only
 
@@ -146,10 +148,10 @@ class IokernelsCupy(Impl):
         dt = cp.dtype(problem.dtype)
         shape = (problem.batch, problem.heads, problem.n, problem.d)
         q, k, v, do = (_random(cp, shape, i).astype(dt) for i in range(4))
-        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, "window": problem.window,
-               "documents": problem.documents, "softcap": problem.softcap, "block_mask": problem.block_mask}
-        bwd = {**self.backward, "causal": problem.causal, "window": problem.window, "documents": problem.documents,
-               "softcap": problem.softcap, "block_mask": problem.block_mask}
+        variants = {"window": problem.window, "documents": problem.documents, "softcap": problem.softcap,
+                    "block_mask": problem.block_mask, "alibi_slopes": problem.alibi_slopes}
+        fwd = {**self.forward, "causal": problem.causal, "dropout": problem.dropout, **variants}
+        bwd = {**self.backward, "causal": problem.causal, **variants}
         clock = CupyClock()
         with clock.on():
             cp.cuda.Device().synchronize()
@@ -191,6 +193,8 @@ class CupyStandard(Impl):
             raise Unsupported("the cupy standard attention has no document mask")
         if problem.softcap is not None:
             raise Unsupported("the cupy standard attention has no softcap")
+        if problem.alibi:
+            raise Unsupported("the cupy standard attention has no ALiBi (an additive dense bias: another workload)")
         if problem.block_mask is not None:
             raise Unsupported("the cupy standard attention has no block mask (a dense mask would compute every block: "
                               "another workload)")
@@ -347,12 +351,13 @@ class IokernelsTorch(Impl):
     def setup(self, problem: Problem, direction: str) -> Runner:
         from ..torch import attention
 
-        # block_mask= only when there is one (the mask made once per N, here, outside the timed calls)
-        sparse = {} if problem.block_mask is None else {"block_mask": problem.block_mask}
+        # block_mask= and alibi_slopes= only when there is one (made once per problem, here, outside the timed calls)
+        extra = {} if problem.block_mask is None else {"block_mask": problem.block_mask}
+        extra.update({} if problem.alibi_slopes is None else {"alibi_slopes": problem.alibi_slopes})
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window,
-                             documents=problem.documents, softcap=problem.softcap, **sparse)
+                             documents=problem.documents, softcap=problem.softcap, **extra)
 
         return torch_runner(problem, direction, attend, device=self.device)
 
@@ -400,6 +405,9 @@ class TorchSdpa(Impl):
                               "compute every block: another workload)")
         if problem.softcap is not None:
             raise Unsupported("torch's scaled_dot_product_attention has no softcap")
+        if problem.alibi:
+            raise Unsupported("torch's scaled_dot_product_attention has no ALiBi (an explicit additive bias would be a "
+                              "dense mask: another workload)")
         if problem.block_mask is not None:
             raise Unsupported("torch's scaled_dot_product_attention has no block-sparse mask (an explicit mask would "
                               "compute every block: another workload)")
@@ -428,8 +436,9 @@ class TorchFlex(Impl):
     description = ("torch FlexAttention (torch.nn.attention.flex_attention.flex_attention) compiled with "
                    "torch.compile(dynamic=False); a causal block mask when causal, a sliding-window one with a window, "
                    "a document one (document_id[q_idx] == document_id[kv_idx]) with documents, a score_mod "
-                   "c * tanh(score / c) with a softcap, BlockMask.from_kv_blocks of our block mask's blocks (causal: "
-                   "a causal mask_mod on the diagonal's) with a block mask; no dropout")
+                   "c * tanh(score / c) with a softcap, score - slope[h] * |kv_idx - q_idx| with ALiBi, "
+                   "BlockMask.from_kv_blocks of our block mask's blocks (causal: a causal mask_mod on the diagonal's) "
+                   "with a block mask; no dropout")
 
     def __init__(self, device: str = "cuda"):
         self.device = device
@@ -456,90 +465,12 @@ class TorchFlex(Impl):
         else:
             block_mask = None if mask_mod is None else create_block_mask(mask_mod, None, None, problem.n, problem.n,
                                                                          device=self.device)
-        score_mod = flex_score_mod(problem)
+        score_mod = flex_score_mod(problem, self.device)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
         return torch_runner(problem, direction, attend, device=self.device)
-
-
-def flex_mask_mod(problem: Problem, device: str = "cuda") -> Callable[..., Any] | None:
-    """FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)`` for the problem's causal mask, window and documents (those
-    given, all at once; N_q = N_k, so the window's offset is 0 and the causal alignments agree), None without any.
-    Documents: ``document_id[q_idx] == document_id[kv_idx]``, ``document_id`` an int32 tensor on ``device`` giving
-    each position its document (the lengths repeated), as FlexAttention's document-masking example builds it."""
-    if not problem.causal and problem.window is None and not problem.masks_documents:
-        return None
-    left, right = problem.window if problem.window is not None else (None, None)
-    document_id = None
-    if problem.masks_documents:
-        import torch
-
-        lengths = torch.tensor(problem.documents, device=device, dtype=torch.int64)
-        document_id = torch.repeat_interleave(torch.arange(len(problem.documents), device=device,
-                                                           dtype=torch.int32), lengths)
-
-    def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        ok = q_idx >= kv_idx if problem.causal else q_idx == q_idx
-        if left is not None:
-            ok = ok & (q_idx - kv_idx <= left)
-        if right is not None:
-            ok = ok & (kv_idx - q_idx <= right)
-        if document_id is not None:
-            ok = ok & (document_id[q_idx] == document_id[kv_idx])
-        return ok
-
-    return mask_mod
-
-
-def flex_kv_blocks(block_mask: BlockMask, causal: bool = False) -> tuple[Any, Any, Any, Any]:
-    """FlexAttention's ``BlockMask.from_kv_blocks`` arguments for our block mask, as numpy int32 arrays shaped
-    (1, 1, T_r) and (1, 1, T_r, T_c) (one mask for every batch row and head): ``kv_num_blocks``, ``kv_indices`` of
-    the partial blocks (those kept that the causal mask cuts, or that pass the end of N: the ``mask_mod`` applies to
-    them) and ``full_kv_num_blocks``, ``full_kv_indices`` of the full ones (kept and wholly visible: no ``mask_mod``).
-    Each row of indices lists its blocks in ascending order, then the others (ascending; FlexAttention reads only the
-    first ``num`` of them). A kept block with no visible element (above the diagonal) is in neither: FlexAttention
-    skips it, as ours do. Built from :func:`iokernels.bench.configs.block_areas`, the areas the FLOPs count."""
-    import numpy as np
-
-    areas = block_areas(block_mask, causal)
-    kept = block_mask.blocks
-    full = kept & (areas == block_mask.block_q * block_mask.block_k)
-    partial = kept & (areas > 0) & ~full
-
-    def listed(grid: Any) -> tuple[Any, Any]:
-        order = np.argsort(~grid, axis=1, kind="stable").astype(np.int32)  # the chosen first, each part ascending
-        return grid.sum(axis=1).astype(np.int32)[None, None], order[None, None]
-
-    return (*listed(partial), *listed(full))
-
-
-def flex_block_mask(problem: Problem, device: str = "cuda") -> Any:
-    """FlexAttention's BlockMask of the problem's block mask (:func:`flex_kv_blocks`), BLOCK_SIZE the mask's blocks,
-    the causal ``mask_mod`` (:func:`flex_mask_mod`) on the partial blocks when causal: no per-element mask for the
-    block sparsity itself."""
-    import torch
-    from torch.nn.attention.flex_attention import BlockMask as FlexBlockMask
-
-    bm = problem.block_mask
-    if bm is None:
-        raise ValueError("flex_block_mask needs a problem with a block mask")
-    num, idx, full_num, full_idx = (torch.as_tensor(a, device=device)
-                                    for a in flex_kv_blocks(bm, problem.causal))
-    return FlexBlockMask.from_kv_blocks(num, idx, full_num, full_idx, BLOCK_SIZE=(bm.block_q, bm.block_k),
-                                        mask_mod=flex_mask_mod(problem, device), seq_lengths=(bm.n_q, bm.n_k))
-
-
-def flex_score_mod(problem: Problem) -> Callable[..., Any] | None:
-    """FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)`` for the problem's softcap c: ``c * tanh(score / c)``
-    (FlexAttention's score is already scaled, so this is c·tanh(scale·q·kᵀ/c), ours' softcap), None without one."""
-    if problem.softcap is None:
-        return None
-    import torch
-
-    c = float(problem.softcap)
-    return lambda score, b, h, q_idx, kv_idx: c * torch.tanh(score / c)
 
 
 # names, aliases and defaults

@@ -3,6 +3,7 @@ environment, and the rendered tables."""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
             "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
             "window": None if problem.window is None else list(problem.window),
             "documents": None if problem.documents is None else list(problem.documents), "softcap": problem.softcap,
-            "block_mask": None if work.block_mask is None else work.block_mask.as_dict(),
+            "alibi": problem.alibi, "block_mask": None if work.block_mask is None else work.block_mask.as_dict(),
             "flops": work.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
             "loop": None, "method": None, "note": None}
 
@@ -241,6 +242,12 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
 CELL = {"oom": "OOM", "unsupported": "unsup", "not available": "n/a", "skipped": "skip", "error": "err"}
 
 
+def _slopes_text(slopes: Sequence[float]) -> str:
+    """The slopes as powers of two, "2^-0.5, 2^-1, ..., 2^-8" (the first two and the last when more than 3)."""
+    powers = [f"2^{math.log2(x):.4g}" if x > 0 else "0" for x in slopes]
+    return ", ".join(powers if len(powers) <= 3 else [*powers[:2], "...", powers[-1]])
+
+
 def _cell(row: dict | None) -> str:
     if row is None:
         return "-"
@@ -364,7 +371,9 @@ def render(doc: dict) -> str:
                   + (f", {h['documents']} documents per sequence (N cut into equal lengths, the last taking the "
                      "remainder; TFLOP/s on the visible elements)" if h.get("documents") else "")
                   + (f", softcap {h['softcap']:g} (the logits capped at C tanh(s / C); the tanh not counted in FLOPs)"
-                     if h.get("softcap") is not None else "")]
+                     if h.get("softcap") is not None else "")
+                  + (f", ALiBi (the logits minus slope_h |j - i|, slopes {h['alibi']['rule']}: "
+                     f"{_slopes_text(h['alibi']['slopes'])}; the bias not counted in FLOPs)" if h.get("alibi") else "")]
         lines += _block_sparse_lines(h, main, dict(labels))
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))

@@ -56,12 +56,12 @@ def _command_line(ctx: click.Context) -> str:
 
 
 # the bench options that --decode does not take, and the --decode options
-NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "block_sparse",
+NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "alibi", "block_sparse",
               "block_pattern", "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n",
               "long_dtype", "sram")
 DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
 # the bench options that --varlen does not take, and the --varlen options
-NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "block_sparse", "block_pattern",
+NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "alibi", "block_sparse", "block_pattern",
               "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n", "long_dtype", "sram",
               "impls", "peers", "decode")
 # what --block-sparse does not combine with (the block mask runs alone, with --causal or without), and why
@@ -95,6 +95,12 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
               help="attention softcapping (Gemma 2's; issue #22): every logit capped at C tanh(s / C), C > 0, on ours "
                    "(softcap=C) and FlexAttention (a score_mod; torch's SDPA and cupy have none); combines with "
                    "--causal and --window, not --documents or --dropout; FLOPs as without (the tanh not counted)")
+@click.option("--alibi", "alibi", is_flag=True,
+              help="ALiBi (FlashAttention-2's alibi_slopes; issue #22): the logits of query i, key j minus "
+                   "slope_h |j - i|, the standard slopes 2^(-8(h+1)/H) of the H heads, on ours (alibi_slopes=; the "
+                   "sm_90 tma kernels, d up to 128: past it unsup) and FlexAttention (a score_mod; torch's SDPA and "
+                   "cupy have none); combines with --causal, --window and --block-sparse, not --softcap, --documents "
+                   "or --dropout; FLOPs as without (the bias not counted)")
 @click.option("--block-sparse", "block_sparse", type=float, default=None, metavar="DENSITY",
               help="block-sparse attention (the paper's Algorithm 5; issue #22): a block mask of 128x128 blocks "
                    "keeping about this fraction, in (0, 1], made once per N; ours (block_mask=), FlexAttention (a "
@@ -162,7 +168,7 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
 @user_errors
-def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, block_sparse,
+def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, alibi, block_sparse,
               block_pattern, block_seed, backward, mode,
               overhead, overhead_calls, long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup,
               repeats, max_call_ms, time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen,
@@ -212,6 +218,8 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
             raise ValueError("--softcap and --documents: ours have no softcap on documents; pick one")
         if long_table or long_only or overhead:
             raise ValueError("--softcap applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
+    if alibi:
+        _check_alibi(softcap, dropout_p, documents, long_table or long_only or overhead)
     if overhead:
         if modes != ("call",):
             raise ValueError("--overhead times host calls; --mode does not apply to it")
@@ -226,7 +234,7 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
                                                           dropout=dropout_p, window=window, documents=documents,
-                                                          softcap=softcap, block_sparse=sparse)
+                                                          softcap=softcap, block_sparse=sparse, alibi=alibi)
     if window is not None and (long_table or long_only or overhead):
         raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
@@ -250,6 +258,7 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
         _nothing_available(reasons)
     header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
               "window": None if window is None else list(window), "documents": documents, "softcap": softcap,
+              "alibi": {"rule": configs.ALIBI_RULE, "slopes": list(configs.alibi_slopes(heads))} if alibi else None,
               "block_sparse": None if sparse is None else {"density": sparse["density"], "pattern": sparse["kind"],
                                                            "seed": sparse["seed"], "block": sparse["block_q"]},
               "command": _command_line(ctx)}
@@ -292,6 +301,18 @@ def _block_sparse(ctx: click.Context, density, kind, seed, other_table: bool) ->
     if other_table:
         raise ValueError("--block-sparse applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     return sparse
+
+
+def _check_alibi(softcap, dropout_p, documents, other_table: bool) -> None:
+    """--alibi's refusals (ValueError): what ours or FlexAttention, its peer, do not run with it."""
+    if softcap is not None:  # the tma kernels take one or the other
+        raise ValueError("--alibi and --softcap: ours have no ALiBi with a softcap; pick one")
+    if dropout_p:  # ours would take it; FlexAttention, the one peer with ALiBi, has none: no comparison left
+        raise ValueError("--alibi and --dropout: FlexAttention, the peer with ALiBi, has no dropout; pick one")
+    if documents is not None:  # ours run documents on the variable-length kernels, which have no ALiBi
+        raise ValueError("--alibi and --documents: ours have no ALiBi on documents; pick one")
+    if other_table:
+        raise ValueError("--alibi applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
 
 
 def _nothing_available(reasons: dict[str, list[str]]) -> None:
