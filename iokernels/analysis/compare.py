@@ -53,7 +53,9 @@ def one_batch_head(plan: Plan) -> Plan | None:
         return None
     stages = tuple(dataclasses.replace(s, grid=(s.grid[0], s.grid[1], 1)) if s.grid[2] == plan.bh else s
                    for s in plan.stages)
-    return dataclasses.replace(plan, batch=1, heads=1, kv_heads=1, stages=stages)
+    # (ALiBi: the first batch-head's slope; the bytes do not depend on the slopes' values)
+    alibi = None if plan.alibi is None else plan.alibi[:1]
+    return dataclasses.replace(plan, batch=1, heads=1, kv_heads=1, stages=stages, alibi=alibi)
 
 
 def scaled_counts(counts: Counts, factor: int) -> Counts:

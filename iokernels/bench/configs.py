@@ -13,6 +13,7 @@ from ..plan import check_problem, normalize_documents, visible_area
 from ..plan.causal import key_intervals
 from ..plan.masks import DEFAULT_BLOCK, PATTERNS, BlockMask, check_density, pattern
 from ..plan.units import check_dtype, itemsize
+from ..plan.variants import geometric_slopes
 
 PASSES = ("fwd", "bwd")
 BWD_OVER_FWD = 2.5
@@ -47,10 +48,11 @@ ALIBI_RULE = "2^(-8(h+1)/H)"  # bench --alibi's slopes (alibi_slopes), as the he
 
 def alibi_slopes(heads: int) -> tuple[float, ...]:
     """ALiBi's standard slopes for ``heads`` heads, the geometric sequence 2^(−8(h+1)/H) for head h = 0 .. H−1
-    (Press et al.; H 8: 1/2, 1/4, ..., 1/256), one float per head: every ``bench --alibi`` slope is made here."""
+    (Press et al.; H 8: 1/2, 1/4, ..., 1/256; :func:`iokernels.plan.variants.geometric_slopes`, the CLI's too), one
+    float per head: every ``bench --alibi`` slope comes from here."""
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
         raise ValueError(f"ALiBi slopes need heads >= 1, got {heads!r}")
-    return tuple(2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads))
+    return geometric_slopes(heads)
 
 
 def block_areas(block_mask: BlockMask, causal: bool = False) -> np.ndarray:

@@ -18,7 +18,7 @@ from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
 from ..plan.units import check_dtype, format_bytes, parse_size
-from ..plan.variants import check_softcap
+from ..plan.variants import check_softcap, geometric_slopes
 from ..plan.varlen import make_documents_plan, make_varlen_plan
 
 SIZE_HELP = "bytes, or with a unit: 192KB, 192KiB, 1MB (KB, MB are binary: 1 KB = 1024 bytes, same as KiB)"
@@ -166,7 +166,7 @@ def sparse_spec(block_sparse, block_pattern, block_seed, block_size) -> dict | N
 
 def mask_dropout_options(fn: Callable) -> Callable:
     """--mask KIND [--mask-per-head] (an explicit mask of random values), --dropout P [--dropout-seed], --window
-    LEFT,RIGHT (a sliding window) and --softcap C."""
+    LEFT,RIGHT (a sliding window), --softcap C and --alibi."""
     options = [
         click.option("--mask", "mask_kind", type=click.Choice(list(MASK_KINDS)), default=None,
                      help="an explicit element mask read from HBM, random values (about 70% visible): bool (1 byte "
@@ -183,6 +183,9 @@ def mask_dropout_options(fn: Callable) -> Callable:
         click.option("--softcap", "softcap", type=float, default=None, metavar="C",
                      help="the logits capped at C tanh(s / C) (no bytes): the flash/fast plans on the tma kernels "
                           "only (the others are left out)"),
+        click.option("--alibi", "alibi", is_flag=True,
+                     help="ALiBi with the heads' geometric slopes 2^(-8(h+1)/H) (a float per block and head read): "
+                          "the flash/fast plans on the tma kernels only, d up to 128 (the others are left out)"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -201,15 +204,16 @@ def parse_window(text: str | None) -> tuple[int | None, int | None] | None:
             from None
 
 
-def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=None, softcap=None) -> dict:
-    """all_plans' mask, dropout, window and softcap arguments from the options."""
+def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=None, softcap=None,
+                      alibi=False) -> dict:
+    """plans_from_options' mask, dropout, window, softcap and alibi (a flag) arguments from the options."""
     if mask_per_head and mask_kind is None:
         raise ValueError("--mask-per-head needs --mask bool|additive")
     if dropout_seed is not None and dropout_p is None:
         raise ValueError("--dropout-seed needs --dropout P")
     return {"mask": None if mask_kind is None else ExplicitMask(mask_kind, shared=not mask_per_head),
             "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0),
-            "window": parse_window(window), "softcap": check_softcap(softcap)}
+            "window": parse_window(window), "softcap": check_softcap(softcap), "alibi": bool(alibi)}
 
 
 DECODE_OPTION = click.option(
@@ -233,9 +237,12 @@ KV_HEADS_OPTION = click.option(
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
                        sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False, varlen=None,
-                       documents=None, softcap=None):
-    """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options."""
+                       documents=None, softcap=None, alibi=False):
+    """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options (``alibi``:
+    the heads' geometric slopes, every batch row alike)."""
     causal = causal_spec(causal, causal_align)
+    if alibi and (documents is not None or varlen is not None or decode):
+        raise ValueError("--alibi: the dense plans only (not --documents, --varlen or --decode)")
     if documents is not None:  # document masking's plans alone
         if varlen is not None or n is not None or n_q is not None or n_k is not None:
             raise ValueError("--documents: N is the documents' sum (--N, --Nq, --Nk and --varlen do not apply)")
@@ -276,7 +283,7 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
                       causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout,
-                      window=window, softcap=softcap)
+                      window=window, softcap=softcap, alibi=geometric_slopes(heads) if alibi else None)
     if decode:  # the split-KV decode plan beside the others (forward; no mask)
         if causal or block_mask is not None or mask is not None or dropout is not None or window is not None \
                 or softcap is not None:

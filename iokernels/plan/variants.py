@@ -288,6 +288,12 @@ ALIBI_D_MAX = 128
 ALIBI_GROUP = 32
 
 
+def geometric_slopes(heads: int) -> tuple[float, ...]:
+    """ALiBi's slopes for ``heads`` heads as the paper gives them for a power of two: 2^(−8(h + 1) / heads), h = 0, 1,
+    ... (the CLI's and the bench's; any other numbers >= 0 may be given to the library)."""
+    return tuple(2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads))
+
+
 def check_alibi(slopes: object, heads: int, batch: int) -> tuple[float, ...] | None:
     """ALiBi slopes as one float per batch·head (row b·heads + h): None (none), or ``heads`` numbers (every batch
     row alike) or ``batch · heads`` (numbers or a (batch, heads) array), each finite and >= 0 (FlashAttention-2's

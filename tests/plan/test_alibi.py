@@ -13,7 +13,7 @@ from iokernels import model
 from iokernels.library.planning import alibi_for, alibi_values
 from iokernels.plan import Unsupported, make_plan
 from iokernels.plan.masks import pattern
-from iokernels.plan.variants import ALIBI_GROUP
+from iokernels.plan.variants import ALIBI_GROUP, geometric_slopes
 from iokernels.simulate import make_inputs, max_relative_error, reference, reference_outputs, simulate
 
 KB = 1024
@@ -85,3 +85,25 @@ def test_library_slopes():
         alibi_values([float("nan")])
     with pytest.raises(TypeError, match="numbers"):
         alibi_values(["a"])
+
+
+def test_cli_compare_alibi_simulated():
+    """`compare --alibi --simulate`: the flash/fast plans alone (the others take no slopes), meas/pred 1 and the
+    float64 reference; `model --alibi` shows the slopes' bytes."""
+    import json
+
+    from click.testing import CliRunner
+
+    from iokernels.cli import cli
+
+    result = CliRunner().invoke(cli, ["compare", "--simulate", "--N", "300", "--d", "64", "--dtype", "float16",
+                                      "--sram", "227KB", "--batch", "1", "--heads", "4", "--alibi", "--causal",
+                                      "--backward", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    totals = [r for r in json.loads(result.stdout)["rows"] if r["tensor"] == "total"]
+    assert {(r["schedule"], r["pass"]) for r in totals} == {("fast", "fwd"), ("fast", "bwd")}
+    assert all(r["measured_bytes"] == r["predicted_bytes"] and r["max_rel_err"] < 1e-10 for r in totals)
+    doc = json.loads(CliRunner().invoke(cli, ["model", "--N", "1024", "--d", "64", "--dtype", "float16", "--sram",
+                                              "227KB", "--batch", "1", "--heads", "2", "--alibi", "--json"]).stdout)
+    assert [r["predicted_read_bytes"] for r in doc["rows"] if r["tensor"] == "alibi"] == [4 * 2 * 8]
+    assert geometric_slopes(4) == (0.25, 0.0625, 0.015625, 0.00390625)
