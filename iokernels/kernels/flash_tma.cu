@@ -42,13 +42,11 @@
 // ALIBI (iokernels/plan/variants.py with_alibi): thread 0 reads the block's head's slope before the roles part; the
 // logits (after the softcap) get −slope |key − row − (n_k − n_q)| before the masks.
 //
-// BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): an item's row of the grid (T_r x
-// T_c bytes, the key tiles of its band) is read into a list of the kept key tiles in shared memory (common.cuh
-// iok_kept_blocks; BLOCK_LIST entries at most), and the item's steps run over that list: step j takes key tile
-// kt0 + kept[j], the same loop as without a mask. A block per item: warp 0 writes the list before the roles part.
-// PERSISTENT: the producer's warp 1 writes each item's list into the buffer of its parity (list_full, then
-// list_empty once every consumer warp and the copies' thread are done with it), ahead of the item. A row with no kept
-// tile loads nothing and writes O = 0, lse -inf.
+// BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
+// reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
+// list of the kept key tiles in shared memory (BLOCK_LIST entries at most), and the item's steps run over that list:
+// step j takes key tile kept[j], the same loop as without a mask. A row with no kept tile loads nothing and writes
+// O = 0, lse -inf.
 //
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
@@ -105,14 +103,9 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(VARLEN) && (defined(PERSISTENT) || defined(WINDOW) || defined(DROPOUT) || defined(RAGGED) || defined(SPLIT))
 #error "VARLEN: a block per work item (its sequence's offsets read first), causal or no mask, no dropout"
 #endif
-#if defined(BLOCK_SPARSE) && (defined(VARLEN) || defined(RAGGED) || defined(SPLIT) || defined(WINDOW) \
-    || !defined(BLOCK_LIST))
-#error "BLOCK_SPARSE: causal or no mask; BLOCK_LIST from the plan"
-#endif
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-#define IOK_LISTS 2  // the producer's warp 1 writes an item's list while the block works on the item before
-#elif defined(BLOCK_SPARSE)
-#define IOK_LISTS 1
+#if defined(BLOCK_SPARSE) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) \
+    || defined(WINDOW) || !defined(BLOCK_LIST))
+#error "BLOCK_SPARSE: a block per item (its list read first), causal or no mask; BLOCK_LIST from the plan"
 #endif
 #if defined(ALIBI) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) || defined(SOFTCAP))
 #error "ALIBI: a block per item (its slope read first), no softcap"
@@ -286,28 +279,16 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     if (threadIdx.x == 0) iok_varlen_rows(io, cu_seqlens_q, cu_seqlens_k, blockIdx.y, n_q_in, n_k_in, seq_rows);
 #endif
 #ifdef BLOCK_SPARSE
-    // the kept key tiles of an item's row of the grid, within its band (kt0 + kept[lb][j]): the item's steps (lb: its
-    // list; PERSISTENT: the items' parity, list_full / list_empty hand each list over, written by the producer's warp
-    // 1; else the block's one item's, written by warp 0 before the roles part)
-    __shared__ unsigned short kept[IOK_LISTS][BLOCK_LIST];
-    __shared__ int kept_count[IOK_LISTS];
-    auto list_of = [&](const Item& w, int lb) {
+    // the kept key tiles of the block's row of the grid, within its band (kt0 + kept[j]): the item's steps
+    __shared__ unsigned short kept[BLOCK_LIST];
+    __shared__ int kept_count;
+    if (threadIdx.x < 32) {
+        const Item w = item_of(0);
         const int n = iok_kept_blocks<4>(io, block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC),
-                                         w.kt0, w.tiles, 1, kept[lb], lane);
-        if (lane == 0) kept_count[lb] = n;
-    };
-#ifdef PERSISTENT
-    __shared__ __align__(8) unsigned long long list_full[2], list_empty[2];
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < 2; ++b) {
-            iok_mbar_init(&list_full[b], 1);
-            iok_mbar_init(&list_empty[b], CONSUMERS / 32 + 1);  // each consumer warp and the copies' thread
-        }
+                                      w.kt0, w.tiles, 1, kept, lane);
+        if (lane == 0) kept_count = n;
     }
-#else
-    if (threadIdx.x < 32) list_of(item_of(0), 0);
-#endif
-#define IOK_KEY_TILE(j) (kt0 + static_cast<int>(kept[lb][j]))
+#define IOK_KEY_TILE(j) (kt0 + static_cast<int>(kept[j]))
 #else
 #define IOK_KEY_TILE(j) (kt0 + (j))
 #endif
@@ -347,7 +328,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #define ITEM_OF(it) item_of(it)
 #elif defined(BLOCK_SPARSE)
     Item block_item = item_of(0);  // before the roles part, as the one item's values: its steps, the kept tiles
-    block_item.tiles = kept_count[0];
+    block_item.tiles = kept_count;
 #define ITEM_OF(it) block_item
 #else
     const Item block_item = item_of(0);  // before the roles part, as the one item's values
@@ -361,22 +342,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
             int ring = 0, nq = 0;  // K/V slots and Q tiles loaded so far
-            [[maybe_unused]] int done = 0;  // (PERSISTENT BLOCK_SPARSE: the block's items so far, for their lists)
             ITEM_LOOP {
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-                Item w = ITEM_OF(it);
-                const int lb = done & 1;
-                iok_mbar_wait(&list_full[lb], (done >> 1) & 1);  // the item's list is written
-                w.tiles = kept_count[lb];
-                ++done;
-#else
-                [[maybe_unused]] constexpr int lb = 0;
                 const Item w = ITEM_OF(it);
-#endif
                 const int z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (scalars: a lambda captures them)
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-                if (tiles == 0) iok_mbar_arrive(&list_empty[lb]);  // (the list read: the item has no copy)
-#endif
                 if (tiles == 0) continue;  // (a causal or window item whose rows see no key)
                 const int kv_head = w.kv_head;
 #ifdef PERSISTENT
@@ -423,24 +391,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     load(j, false);
                 }
                 ring += tiles;
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-                iok_mbar_arrive(&list_empty[lb]);  // the copies' reads of the list are done
-#endif
             }
         }
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-        else if (warp == 1) {  // the lists: item by item, into the list of its parity once the item two before is done
-            int done = 0;
-            ITEM_LOOP {
-                const int lb = done & 1;
-                iok_mbar_wait(&list_empty[lb], ((done >> 1) & 1) ^ 1);
-                list_of(item_of(it), lb);
-                __syncwarp();  // (the lanes' writes, before lane 0's release)
-                if (lane == 0) iok_mbar_arrive(&list_full[lb]);
-                ++done;
-            }
-        }
-#endif
 #ifdef IOK_TAIL
         else if (warp == 1 && block_item.zero_from < BC) {
             // the sequence's last V tile (stage (tiles - 1) % 2 of a block's one item): once copied, its rows past
@@ -457,18 +409,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
         int ring = 0, nq = 0;  // K/V slots and Q tiles used so far
-        [[maybe_unused]] int done = 0;  // (PERSISTENT BLOCK_SPARSE: as the producer's)
         ITEM_LOOP {
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-            Item w = ITEM_OF(it);
-            const int lb = done & 1;
-            iok_mbar_wait(&list_full[lb], (done >> 1) & 1);  // the item's list is written
-            w.tiles = kept_count[lb];
-            ++done;
-#else
-            [[maybe_unused]] constexpr int lb = 0;
             const Item w = ITEM_OF(it);
-#endif
             const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (lambdas capture
             // scalars)
             float s[BC / 2], o[TILE_D / 2];
@@ -671,10 +613,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 ring += tiles;
 #endif
             }
-#if defined(BLOCK_SPARSE) && defined(PERSISTENT)
-            __syncwarp();
-            if (lane == 0) iok_mbar_arrive(&list_empty[lb]);  // this warp's reads of the item's list are done
-#endif
 
 #ifdef SPLIT
             if (tiles == 0) continue;  // (RAGGED: a split past its sequence's end writes nothing; the combine knows)

@@ -173,15 +173,15 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
 
 
 def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = False, window: bool = False,
-                          per_item: bool = False, persistent: bool | None = None, **problem) -> Plan:
+                          per_item: bool = False, **problem) -> Plan:
     """The fastest tensor-core plan whose shared memory fits ``sram`` bytes: the default kernel's
     default tiles, else (tma) B_c = 64, else wgmma with B_c = 64, else the mma kernel's tiles. Raises ValueError
     naming the smallest M that works when none fits (the caller turns it into SramTooSmall). ``dropout``: the
     sm_90 kernels' plans only (Unsupported where the kernel is mma), tma with :data:`TMA_DROPOUT_TILES`. ``causal``:
     a masked plan's default tiles (:data:`TMA_TILES`; make_plan passes it for a window too). ``window``: a sliding
     window's plan, tma's tilings only (the kernel that takes one), persistent (its items are alike). ``per_item``: a
-    block mask's or ALiBi's, tma's tilings only. ``persistent``: the tma plans' grid (None: persistent for a window,
-    else make_fast_plan's default)."""
+    block mask's or ALiBi's, tma's tilings only, a block per work item (its list of kept key tiles, its slope read
+    first)."""
     kernel = problem.pop("kernel", None) or default_kernel()
     d = problem["d"]
     if dropout and kernel not in SM90_KERNELS:
@@ -196,7 +196,7 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
     # the other kernels: no d inside a wider tile, and no window
     if kernel in SM90_KERNELS and d in FAST_HEAD_DIMS and not ((window or per_item) and kernel == "tma"):
         options += [{"kernel": "wgmma", **WGMMA_FALLBACK}] + ([] if dropout else [{"kernel": "mma"}])
-    persistent = persistent if persistent is not None else True if window else None
+    persistent = False if per_item else True if window else None
     plans = [make_fast_plan(**problem, **o, causal=causal, persistent=persistent, dropout=dropout) for o in options]
     for plan in plans:
         if plan.smem_bytes <= sram:

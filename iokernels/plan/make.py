@@ -117,11 +117,7 @@ def make_plan(
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c,
                      dropout=dropout is not None or (capped and direction == "bwd"),
                      banded=normalize_window(window) is not None or capped,
-                     per_item=block_mask is not None or alibi is not None,
-                     # (a block mask: the persistent grid without causal or a softcap, a list per item (with a
-                     # softcap the plain build spills 136 bytes); ALiBi: a block per item)
-                     persistent=False if alibi is not None else None if block_mask is None
-                     else not causal and not capped, **args)
+                     per_item=block_mask is not None or alibi is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     return with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
 
@@ -169,12 +165,11 @@ def base_plan(
     dropout: bool = False,
     banded: bool = False,
     per_item: bool = False,
-    persistent: bool | None = None,
 ) -> Plan:
     """The plan of one schedule before its variants (causal, masks, dropout) are applied. ``banded``: a sliding
     window will be applied (flash/fast: the tiles of a causal plan, and an sm_90 backward kernel). ``per_item``: a
     variant that reads its data before a block's work (a block mask, ALiBi) will be (flash/fast: the tma kernels, the
-    causal tiles); ``persistent``: flash/fast's forward grid (None: its default)."""
+    causal tiles, a block per work item)."""
     masked = bool(causal) or banded
     if kv_heads is not None and kv_heads != heads:
         if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
@@ -201,7 +196,7 @@ def base_plan(
             try:
                 return make_fast_plan_within(sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                              kv_heads=kv_heads, dropout=dropout, causal=masked or per_item,
-                                             window=banded, per_item=per_item, persistent=persistent)
+                                             window=banded, per_item=per_item)
             except NoFastTilingFits as exc:
                 raise SramTooSmall("flash/fast/fwd", sram, exc.plan.smem_bytes,
                                    f"{exc.detail}, {itemsize(dtype)}-byte elements") from None

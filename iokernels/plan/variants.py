@@ -167,9 +167,10 @@ def with_block_mask(plan: Plan, block_mask: BlockMask | None) -> Plan:
     params: tuple[tuple[str, int], ...] = (("BLOCK_SPARSE", 1),)
     if plan.schedule == "fast":
         main = next(s for s in plan.stages if s.name in sparse)
-        if main.kernel not in BLOCK_SPARSE_KERNELS:
-            raise Unsupported(f"block-sparse attention on the tensor cores is the sm_90 tma kernels', not "
-                              f"{main.kernel}")
+        if main.kernel not in BLOCK_SPARSE_KERNELS or dict(main.params).get("PERSISTENT"):
+            persistent = " (persistent)" if main.kernel in BLOCK_SPARSE_KERNELS else ""
+            raise Unsupported(f"block-sparse attention on the tensor cores is the sm_90 tma kernels' (a block per "
+                              f"work item), not {main.kernel}{persistent}")
         forward = plan.direction == "fwd"
         listed = -(-(plan.N_k if forward else plan.N_q) // plan.tile["Bc" if forward else "Br"])
         if listed > BLOCK_LIST[main.kernel]:

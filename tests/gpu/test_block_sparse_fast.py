@@ -70,9 +70,7 @@ def _run_both(plan, inputs, names):
 def test_forward(case):
     plan = _plan(case, "fwd")
     params = dict(plan.stage("main").params)
-    assert plan.stage("main").kernel == "flash_tma_fwd" and params["BLOCK_SPARSE"] == 1
-    # the persistent grid (a list per item, written by the producer's warp 1) without causal or a softcap
-    assert bool(params.get("PERSISTENT")) == (not case[6] and case[10] is None)
+    assert plan.stage("main").kernel == "flash_tma_fwd" and params["BLOCK_SPARSE"] == 1 and "PERSISTENT" not in params
     inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "fwd"))
     got = _run_both(plan, inputs, ("O",))
     want = reference_outputs(plan, host)["O"]

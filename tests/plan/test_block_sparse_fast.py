@@ -30,9 +30,7 @@ def test_simulator_bytes_equal_the_model_and_outputs_the_reference(direction, ca
     main = plan.stage("main")
     params = dict(main.params)
     assert main.kernel.startswith("flash_tma") and params["BLOCK_SPARSE"] == 1
-    assert params["BLOCK_LIST"] == BLOCK_LIST[main.kernel]
-    # the forward's persistent grid (a list per item) without causal; a block per item with it
-    assert bool(params.get("PERSISTENT")) == (direction == "fwd" and not causal)
+    assert params["BLOCK_LIST"] == BLOCK_LIST[main.kernel] and "PERSISTENT" not in params
     assert FAST_SPARSE_BLOCK % plan.tile["Br"] == 0 and FAST_SPARSE_BLOCK % plan.tile["Bc"] == 0
     inputs = make_inputs(plan, seed=d)
     result = simulate(plan, inputs)
@@ -66,9 +64,10 @@ def test_refusals():
     plain = make_fast_plan(N_q=256, d=64, dtype="float16", kernel="mma")
     with pytest.raises(Unsupported, match="tma kernels"):
         with_block_mask(plain, pattern("random", 0.5, n_q=256, n_k=256))
-    wide = make_fast_plan(N_q=256, d=128, dtype="float16", kernel="tma")  # (B_c 176: no divisor of 128)
-    with pytest.raises(Unsupported, match="do not divide"):
-        with_block_mask(wide, pattern("random", 0.5, n_q=256, n_k=256))
+    persistent = make_fast_plan(N_q=256, d=128, dtype="float16", kernel="tma", block_c=128)
+    assert dict(persistent.stage("main").params).get("PERSISTENT")
+    with pytest.raises(Unsupported, match="persistent"):
+        with_block_mask(persistent, pattern("random", 0.5, n_q=256, n_k=256))
 
 
 def test_the_library_takes_the_fast_path():
