@@ -11,7 +11,7 @@ import pytest
 
 from iokernels import model
 from iokernels.library.planning import alibi_for, alibi_values
-from iokernels.plan import Unsupported, make_plan
+from iokernels.plan import Dropout, Unsupported, make_plan
 from iokernels.plan.masks import pattern
 from iokernels.plan.variants import ALIBI_GROUP, geometric_slopes
 from iokernels.simulate import make_inputs, max_relative_error, reference, reference_outputs, simulate
@@ -64,6 +64,8 @@ def test_refusals():
         _plan("fwd", softcap=5.0)
     with pytest.raises(Unsupported, match="d up to 128"):
         _plan("fwd", d=160)
+    with pytest.raises(Unsupported, match="dropout"):
+        _plan("bwd", dropout=Dropout(0.1, 1, 0))
     with pytest.raises(Unsupported, match="ALiBi"):
         make_plan("flash", "q_outer", N_q=300, d=64, dtype="float16", sram=96 * KB, alibi=(0.5,))
     with pytest.raises(Unsupported, match=f"at most {ALIBI_GROUP} query heads"):
