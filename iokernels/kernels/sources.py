@@ -168,6 +168,15 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                             kv_heads=2, alibi=(0.5, 0.25, 0.125, 0.0625),
                             direction="fwd" if source == "flash_tma.cu" else "bwd")
                   for d, c in cases]
+        # with dropout: a block mask at d 128 (the dropout tiles), ALiBi at d 64 causal
+        from iokernels.plan.dropout import Dropout
+
+        plans += [make_plan("flash", "fast", N_q=1000, d=d, dtype="float16", sram=227 * 1024, causal=c,
+                            dropout=Dropout(0.1, 1, 0), direction=direction,
+                            **({"block_mask": pattern("random", 0.5, n_q=1000, n_k=1000)} if sparse
+                               else {"alibi": (0.5,)}))
+                  for d, c, sparse in ((128, False, True), (64, True, False))
+                  for direction in (("fwd",) if source == "flash_tma.cu" else ("bwd",))]
     modules: dict[tuple, set[str]] = {}
     for plan in plans:
         for _, ref in plan_kernels(plan):

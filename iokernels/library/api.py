@@ -254,8 +254,8 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     or one per batch row and head, ``prod(leading dims)`` numbers (a sequence, a numpy array; values >= 0, read on the
     host, part of the call's plan like a block mask: constants of the model, not per-call data); the logits of query
     i and key j get −slope · |j − i − (N_k − N_q)|, forward and backward. It runs on the sm_90 tma kernels (flash
-    "fast", float16, bfloat16 through :mod:`iokernels.torch`, d up to 128; with causal, windows, block masks and
-    grouped-query attention; not with a softcap or dropout); anything else raises :class:`iokernels.plan.Unsupported`.
+    "fast", float16, bfloat16 through :mod:`iokernels.torch`, d up to 128; with causal, windows, block masks,
+    grouped-query attention and dropout; not with a softcap); anything else raises :class:`iokernels.plan.Unsupported`.
 
     documents: document masking, the lengths (n_1, ..., n_D) of documents packed one after another along N (N_q = N_k
     = their sum; the same for every batch row and head): query i sees key j iff both lie in one document

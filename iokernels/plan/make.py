@@ -110,9 +110,6 @@ def make_plan(
                               f"block mask's {block_mask.block_q}x{block_mask.block_k}")
         if normalize_window(window) is not None:
             raise Unsupported("flash/fast: a block mask and a sliding window together are not implemented")
-        if dropout is not None:  # (the kernels would take it; not compiled or run on a GPU with both yet)
-            raise Unsupported("flash/fast: a block mask with dropout is not tested on the tensor cores yet (the "
-                              "research kernels take both)")
     elif block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
     capped = check_softcap(softcap) is not None

@@ -320,7 +320,7 @@ def with_alibi(plan: Plan, slopes: object) -> Plan:
     offset, FlashAttention-2's), one slope per batch·head (:func:`check_alibi`; None: the plan unchanged), forward
     and backward. The sm_90 tma kernels apply it (``ALIBI`` on the main stage: flash/fast, d up to
     :data:`ALIBI_D_MAX`, a block per work item forward, at most :data:`ALIBI_GROUP` query heads per K/V head
-    backward, no softcap, no dropout: not tested with it yet); any other plan raises
+    backward, no softcap); any other plan raises
     Unsupported. The kernels read the slopes: one float per block forward (BH·T_r), one per block and query head
     backward (BH·T_c)."""
     slopes = check_alibi(slopes, plan.heads, plan.batch)
@@ -328,11 +328,10 @@ def with_alibi(plan: Plan, slopes: object) -> Plan:
         return plan
     main = next((s for s in plan.stages if s.name == "main"), None)
     kernel = None if main is None else main.kernel
-    if plan.schedule != "fast" or plan.variant or plan.softcap is not None or plan.dropout is not None \
-            or kernel not in ALIBI_KERNELS or dict(main.params).get("PERSISTENT") or plan.d > ALIBI_D_MAX:
+    if plan.schedule != "fast" or plan.variant or plan.softcap is not None or kernel not in ALIBI_KERNELS \
+            or dict(main.params).get("PERSISTENT") or plan.d > ALIBI_D_MAX:
         raise Unsupported(f"ALiBi runs on the sm_90 tma kernels (flash/fast, a block per work item, d up to "
-                          f"{ALIBI_D_MAX}) without a softcap or dropout (not tested with it yet), not {plan.label} "
-                          f"at d={plan.d}"
+                          f"{ALIBI_D_MAX}) without a softcap, not {plan.label} at d={plan.d}"
                           + (f" ({kernel})" if kernel else ""))
     if plan.direction == "bwd" and plan.heads // plan.kv_heads > ALIBI_GROUP:
         raise Unsupported(f"ALiBi's backward takes at most {ALIBI_GROUP} query heads per K/V head, got "
