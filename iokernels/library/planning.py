@@ -23,6 +23,7 @@ from ..plan.decode import DECODE_BLOCK_R, DECODE_SMS, make_decode_plan
 from ..plan.dropout import Dropout
 from ..plan.fast import FAST_DTYPES, default_kernel
 from ..plan.units import parse_size
+from ..plan.variants import alibi_floats
 from .dispatch import device_id
 
 FAST_DEFAULT_SRAM = 227 * 1024  # flash/fast without a device: the H200's per-block limit
@@ -33,7 +34,7 @@ WINDOW_PATH = ("a sliding window runs on the tensor-core flash path only (algori
 SOFTCAP_PATH = ("a softcap runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': float16 or "
                 "bfloat16, the sm_90 tma kernels, d up to 256 forward and 128 backward, no dropout or masks)")
 ALIBI_PATH = ("ALiBi runs on the tensor-core flash path only (algorithm='flash', schedule 'fast': float16 or "
-              "bfloat16, the sm_90 tma kernels, d up to 256, no softcap)")
+              "bfloat16, the sm_90 tma kernels, d up to 128, no softcap)")
 
 
 def alibi_values(slopes: Any) -> tuple[float, ...] | None:
@@ -43,13 +44,7 @@ def alibi_values(slopes: Any) -> tuple[float, ...] | None:
         return None
     if hasattr(slopes, "tolist") and not isinstance(slopes, np.ndarray):  # cupy, torch: to the host once
         slopes = slopes.tolist()
-    try:
-        a = np.asarray(slopes, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise TypeError(f"alibi_slopes must be numbers, got {type(slopes).__name__}") from None
-    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
-        raise ValueError("alibi_slopes must be finite numbers >= 0, at least one")
-    return tuple(float(x) for x in a)
+    return tuple(float(x) for x in alibi_floats(slopes).reshape(-1))
 
 
 def alibi_for(slopes: tuple[float, ...] | None, lead: tuple[int, ...]) -> tuple[float, ...] | None:

@@ -75,7 +75,7 @@ def make_plan(
     ``block_mask``: block-sparse attention (:class:`iokernels.plan.masks.BlockMask`, the paper's Algorithm 5)
     by the research tiled schedules and flash/fast's tma kernels (:func:`supports_block_sparse`; Unsupported
     elsewhere). The research tiles are the largest ones up to the usual ones that divide the mask's blocks (forced
-    tiles must divide them), flash/fast's its causal tiles (ValueError where they do not divide the blocks), so each
+    tiles must divide them), flash/fast's its causal tiles (Unsupported where they do not divide the blocks), so each
     (query block, key block) pair lies in one mask block; with ``causal`` both masks apply.
     ``mask``: an explicit element mask (:class:`iokernels.plan.masks.ExplicitMask`) read from HBM by the
     schedules of :func:`supports_explicit_mask` (Unsupported elsewhere); it combines with the others.

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
+
 from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
 from .core import Plan, Unsupported
 from .dropout import Dropout
@@ -119,13 +121,12 @@ BLOCK_SPARSE_STAGES: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("flash", "kv_outer", "fwd"): ("main",),
     ("flash", "q_outer", "fwd"): ("main",),
     ("flash", "kv_outer", "bwd"): ("main",),
-    ("flash", "fast", "fwd"): ("main",),  # the sm_90 tma kernels only (BLOCK_SPARSE_KERNELS)
+    ("flash", "fast", "fwd"): ("main",),  # the sm_90 tma kernels only (BLOCK_LIST's)
     ("flash", "fast", "bwd"): ("main",),
 }
 # flash/fast's kernels that take a block mask: the tma forward (a block per work item) and backward, which read their
 # row (column) of the grid into a list of the kept blocks in shared memory, of BLOCK_LIST entries (a define; 2 bytes
 # each): 1024, and 512 for the wide backward (d past 128), whose buffers leave 2 KB of the 227 KB a block takes
-BLOCK_SPARSE_KERNELS = ("flash_tma_fwd", KERNEL_TMA, KERNEL_TMA_WIDE)
 BLOCK_LIST = {"flash_tma_fwd": 1024, KERNEL_TMA: 1024, KERNEL_TMA_WIDE: 512}
 FAST_SPARSE_BLOCK = 128  # their tiles (128 or 64 a side) divide a block mask's blocks of a multiple of this
 
@@ -167,8 +168,8 @@ def with_block_mask(plan: Plan, block_mask: BlockMask | None) -> Plan:
     params: tuple[tuple[str, int], ...] = (("BLOCK_SPARSE", 1),)
     if plan.schedule == "fast":
         main = next(s for s in plan.stages if s.name in sparse)
-        if main.kernel not in BLOCK_SPARSE_KERNELS or dict(main.params).get("PERSISTENT"):
-            persistent = " (persistent)" if main.kernel in BLOCK_SPARSE_KERNELS else ""
+        if main.kernel not in BLOCK_LIST or dict(main.params).get("PERSISTENT"):
+            persistent = " (persistent)" if main.kernel in BLOCK_LIST else ""
             raise Unsupported(f"block-sparse attention on the tensor cores is the sm_90 tma kernels' (a block per "
                               f"work item), not {main.kernel}{persistent}")
         forward = plan.direction == "fwd"
@@ -294,23 +295,28 @@ def geometric_slopes(heads: int) -> tuple[float, ...]:
     return tuple(2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads))
 
 
-def check_alibi(slopes: object, heads: int, batch: int) -> tuple[float, ...] | None:
-    """ALiBi slopes as one float per batch·head (row b·heads + h): None (none), or ``heads`` numbers (every batch
-    row alike) or ``batch · heads`` (numbers or a (batch, heads) array), each finite and >= 0 (FlashAttention-2's
-    ``alibi_slopes``); TypeError/ValueError otherwise."""
-    if slopes is None:
-        return None
-    import numpy as np
-
+def alibi_floats(slopes: object) -> np.ndarray:
+    """ALiBi slopes as given (numbers, a sequence or an array on the host) as a float64 array of their shape: TypeError
+    for what is not numbers, ValueError unless there is one at least and every one is finite and >= 0."""
     try:
         a = np.asarray(slopes, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(f"alibi slopes must be numbers, got {type(slopes).__name__}") from None
+    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError("alibi slopes must be finite numbers >= 0, at least one")
+    return a
+
+
+def check_alibi(slopes: object, heads: int, batch: int) -> tuple[float, ...] | None:
+    """ALiBi slopes as one float per batch·head (row b·heads + h): None (none), or ``heads`` numbers (every batch
+    row alike) or ``batch · heads`` (numbers or a (batch, heads) array), each finite and >= 0 (FlashAttention-2's
+    ``alibi_slopes``; :func:`alibi_floats`); TypeError/ValueError otherwise."""
+    if slopes is None:
+        return None
+    a = alibi_floats(slopes)
     if a.size not in (heads, batch * heads) or a.ndim > 2:
         raise ValueError(f"alibi slopes: {heads} (heads) or {batch * heads} (batch x heads) numbers, got shape "
                          f"{a.shape}")
-    if not np.all(np.isfinite(a)) or np.any(a < 0):
-        raise ValueError("alibi slopes must be finite and >= 0")
     a = np.tile(a.reshape(-1), batch) if a.size == heads else a.reshape(-1)
     return tuple(float(x) for x in a)
 

@@ -45,10 +45,13 @@ def capped(x: np.ndarray, softcap: float | None) -> np.ndarray:
     return x if softcap is None else softcap * np.tanh(x / softcap)
 
 
-def alibi_bias(slopes: np.ndarray, n_q: int, n_k: int) -> np.ndarray:
+def alibi_bias(slopes: np.ndarray, n_q: int, n_k: int, rows: np.ndarray | None = None,
+               cols: np.ndarray | None = None) -> np.ndarray:
     """ALiBi's bias −slope · |j − i − (N_k − N_q)| (FlashAttention-2's, the bottom-right offset) for slopes (BH,):
-    (BH, N_q, N_k) float64."""
-    rel = np.abs(np.arange(n_k)[None, :] - np.arange(n_q)[:, None] - (n_k - n_q))
+    (BH, len rows, len cols) float64 for queries ``rows`` and keys ``cols`` (default all: (BH, N_q, N_k))."""
+    i = np.arange(n_q) if rows is None else np.asarray(rows)
+    j = np.arange(n_k) if cols is None else np.asarray(cols)
+    rel = np.abs(j[None, :] - i[:, None] - (n_k - n_q))
     return -np.asarray(slopes, dtype=np.float64)[:, None, None] * rel
 
 

@@ -67,8 +67,7 @@ def _bias(p: Plan, slopes: np.ndarray | None, rs: slice, cs: slice) -> np.ndarra
     """ALiBi's bias of the pair (reference.alibi_bias), (BH, rows, cols); 0 without slopes."""
     if slopes is None:
         return 0.0
-    rel = np.abs(np.arange(cs.start, cs.stop)[None, :] - np.arange(rs.start, rs.stop)[:, None] - (p.N_k - p.N_q))
-    return -slopes[:, None, None] * rel
+    return reference.alibi_bias(slopes, p.N_q, p.N_k, np.arange(rs.start, rs.stop), np.arange(cs.start, cs.stop))
 
 
 def _explicit(hbm: Hbm, rs: slice, cs: slice, x: np.ndarray) -> np.ndarray:
