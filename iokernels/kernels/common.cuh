@@ -385,28 +385,109 @@ __device__ __forceinline__ bool iok_block_kept(IokCounters<Ts...>& c, const unsi
 // The kept blocks of one row (or column) of the tile grid, for kernels whose loop runs over a list (the sm_90 tma
 // kernels): one warp reads the bytes of blocks first, first + 1, ..., first + count - 1 (entry b at
 // grid[b * stride]; 32 ROUND at a time, their loads issued together, each byte counted once) and writes the kept ones' places in that range (b - first),
-// in order, to kept[0 .. n) of shared memory; returns n in every lane.
+// in order, to kept[0 .. n) of shared memory; returns n in every lane. With MASK_MOD a byte of 1 marks a partial block,
+// whose place has IOK_PARTIAL set, and one of 2 or more a full block (mask_mod is true on all of it).
+#define IOK_PARTIAL 0x8000u
 template <int ROUND, int... Ts>
 __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsigned char* grid, int first, int count,
                                                int stride, unsigned short* kept, int lane)
 {
     int n = 0;
     for (int b0 = 0; b0 < count; b0 += 32 * ROUND) {
-        bool keep[ROUND];
+        unsigned char v[ROUND];
 #pragma unroll
         for (int u = 0; u < ROUND; ++u) {
             const int b = b0 + 32 * u + lane;
-            keep[u] = b < count && iok_ld<IOK_T_block_mask>(c, grid + static_cast<size_t>(first + b) * stride) != 0;
+            v[u] = b < count ? iok_ld<IOK_T_block_mask>(c, grid + static_cast<size_t>(first + b) * stride) : 0;
         }
 #pragma unroll
         for (int u = 0; u < ROUND; ++u) {
-            const unsigned ballot = __ballot_sync(0xffffffffu, keep[u]);
-            if (keep[u]) kept[n + __popc(ballot & ((1u << lane) - 1u))] = static_cast<unsigned short>(b0 + 32 * u + lane);
+            const unsigned ballot = __ballot_sync(0xffffffffu, v[u] != 0);
+#ifdef MASK_MOD
+            const unsigned flag = v[u] == 1 ? IOK_PARTIAL : 0u;  // a partial block: mask_mod evaluated in it
+#else
+            constexpr unsigned flag = 0;
+#endif
+            if (v[u] != 0) {
+                kept[n + __popc(ballot & ((1u << lane) - 1u))] = static_cast<unsigned short>((b0 + 32 * u + lane) | flag);
+            }
             n += __popc(ballot);
         }
     }
     return n;
 }
+#endif
+
+// Programmable variants (iokernels/plan/mods.py, with_mods): MASK_MOD, SCORE_MOD and SCORE_GRAD are a user's C
+// expressions, one line each, over the ints b, h (the batch and head of a query head), q_idx, kv_idx, n_q, n_k and
+// (not in MASK_MOD) the float score, τ s; SCORE_GRAD is d SCORE_MOD / d score at the same score. MOD_CAPS declares the
+// captured arrays, IOK_CAP(type, name, slot) each, read through counted accessors (tensor "captures"). A kernel compiled
+// with them takes the heads per batch and four capture addresses after ALiBi's slopes (IOK_MOD_PARAM). An element is
+// evaluated where its query and key are inside the problem: mask_mod first (in a tile the block mask marks full,
+// not at all), then score_mod and its gradient where the mask keeps it.
+#if defined(MASK_MOD) || defined(SCORE_MOD)
+#define IOK_MODS 1
+#define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
+    const void* __restrict__ cap2, const void* __restrict__ cap3,
+#define IOK_MOD_T , IOK_T_captures
+#ifndef MOD_CAPS
+#define MOD_CAPS
+#endif
+struct IokMod {  // what an expression reads besides its element's place and score
+    const void* cap[4];
+    int heads, n_q, n_k;
+};
+template <typename E, typename IO>
+struct IokCap {  // a captured array: name[i] is a counted load
+    const E* p;
+    IO& io;
+    __device__ __forceinline__ E operator[](long long i) const { return iok_ld<IOK_T_captures>(io, p + i); }
+};
+#define IOK_CAP(type, name, slot) [[maybe_unused]] const IokCap<type, IO> name{static_cast<const type*>(m.cap[slot]), io};
+#define IOK_MOD_VARS                                                                                         \
+    [[maybe_unused]] const int b = z / m.heads, h = z % m.heads, n_q = m.n_q, n_k = m.n_k;                    \
+    MOD_CAPS
+#ifdef MASK_MOD
+template <typename IO>
+__device__ __forceinline__ bool iok_mask_mod(IO& io, const IokMod& m, int z, int q_idx, int kv_idx)
+{
+    IOK_MOD_VARS
+    return static_cast<bool>(MASK_MOD);
+}
+#endif
+#ifdef SCORE_MOD
+template <typename IO>
+__device__ __forceinline__ float iok_score_mod(IO& io, const IokMod& m, int z, int q_idx, int kv_idx, float score)
+{
+    IOK_MOD_VARS
+    return static_cast<float>(SCORE_MOD);
+}
+#endif
+#ifdef SCORE_GRAD
+template <typename IO>
+__device__ __forceinline__ float iok_score_grad(IO& io, const IokMod& m, int z, int q_idx, int kv_idx, float score)
+{
+    IOK_MOD_VARS
+    return static_cast<float>(SCORE_GRAD);
+}
+#endif
+// s (an element of S in units of s, τ its scale) through the mods, −inf where mask_mod hides it (`partial`: its tile
+// is not one the block mask marks full)
+template <typename IO>
+__device__ __forceinline__ float iok_mod_s(IO& io, const IokMod& m, int z, int q_idx, int kv_idx, float s, float scale,
+                                           [[maybe_unused]] bool partial)
+{
+#ifdef MASK_MOD
+    if (partial && !iok_mask_mod(io, m, z, q_idx, kv_idx)) return __int_as_float(static_cast<int>(0xff800000u));
+#endif
+#ifdef SCORE_MOD
+    s = iok_score_mod(io, m, z, q_idx, kv_idx, s * scale) / scale;
+#endif
+    return s;
+}
+#else
+#define IOK_MOD_PARAM
+#define IOK_MOD_T
 #endif
 
 #ifdef MASK

@@ -42,6 +42,10 @@
 // ALIBI (iokernels/plan/variants.py with_alibi): thread 0 reads the block's head's slope before the roles part; the
 // logits (after the softcap) get −slope |key − row − (n_k − n_q)| before the masks.
 //
+// MASK_MOD, SCORE_MOD (iokernels/plan/mods.py with_mods; common.cuh iok_mod_s): the user's expressions applied to
+// every element of a tile inside the problem after ALiBi's place, before the masks; with BLOCK_SPARSE mask_mod only in
+// the tiles the block mask marks partial.
+//
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
 // list of the kept key tiles in shared memory (BLOCK_LIST entries at most), and the item's steps run over that list:
@@ -110,6 +114,13 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(ALIBI) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) || defined(SOFTCAP))
 #error "ALIBI: a block per item (its slope read first), no softcap"
 #endif
+#if defined(IOK_MODS) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) \
+    || defined(SOFTCAP) || defined(ALIBI) || defined(DROPOUT) || defined(PACKED_CAUSAL))
+#error "MASK_MOD, SCORE_MOD: a block per item, no softcap, ALiBi or dropout (the mods express the first two)"
+#endif
+#ifdef IOK_MODS
+static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
+#endif
 #ifdef ALIBI
 static_assert(TILE_D <= 128, "ALIBI: d up to 128 (past it the counting build's consumers spill)");
 #endif
@@ -156,12 +167,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, const int n_q_in, const int n_k_in, float scale, int kv_group, int bh,
-              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_CACHE_PARAM IOK_VARLEN_PARAM
-              IOK_PACKED_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_MOD_PARAM IOK_CACHE_PARAM
+              IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
-    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T IOK_BLOCK_MASK_T IOK_ALIBI_T> io;
+    IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T IOK_BLOCK_MASK_T IOK_ALIBI_T
+                IOK_MOD_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
@@ -295,9 +307,17 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                                       w.kt0, w.tiles, 1, kept, lane);
         if (lane == 0) kept_count = n;
     }
+#ifdef MASK_MOD
+#define IOK_KEY_TILE(j) (kt0 + static_cast<int>(kept[j] & (IOK_PARTIAL - 1)))
+#define IOK_TILE_PARTIAL(j) ((kept[j] & IOK_PARTIAL) != 0)
+#else
 #define IOK_KEY_TILE(j) (kt0 + static_cast<int>(kept[j]))
+#endif
 #else
 #define IOK_KEY_TILE(j) (kt0 + (j))
+#endif
+#ifndef IOK_TILE_PARTIAL
+#define IOK_TILE_PARTIAL(j) true
 #endif
 #ifdef ALIBI
     __shared__ float alibi_slope;  // the block's head's (read once, by one thread)
@@ -424,6 +444,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
             for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
             float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};  // rows g and g + 8, base-2 units
+#ifdef IOK_MODS
+            const IokMod mod{{cap0, cap1, cap2, cap3}, mod_heads, n_q, n_k};
+#endif
             unsigned pa[BC / 16][4];  // P_j rounded to T: the A operand of the P V product issued in step j + 1
 #ifdef DROPOUT
             unsigned keep[2];  // tile j's keep bits (rows g, g + 8; keep[h] bit 2n + c: element 4n + 2h + c)
@@ -488,6 +511,17 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     }
                 }
 #endif
+#ifdef IOK_MODS
+                {
+                    const int r0 = row0 + wg * 64 + warp * 16 + g;  // the lane's first row (+ 8: its second)
+                    const bool partial = IOK_TILE_PARTIAL(j);
+#pragma unroll
+                    for (int i = 0; i < BC / 2; ++i) {
+                        const int q = r0 + 8 * ((i >> 1) & 1), k = key0 + (i >> 2) * 8 + 2 * t + (i & 1);
+                        if (q < n_q && k < keys) s[i] = iok_mod_s(io, mod, z, q, k, s[i], scale, partial);
+                    }
+                }
+#endif
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf
 #pragma unroll
                     for (int i = 0; i < BC / 2; ++i) {
@@ -537,7 +571,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     }
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-#if defined(IOK_BAND) || defined(PACKED_CAUSAL)
+#if defined(IOK_BAND) || defined(PACKED_CAUSAL) || defined(IOK_MODS)
                     // a row that has seen no key yet: exp2 against 0, so its p and corr are 0, never NaN
                     const float mx_ref = mx == neg_inf() ? 0.0f : mx;
 #else
@@ -630,9 +664,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
                 l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
             }
-#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL) || defined(VARLEN) || defined(BLOCK_SPARSE)
+#if defined(IOK_BAND) || defined(RAGGED) || defined(PACKED_CAUSAL) || defined(VARLEN) || defined(BLOCK_SPARSE) \
+    || defined(IOK_MODS)
             // a row that sees no key (RAGGED, VARLEN: a sequence of none; PACKED_CAUSAL: of a split; BLOCK_SPARSE: a row
-            // of the grid with no kept tile): O = 0, lse = -inf
+            // of the grid with no kept tile; IOK_MODS: one whose every key the mods hide): O = 0, lse = -inf
             const float inv[2] = {l[0] == 0.0f ? 0.0f : 1.0f / l[0], l[1] == 0.0f ? 0.0f : 1.0f / l[1]};
 #else
             const float inv[2] = {1.0f / l[0], 1.0f / l[1]};

@@ -37,6 +37,9 @@
 // SOFTCAP (narrow tiles): Pᵀ from c tanh(τ Sᵀ / c) and dSᵀ times 1 − tanh² (wg_bwd.cuh wgb_probs_softcap; the band
 // mask written as −inf before it).
 //
+// MASK_MOD, SCORE_MOD, SCORE_GRAD (narrow tiles; iokernels/plan/mods.py): Sᵀ through the user's expressions before
+// Pᵀ, the hidden elements' Pᵀ set to 0 after it, dSᵀ times SCORE_GRAD (wg_bwd.cuh wgb_mods, wgb_hide); with BLOCK_SPARSE
+// mask_mod only in the query blocks the block mask marks partial.
 // ALIBI: the first kv_group threads read the slopes of the block's query heads before the roles part (ALIBI of them at
 // most); Sᵀ gets −slope |key − query − (n_k − n_q)| before Pᵀ (wg_bwd.cuh wgb_alibi), a constant with no derivative.
 //
@@ -75,6 +78,10 @@
 #endif
 #if defined(ALIBI) && (defined(VARLEN) || defined(SOFTCAP) || (defined(HEAD_D_TILE) ? HEAD_D_TILE : HEAD_D) > 128)
 #error "ALIBI: the narrow tiles, no VARLEN, no softcap"
+#endif
+#if defined(IOK_MODS) && (defined(VARLEN) || defined(SOFTCAP) || defined(ALIBI) || defined(DROPOUT) \
+    || (defined(HEAD_D_TILE) ? HEAD_D_TILE : HEAD_D) > 128)
+#error "MASK_MOD, SCORE_MOD: the narrow tiles, no softcap, ALiBi or dropout"
 #endif
 #if defined(SOFTCAP) && (defined(VARLEN) || defined(DROPOUT))
 #error "SOFTCAP: the dense backward, with causal or a window, no dropout"
@@ -194,13 +201,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
               const __grid_constant__ IokTensorMap tmdQ,
 #endif
               T* __restrict__ dK, T* __restrict__ dV, const int n_q_in, const int n_k_in, float scale, int kv_group,
-              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_VARLEN_PARAM IOK_DROPOUT_PARAM
-              unsigned long long* __restrict__ iok_counters)
+              IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_MOD_PARAM IOK_VARLEN_PARAM
+              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV IOK_VARLEN_T
-                IOK_BLOCK_MASK_T IOK_ALIBI_T> io;
+                IOK_BLOCK_MASK_T IOK_ALIBI_T IOK_MOD_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -308,10 +315,18 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     }
     __syncthreads();  // the list, before the roles part
     // step s: query head blockIdx.z * kv_group + s / span, query block first + kept[s % span]
+#ifdef MASK_MOD
+    auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span] & (IOK_PARTIAL - 1))) * BR; };
+    [[maybe_unused]] auto step_partial = [&](int s) { return (kept[s % span] & IOK_PARTIAL) != 0; };
+#else
     auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span])) * BR; };
+#endif
 #else
     // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
     auto step_q0 = [&](int s) { return (first + s % span) * BR; };
+#endif
+#if !defined(BLOCK_SPARSE) || !defined(MASK_MOD)
+    [[maybe_unused]] auto step_partial = [](int) { return true; };
 #endif
     auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
 
@@ -449,6 +464,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // block in Sᵀ and dPᵀ: its own 64 keys and every query, or (wide) the block's 64 and 32 queries each
         const int key_w = (TB_WIDE ? 0 : wg * 64) + warp * 16;
         const bool key_out[2] = {key_w + g >= cols, key_w + g + 8 >= cols};  // past n_k: P = 0
+#ifdef IOK_MODS
+        const IokMod mod{{cap0, cap1, cap2, cap3}, mod_heads, n_q, n_k};
+#endif
         [[maybe_unused]] const int qw = TB_WIDE ? TB_Q * wg : 0;  // (narrow: read by dropout only)
 #ifdef DROPOUT
         // the keep bits of step s (as flash_wgmma_bwd.cu); step 0's now, step s + 1's while step s's products fly
@@ -592,7 +610,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // all (C7514: the accumulators came from the loop and its prologue), as does a path around the loop that sets
         // dK while the last product flies (C7515): the loop and the wait after it are one branch.
 #ifdef IOK_COUNT
-#if defined(DROPOUT) || defined(SOFTCAP)
+#if defined(DROPOUT) || defined(SOFTCAP) || defined(IOK_MODS)
         constexpr bool TB_DQ_PIPE = false;
 #else
         constexpr bool TB_DQ_PIPE = TB_DQ_BLOCKS == WGS;
@@ -639,9 +657,17 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef ALIBI
                 wgb_alibi(s, col0 + key_w + g, step_q0(step), alibi_slope[step / span] / scale, n_k - n_q, t);
 #endif
+#ifdef IOK_MODS
+                unsigned hidden[(BR / 2 + 31) / 32], cap_grad[BR / 4];  // (cap_grad: SCORE_GRAD's derivative)
+                wgb_mods(io, mod, s, hidden, cap_grad, col0 + key_w + g, step_q0(step), step_head(step), scale,
+                         step_partial(step), t);
+#endif
                 wgb_probs(s, lse_s, scale2, key_out, t);
 #ifdef IOK_BAND
                 wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
+#endif
+#ifdef IOK_MODS
+                wgb_hide(s, hidden);
 #endif
                 wg_acc_to_a<T, BR>(pa, s);
 #endif
@@ -652,7 +678,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     dropout_bits(step + 1, keep);
                     wg_pin(keep);  // here, while the products fly
                 }
-#elif defined(SOFTCAP)
+#elif defined(SOFTCAP) || defined(SCORE_GRAD)
                 wgb_grads<T>(dv, dp, pa, dsa, d_s, dOs, t, cap_grad);  // dV flies
                 if constexpr (!TB_DQ_PIPE) wgb_dk<T>(dk, dsa, Qs);
 #else

@@ -21,6 +21,7 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
+from ..plan.mods import MAX_CAPTURES, capture_buffer, capture_inputs
 from ..plan.tensors import (
     APPEND_TENSORS,
     CACHE_TENSORS,
@@ -319,6 +320,9 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args.append(np.float32(plan.softcap))
     if params.get("ALIBI"):  # ALiBi's slopes, after the softcap (common.cuh IOK_ALIBI_PARAM)
         args.append("alibi")
+    if params.get("MASK_MOD") or params.get("SCORE_MOD"):  # heads and captures, after ALiBi (IOK_MOD_PARAM)
+        caps = [capture_buffer(name) for name, _ in plan.mods.captures]
+        args += [np.int32(plan.heads), *caps, *[np.uint64(0)] * (MAX_CAPTURES - len(caps))]
     if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)
         args += ["seqlens", np.int32(plan.batch), np.int32(plan.kv_cache.append)]
     if params.get("PAGED"):
@@ -391,6 +395,8 @@ def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None 
             raise ValueError(f"input mask: expected a C-contiguous {plan.mask.dtype} array of shape {shape}, "
                              f"got {got}")
         buffers["mask"] = x
+    if plan.mods is not None:  # a variant's captured arrays: inputs
+        buffers.update(capture_inputs(plan.mods, inputs))
     return buffers, workspace
 
 
@@ -564,22 +570,19 @@ def capture_plans(runs: list[tuple[Plan, dict[str, Any]]], scale: float) -> Any:
 
 # inputs and checks shared by tests, compare and benchmarks
 
-def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None
-                       ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale: float | None = None,
+                       captures: dict[str, np.ndarray] | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Random inputs on the device (storage dtype) and the same values as float64 on the host
-    (:func:`iokernels.simulate.make_inputs` with ``rounded=True``)."""
-    host = make_inputs(plan, seed, scale, magnitude=magnitude, rounded=True)
-    device = {}
-    for name in INPUTS[plan.direction]:
-        if name in plan_tensors(plan):
-            dtype = "float32" if name in FLOAT32_TENSORS else plan.dtype
-            device[name] = to_device(host[name], dtype)
+    (:func:`iokernels.simulate.make_inputs` with ``rounded=True``); a variant's ``captures`` as given on both."""
+    host = make_inputs(plan, seed, scale, magnitude=magnitude, rounded=True, captures=captures)
+    device = {capture_buffer(name): require_cupy().asarray(x) for name, x in (captures or {}).items()}
+    for name in (n for n in INPUTS[plan.direction] if n in plan_tensors(plan)):
+        device[name] = to_device(host[name], "float32" if name in FLOAT32_TENSORS else plan.dtype)
     for name in (*CACHE_TENSORS, *VARLEN_TENSORS):  # a decode's cache lengths and page table, offsets: int32
         if name in plan_tensors(plan):
             device[name] = require_cupy().asarray(host[name].astype(np.int32))
-    for name in APPEND_TENSORS:  # the keys and values a decode step appends
-        if name in plan_tensors(plan):
-            device[name] = to_device(host[name], plan.dtype)
+    for name in (n for n in APPEND_TENSORS if n in plan_tensors(plan)):  # the keys and values a decode step appends
+        device[name] = to_device(host[name], plan.dtype)
     if plan.mask is not None:  # uint8 or float32 already, as the kernels read it
         device["mask"] = require_cupy().asarray(host["mask"])
     return device, host

@@ -69,6 +69,56 @@ __device__ __forceinline__ void wgb_alibi(float (&s)[NS], int key, int q0, float
     }
 }
 #endif
+#ifdef IOK_MODS
+// The mods (common.cuh iok_mod_s) on Sᵀ in units of s, for the thread's keys key and key + 8 and the accumulator's
+// queries q0 + 8 (i >> 2) + 2t + (i & 1) inside the problem: mask_mod first (where `partial`), setting bit i of
+// hidden where it hides the element (wgb_hide zeroes its P after wgb_probs, as a band does: a row that sees no key
+// has lse −inf), then where it keeps it the derivative (SCORE_GRAD, at the score before score_mod; 0 elsewhere) into
+// grad as half2 pairs, as wgb_probs_softcap's, and score_mod's value into s.
+template <int NS, typename IO>
+__device__ __forceinline__ void wgb_mods(IO& io, const IokMod& m, float (&s)[NS], unsigned (&hidden)[(NS + 31) / 32],
+                                         [[maybe_unused]] unsigned (&grad)[NS / 2], int key, int q0, int z,
+                                         float scale, [[maybe_unused]] bool partial, int t)
+{
+#pragma unroll
+    for (int w = 0; w < (NS + 31) / 32; ++w) hidden[w] = 0u;
+    [[maybe_unused]] float gr[2];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const int k = key + 8 * ((i >> 1) & 1), q = q0 + 8 * (i >> 2) + 2 * t + (i & 1);
+        const bool in = q < m.n_q && k < m.n_k;
+#ifdef MASK_MOD
+        const bool hide = in && partial && !iok_mask_mod(io, m, z, q, k);
+#else
+        constexpr bool hide = false;
+#endif
+#ifdef SCORE_GRAD
+        gr[i & 1] = 0.0f;
+#endif
+        if (in && !hide) {
+#ifdef SCORE_GRAD
+            gr[i & 1] = iok_score_grad(io, m, z, q, k, s[i] * scale);
+#endif
+#ifdef SCORE_MOD
+            s[i] = iok_score_mod(io, m, z, q, k, s[i] * scale) / scale;
+#endif
+        }
+        if (hide) hidden[i / 32] |= 1u << (i % 32);
+#ifdef SCORE_GRAD
+        if (i & 1) grad[i >> 1] = wg_pack<__half>(gr[0], gr[1]);
+#endif
+    }
+}
+
+template <int NS>
+__device__ __forceinline__ void wgb_hide(float (&p)[NS], const unsigned (&hidden)[(NS + 31) / 32])
+{
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        if ((hidden[i / 32] >> (i % 32)) & 1u) p[i] = 0.0f;
+    }
+}
+#endif
 #ifdef SOFTCAP
 // With a softcap c (common.cuh): t = tanh(τ Sᵀ / c), Pᵀ = exp(c t − lse) in base 2 rounded into the A fragments pa
 // (0 for keys past n_k and where the band set Sᵀ to −inf: tanh(−inf) = −1 would not give 0), and cap_grad holding
@@ -127,7 +177,7 @@ __device__ __forceinline__ void wgb_band(float (&s)[NS], int col0, int key_w, in
 // group (dK_w += dSᵀ Q_i is wgb_dk's, which the caller issues when it suits its pipeline). With DROPOUT (keep: the
 // step's keep bits, wg_dropout_cols; z the keep scale): dSᵀ = Pᵀ ∘ (Z ∘ dPᵀ − D) with the undropped Pᵀ, then Pᵀ's
 // dropped elements zeroed in pa for the dV product (dV is multiplied by 1 / (1 − p) at the end). With SOFTCAP
-// (cap_grad: wgb_probs_softcap's 1 − tanh², half2 pairs) dSᵀ is that times cap_grad.
+// (cap_grad: wgb_probs_softcap's 1 − tanh², half2 pairs) or SCORE_GRAD (wgb_mods') dSᵀ is that times cap_grad.
 template <typename T>
 __device__ __forceinline__ void wgb_grads(float (&dv)[TILE_D / 2], float (&dp)[BR / 2],
                                           unsigned (&pa)[BR / 16][4], unsigned (&dsa)[BR / 16][4], const float* d_s,
@@ -135,7 +185,7 @@ __device__ __forceinline__ void wgb_grads(float (&dv)[TILE_D / 2], float (&dp)[B
 #ifdef DROPOUT
                                           , unsigned (&keep)[WG_COLS_REGS<BR>], float z_scale
 #endif
-#ifdef SOFTCAP
+#if defined(SOFTCAP) || defined(SCORE_GRAD)
                                           , const unsigned (&cap_grad)[BR / 4]
 #endif
 )
@@ -179,9 +229,9 @@ __device__ __forceinline__ void wgb_grads(float (&dv)[TILE_D / 2], float (&dp)[B
         const float2 p2 = wg_unpack<T>(pa[i >> 3][(i >> 1) & 3]);
         const float p = (i & 1) ? p2.y : p2.x;
         dp[i] = p * (dp[i] - d_s[8 * (i >> 2) + 2 * t + (i & 1)]);
-#ifdef SOFTCAP
+#if defined(SOFTCAP) || defined(SCORE_GRAD)
         const float2 g2 = wg_unpack<__half>(cap_grad[i >> 1]);
-        dp[i] *= (i & 1) ? g2.y : g2.x;  // through the softcap: 1 − tanh²
+        dp[i] *= (i & 1) ? g2.y : g2.x;  // through the softcap (1 − tanh²) or score_mod (SCORE_GRAD)
 #endif
     }
     wg_acc_to_a<T, BR>(dsa, dp);

@@ -9,7 +9,9 @@ from .api import attention, attention_backward, memory_needed
 from .execute import clear_graphs
 from .kvcache import attention_with_kvcache
 from .memory import DeviceMemoryError
+from .mods import attention_mods, attention_mods_backward, create_block_mask
 from .varlen import attention_varlen, attention_varlen_backward
 
-__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_varlen", "attention_varlen_backward",
-           "attention_with_kvcache", "clear_graphs", "memory_needed"]
+__all__ = ["DeviceMemoryError", "attention", "attention_backward", "attention_mods", "attention_mods_backward",
+           "attention_varlen", "attention_varlen_backward", "attention_with_kvcache", "clear_graphs",
+           "create_block_mask", "memory_needed"]

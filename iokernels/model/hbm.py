@@ -483,6 +483,11 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
                      window=plan.positional, cache=cache_kind(plan), alibi=plan.alibi is not None)
     out = {stage: {t: (_int(r, values), _int(w, values)) for t, (r, w) in tensors.items()}
            for stage, tensors in table.items()}
+    if plan.mods is not None:  # a variant's captured arrays: the reads its expressions execute (iokernels.plan.mods)
+        if plan.mods.capture_bytes is None:
+            raise ValueError(f"{plan.label}: the captured arrays' values are not known (make_plan(..., "
+                             "capture_values=)): no exact bytes")
+        out["main"]["captures"] = (plan.mods.capture_bytes, 0)
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
 
 

@@ -13,6 +13,7 @@ the flash backward), :mod:`.fast` (the tensor-core forward), :mod:`.fast_bwd` (i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from .masks import BlockMask, ExplicitMask
 from .sequences import Varlen
 from .tensors import CACHE_TENSORS, VARLEN_TENSORS
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
+
+if TYPE_CHECKING:
+    from .mods import Mods
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("standard", "fwd"): ("default",),
@@ -147,6 +151,9 @@ class Plan:
     # a variable-length batch (iokernels.plan.varlen.Varlen: packed rows, per-sequence lengths); None: every sequence
     # N_q queries and N_k keys in (batch, heads, N, d) tensors. With it, batch is the sequences, N_q and N_k the longest
     varlen: Varlen | None = None
+    # a programmable variant: mask_mod / score_mod C expressions and their captured arrays (iokernels.plan.mods.Mods;
+    # None: none): flash/fast's tma kernels take it (MASK_MOD, SCORE_MOD), reading the captures
+    mods: Mods | None = None
 
     def __post_init__(self) -> None:
         if self.causal not in ("", *CAUSAL_ALIGNMENTS):

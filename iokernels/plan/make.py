@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .causal import normalize_causal, normalize_window
 from .core import (
     ALGORITHMS,
@@ -17,6 +19,7 @@ from .dropout import Dropout
 from .fast import NoFastTilingFits, make_fast_plan_within
 from .fast_bwd import fit_fast_backward_plan
 from .masks import BlockMask, ExplicitMask
+from .mods import Mods, with_mods
 from .research import research_plan
 from .units import itemsize
 from .variants import (
@@ -60,6 +63,8 @@ def make_plan(
     documents: tuple[int, ...] | None = None,
     softcap: float | None = None,
     alibi: object = None,
+    mods: Mods | None = None,
+    capture_values: Mapping[str, object] | None = None,
 ) -> Plan:
     """Decide the tiles of one algorithm/schedule/direction for a problem and an SRAM size.
 
@@ -90,7 +95,9 @@ def make_plan(
     ``softcap``: the logits c · tanh(τ s / c) (:func:`iokernels.plan.variants.with_softcap`): flash/fast on the tma
     kernels only (as a window, the plan takes their tiles), Unsupported elsewhere. ``alibi``: ALiBi slopes, one per
     head or per batch·head (:func:`iokernels.plan.variants.with_alibi`): flash/fast on the tma kernels only (a block
-    per work item), Unsupported elsewhere.
+    per work item), Unsupported elsewhere. ``mods``: a programmable variant (:func:`iokernels.plan.mods.check_mods`:
+    mask_mod / score_mod C expressions), on the same kernels (:func:`iokernels.plan.mods.with_mods`);
+    ``capture_values``: its captured arrays on the host, by name, for the model's bytes.
     """
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -113,13 +120,15 @@ def make_plan(
     elif block_mask is not None:
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
     capped = check_softcap(softcap) is not None
-    # a softcap's backward takes the dropout tiles (B_r 64: at 128 its 1 − tanh² per element spills)
+    # a softcap's backward and a variant's take the dropout tiles (B_r 64: at 128 the per-element 1 − tanh² or the
+    # user's expressions spill)
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c,
-                     dropout=dropout is not None or (capped and direction == "bwd"),
+                     dropout=dropout is not None or ((capped or mods is not None) and direction == "bwd"),
                      banded=normalize_window(window) is not None or capped,
-                     per_item=block_mask is not None or alibi is not None, **args)
+                     per_item=block_mask is not None or alibi is not None or mods is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
-    return with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
+    plan = with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
+    return with_mods(plan, mods, capture_values)
 
 
 

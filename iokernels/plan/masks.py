@@ -47,15 +47,15 @@ class BlockMask:
     n_k: int
     block_q: int
     block_k: int
-    bits: bytes  # row-major, one byte (0 or 1) per block
+    bits: bytes  # row-major, one byte per block: 0 hidden, 1 kept, 2 kept and full (a mask_mod's, from_levels)
     label: str = ""  # how it was made, for reports: "random(density=0.25, seed=0)", "array"
 
     def __post_init__(self) -> None:
         for name in ("n_q", "n_k", "block_q", "block_k"):
             object.__setattr__(self, name, _check_positive(name, getattr(self, name)))
         want = self.shape[0] * self.shape[1]
-        if len(self.bits) != want or any(b > 1 for b in self.bits):
-            raise ValueError(f"BlockMask.bits must hold {want} bytes of 0 or 1, got {len(self.bits)}")
+        if len(self.bits) != want or any(b > 2 for b in self.bits):
+            raise ValueError(f"BlockMask.bits must hold {want} bytes of 0, 1 or 2, got {len(self.bits)}")
 
     @classmethod
     def from_array(cls, blocks: object, *, n_q: int, n_k: int, block_q: int, block_k: int,
@@ -71,6 +71,22 @@ class BlockMask:
             raise ValueError(f"block mask of shape {a.shape} does not match N_q={n_q}, N_k={n_k} in blocks of "
                              f"{block_q}x{block_k}: expected {want}")
         return cls(n_q, n_k, block_q, block_k, a.astype(np.uint8).tobytes(), label)
+
+    @classmethod
+    def from_levels(cls, levels: object, *, n_q: int, n_k: int, block_q: int, block_k: int,
+                    label: str = "levels") -> BlockMask:
+        """A block mask whose blocks are 0 (hidden), 1 (kept: a mask_mod evaluated in it) or 2 (kept, every element
+        visible: mask_mod skipped); iokernels.plan.mods.mod_block_mask makes one."""
+        a = np.asarray(levels)
+        if a.dtype != np.uint8 or np.any(a > 2):
+            raise TypeError(f"block levels are uint8 values 0, 1 or 2, got dtype {a.dtype}")
+        cls.from_array(a != 0, n_q=n_q, n_k=n_k, block_q=block_q, block_k=block_k, label=label)
+        return cls(n_q, n_k, block_q, block_k, a.tobytes(), label)
+
+    @property
+    def levels(self) -> np.ndarray:
+        """The block matrix as its bytes: 0 hidden, 1 kept, 2 kept and full."""
+        return np.frombuffer(self.bits, dtype=np.uint8).reshape(self.shape)
 
     @classmethod
     def from_elements(cls, mask: object, *, block_q: int, block_k: int) -> BlockMask:
@@ -111,7 +127,7 @@ class BlockMask:
             raise ValueError(f"tiles {br}x{bc} do not divide the block mask's blocks {self.block_q}x{self.block_k}")
         rows = np.arange(cdiv(self.n_q, br)) * br // self.block_q
         cols = np.arange(cdiv(self.n_k, bc)) * bc // self.block_k
-        return self.blocks[rows[:, None], cols[None, :]]
+        return self.levels[rows[:, None], cols[None, :]]
 
     def describe(self) -> str:
         return (f"{self.label or 'block mask'}: {self.shape[0]}x{self.shape[1]} blocks of "

@@ -25,6 +25,7 @@ class Hbm:
         self.arrays: dict[str, np.ndarray] = {}
         self.counts: dict[str, dict[str, list[int]]] = {}
         self._stage: dict[str, list[int]] | None = None
+        self.captures: dict[str, np.ndarray] = {}  # a programmable variant's captured arrays, as given
 
     def put(self, name: str, array: np.ndarray) -> None:
         """Place an input in HBM (the upload is not a kernel access, so it is not counted)."""
@@ -41,6 +42,11 @@ class Hbm:
         size = elements * self.plan.tensor_itemsize(name)
         self._stage[name][0] += read * size
         self._stage[name][1] += write * size
+
+    def read_bytes(self, name: str, n: int) -> None:
+        """Count n bytes read of ``name`` (a programmable variant's captured arrays, read element by element)."""
+        if n:
+            self._stage[name][0] += n
 
     def load(self, name: str, index: tuple) -> np.ndarray:
         tile = np.array(self.arrays[name][index])

@@ -3,21 +3,25 @@ reference takes for it, what its outputs must equal, and the error measure the t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
 from ..plan import Plan
+from ..plan.mods import capture_buffer
 from ..plan.units import round_to
 from . import reference
+from .mods import reference_mods
 from .simulator import kv_rows, reference_dropout
 from .varlen import varlen_inputs, varlen_reference, varlen_reference_grads
 
 
 def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnitude: float = 1.0,
-                rounded: bool = False) -> dict[str, np.ndarray]:
+                rounded: bool = False, captures: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Random float64 inputs of shape (batch*heads, N, d); for a backward plan also O, lse, P and dO
-    (O, lse and P from the reference on the same Q, K, V).
+    (O, lse and P from the reference on the same Q, K, V; a programmable variant's plan: O, lse and dO).
+    ``captures``: a programmable variant's captured arrays by name (iokernels.plan.mods), added as inputs.
 
     ``magnitude`` multiplies Q and K (logits scale with its square). ``rounded``: every value stored
     in the plan's dtype is rounded to it, so that a GPU run gets exactly these values (lse stays
@@ -39,19 +43,23 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
         inputs.update(cache_inputs(plan, k, v, rng))
     if plan.mask is not None:  # an explicit mask (iokernels.plan.masks.ExplicitMask): data, like Q, K, V
         inputs["mask"] = random_mask(plan, rng)
+    inputs.update({capture_buffer(name): np.asarray(x) for name, x in (captures or {}).items()})
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale
         kv = kv_rows(plan)
         mask = reference_mask(plan, inputs)
         # dropout: O is the forward's dropped output (D = rowsum(dO ∘ O)); lse and P stay undropped
         o, lse = reference.forward(q, k[kv], v[kv], scale, causal=plan.causal, mask=mask,
-                                   dropout=reference_dropout(plan), softcap=plan.softcap, alibi=plan.alibi)
-        inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)),
-                      P=stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask,
-                                                       softcap=plan.softcap, alibi=plan.alibi)
-                               if plan.causal or mask is not None or plan.softcap is not None
-                               or plan.alibi is not None
-                               else np.exp(scale * (q @ np.swapaxes(k[kv], -1, -2)) - lse[..., None])))
+                                   dropout=reference_dropout(plan), softcap=plan.softcap, alibi=plan.alibi,
+                                   mods=reference_mods(plan, inputs))
+        inputs.update(O=stored(o), lse=lse, dO=stored(rng.standard_normal(o.shape)))
+        if plan.mods is not None:  # (flash/fast reads no P)
+            return inputs
+        inputs["P"] = stored(reference.probabilities(q, k[kv], scale, causal=plan.causal, mask=mask,
+                                                     softcap=plan.softcap, alibi=plan.alibi)
+                             if plan.causal or mask is not None or plan.softcap is not None
+                             or plan.alibi is not None
+                             else np.exp(scale * (q @ np.swapaxes(k[kv], -1, -2)) - lse[..., None]))
     return inputs
 
 
@@ -179,11 +187,13 @@ def reference_outputs(plan: Plan, inputs: dict[str, np.ndarray], scale: float | 
         kv = kv_rows(plan)
         return {"O": reference.forward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], scale, causal=plan.causal,
                                        mask=reference_mask(plan, inputs), dropout=reference_dropout(plan),
-                                       softcap=plan.softcap, alibi=plan.alibi)[0]}
+                                       softcap=plan.softcap, alibi=plan.alibi,
+                                       mods=reference_mods(plan, inputs))[0]}
     kv, group = kv_rows(plan), plan.heads // plan.kv_heads
     dq, dk, dv = reference.backward(inputs["Q"], inputs["K"][kv], inputs["V"][kv], inputs["dO"], scale,
                                     causal=plan.causal, mask=reference_mask(plan, inputs),
-                                    dropout=reference_dropout(plan), softcap=plan.softcap, alibi=plan.alibi)
+                                    dropout=reference_dropout(plan), softcap=plan.softcap, alibi=plan.alibi,
+                                    mods=reference_mods(plan, inputs))
     # grouped-query attention: a K/V head's gradient sums those of the query heads that share it
     dk, dv = (x.reshape(plan.bh_kv, group, *x.shape[1:]).sum(axis=1) for x in (dk, dv))
     return {"dQ": dq, "dK": dk, "dV": dv}

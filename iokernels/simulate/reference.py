@@ -13,6 +13,7 @@ that of the undropped P, and the gradients of that O.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -99,16 +100,31 @@ def probabilities(q: np.ndarray, k: np.ndarray, scale: float | None = None, caus
                                    causal, mask, softcap, alibi))[0]
 
 
+# a programmable variant (iokernels.plan.mods.apply_mods on every element): logits -> (logits through the variant,
+# −inf where hidden; d score_mod / d score)
+Mods = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _modded(s: np.ndarray, visible: np.ndarray | None, mods: Mods | None
+            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | float]:
+    if mods is None:
+        return s, visible, 1.0
+    s, grad = mods(s)
+    shown = ~np.isneginf(s)
+    return s, shown if visible is None else visible & shown, grad
+
+
 def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
             causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None,
-            softcap: float | None = None, alibi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+            softcap: float | None = None, alibi: np.ndarray | None = None, mods: Mods | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """O = softmax(scale * Q K^T) V and the row logsumexp, for shapes (..., N, d), in float64
     (``causal``: see the module docstring; ``softcap`` c: the logits c · tanh(scale * Q K^T / c); ``alibi``: one slope
-    per batch·head, :func:`alibi_bias`)."""
+    per batch·head, :func:`alibi_bias`; ``mods``: a programmable variant on the logits, :data:`Mods`)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s, visible = _scores(q, k, scale, causal, mask, softcap, alibi)
+    s, visible, _ = _modded(*_scores(q, k, scale, causal, mask, softcap, alibi), mods)
     if visible is None:
         m = s.max(axis=-1, keepdims=True)
         p = np.exp(s - m)
@@ -123,15 +139,15 @@ def forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = N
 
 def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale: float | None = None,
              causal: bool | str = False, mask: np.ndarray | None = None, dropout: np.ndarray | None = None,
-             softcap: float | None = None, alibi: np.ndarray | None = None
+             softcap: float | None = None, alibi: np.ndarray | None = None, mods: Mods | None = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV) of O = softmax(scale * Q K^T) V given dO, in float64 (``causal``: see the
     module docstring; ``softcap`` as :func:`forward`'s, its derivative 1 − tanh² on dS; ``alibi`` as forward's, a
-    constant bias with no derivative)."""
+    constant bias with no derivative; ``mods`` as forward's, dS times its derivative)."""
     _check(q, k, v)
     scale = default_scale(q.shape[-1]) if scale is None else scale
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
-    s, visible = _scores(q, k, scale, causal, mask, softcap, alibi)
+    s, visible, grad = _modded(*_scores(q, k, scale, causal, mask, softcap, alibi), mods)
     if visible is None:
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         p /= p.sum(axis=-1, keepdims=True)
@@ -143,4 +159,5 @@ def backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray, scale:
     ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))  # rowsum(P ∘ dP) = rowsum(dO ∘ O)
     if softcap is not None:  # d(c tanh(x / c)) / dx = 1 − tanh²(x / c)
         ds = ds * (1.0 - np.tanh(scale * (q @ np.swapaxes(k, -1, -2)) / softcap) ** 2)
+    ds = ds * grad
     return scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), dv

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..plan import Plan, key_block_ranges
+from ..plan.mods import captures_of, host_captures
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
 from .decode import run_decode
 from .hbm import ALL, KV_TENSORS, Hbm, blocks, divide, finite, rescale, transpose
+from .mods import tile_mods
 from .reference import capped
 from .varlen import other_layout, run_varlen, run_varlen_bwd
 
@@ -280,6 +282,8 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
             if q is None:  # resident from the first computed pair on; O accumulates on chip, written once
                 q = hbm.load("Q", (ALL, rs, ALL))
             logits = capped(scale * (q @ transpose(hbm.load("K", (kv, cs, ALL)))), p.softcap) + _bias(p, slopes, rs, cs)
+            if p.mods is not None:  # a programmable variant (iokernels.plan.mods), on the pair's elements
+                logits = tile_mods(hbm, hbm.captures, rs, cs, logits)[0]
             s = _explicit(hbm, rs, cs, _masked(logits, _visible(p, rs, cs)))
             m_new = np.maximum(m, s.max(axis=-1))
             prob = np.exp(s - finite(m_new)[..., None])
@@ -327,8 +331,11 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
             lse, dd = grouped(hbm.load("lse", (ALL, rs))), grouped(hbm.load("D", (ALL, rs)))
             # P = 0 where masked (rows with no visible key have lse = −inf: masked everywhere)
             raw = (scale * (q @ transpose(k))).reshape(p.bh, *q.shape[2:-1], -1)
+            logits, grad = capped(raw, p.softcap) + _bias(p, slopes, rs, cs), 1.0
+            if p.mods is not None:  # a programmable variant (iokernels.plan.mods): dS times d score_mod / d score
+                logits, grad = tile_mods(hbm, hbm.captures, rs, cs, logits)
             with np.errstate(invalid="ignore"):  # a row with lse = −inf is masked everywhere
-                x = grouped(_explicit(hbm, rs, cs, capped(raw, p.softcap) + _bias(p, slopes, rs, cs)))
+                x = grouped(_explicit(hbm, rs, cs, logits))
                 prob = np.exp(_masked(np.where(np.isneginf(x), -np.inf, x - lse[..., None]), _visible(p, rs, cs)))
             # dropout (Z of the query heads): dV += (Z ∘ P)ᵀ dO, dS = P ∘ (Z ∘ dO Vᵀ − D)
             z = _dropout_tile(p, rs, cs)
@@ -337,6 +344,8 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
             ds = prob * (z * (do @ transpose(v)) - dd[..., None])
             if p.softcap is not None:  # through the softcap: 1 − tanh²
                 ds = ds * grouped(1.0 - np.tanh(raw / p.softcap) ** 2)
+            if p.mods is not None:
+                ds = ds * grouped(grad)
             if dq_atomics:
                 hbm.atomic_add("dQacc", (ALL, rs, ALL), (scale * (ds @ k)).reshape(p.bh, -1, p.d))
             dk += scale * (transpose(ds) @ q).sum(axis=1, keepdims=True)
@@ -413,6 +422,8 @@ def simulate(plan: Plan, inputs: dict[str, np.ndarray], scale: float | None = No
         hbm.put(name, array)
     if plan.mask is not None:  # read by every batch·head, shared or not: a row per batch·head to count
         hbm.put("mask", np.broadcast_to(inputs["mask"], (plan.bh, plan.N_q, plan.N_k)))
+    if plan.mods is not None:  # a programmable variant's captured arrays, as given (their types matter)
+        hbm.captures = host_captures(plan.mods, captures_of(plan.mods, inputs))
     if plan.alibi is not None:  # part of the plan: a slope per batch·head
         hbm.put("alibi", np.asarray(plan.alibi, dtype=np.float64))
     if plan.block_mask is not None:  # part of the plan, in HBM like an input; one copy per batch·head read (the

@@ -1,0 +1,277 @@
+"""Programmable variants (issue #22): ``mask_mod``, ``score_mod`` and its derivative ``score_grad`` given as CUDA C
+expressions and compiled into the sm_90 tma forward and backward (kernels/common.cuh ``iok_mod_s``, wg_bwd.cuh
+``wgb_mods``).
+
+An expression is one C expression over the ints ``b``, ``h`` (the batch and the query head), ``q_idx``, ``kv_idx``
+(the element's query and key), ``n_q``, ``n_k`` and, in ``score_mod`` and ``score_grad``, the float ``score`` (τ q·k,
+the logit before the mod); it may index up to :data:`MAX_CAPTURES` captured 1-d arrays by name (``doc[q_idx]``),
+int32, int64, uint8 or float32. ``mask_mod`` keeps an element where it is nonzero (FlexAttention's); ``score_mod``
+returns the new logit; ``score_grad`` is d score_mod / d score at the same score (1 when score_mod does not read
+``score``, where it may be left out). The kernels evaluate, for every element of a tile they compute that lies inside
+the problem: mask_mod (not in a block the block mask marks full, see :func:`mod_block_mask`), then where it keeps the
+element score_mod and, in the backward, score_grad. A captured element read is counted (tensor ``captures``, its
+itemsize each); the model takes those bytes from the same evaluation on the CPU (:func:`capture_bytes`,
+:mod:`iokernels.plan.cexpr`), when the plan was made with the captured arrays' values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .cexpr import CExpr, parse
+from .core import Plan, Unsupported
+from .fast_bwd import KERNEL_TMA
+from .masks import BlockMask
+from .units import cdiv
+
+MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
+MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
+MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
+VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")
+CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
+                  np.dtype(np.float32): "float"}
+ROW_CHUNK = 256  # query rows evaluated at once on the CPU
+
+
+@dataclass(frozen=True)
+class Mods:
+    """A variant's expressions (module docstring), its captured arrays' names and C types in slot order, and the
+    bytes of them a plan's kernel reads (None: their values were not given)."""
+
+    mask_mod: str | None = None
+    score_mod: str | None = None
+    score_grad: str | None = None
+    captures: tuple[tuple[str, str], ...] = ()
+    capture_bytes: int | None = None
+
+    def parsed(self) -> dict[str, CExpr]:
+        """The expressions given, parsed (ExprError, a ValueError, for a bad one)."""
+        arrays = [n for n, _ in self.captures]
+        out = {}
+        for what in ("mask_mod", "score_mod", "score_grad"):
+            text = getattr(self, what)
+            if text is not None:
+                out[what] = parse(text, VARIABLES + (() if what == "mask_mod" else ("score",)), arrays, what)
+        return out
+
+    def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
+        """The main stage's defines: each expression on one line, the captures' declarations."""
+        out = [(name.upper(), " ".join(getattr(self, name).split()))
+               for name in ("mask_mod", "score_mod") + (("score_grad",) if direction == "bwd" else ())
+               if getattr(self, name) is not None]
+        if self.captures:
+            out.append(("MOD_CAPS", " ".join(f"IOK_CAP({ctype}, {name}, {i})"
+                                             for i, (name, ctype) in enumerate(self.captures))))
+        return tuple(out)
+
+    def check_source(self) -> str:
+        """A small CUDA translation unit with each expression in a function of its own, after a ``#line 1
+        "<name>"`` directive: NVRTC's message for a bad one names it and its line (:func:`iokernels.library.mods`
+        compiles it before any kernel)."""
+        lines = ["template <typename E> struct IokCap { const E* p; "
+                 "__device__ E operator[](long long i) const { return p[i]; } };"]
+        params = ", ".join(["int b, int h, int q_idx, int kv_idx, int n_q, int n_k, float score",
+                            *(f"IokCap<{ctype}> {name}" for name, ctype in self.captures)])
+        for what in ("mask_mod", "score_mod", "score_grad"):
+            if getattr(self, what) is not None:
+                lines += [f"__device__ float iok_check_{what}({params})", "{", f'#line 1 "{what}"',
+                          f"return static_cast<float>({getattr(self, what)});", "}"]
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict:
+        return {"mask_mod": self.mask_mod, "score_mod": self.score_mod, "score_grad": self.score_grad,
+                "captures": [list(c) for c in self.captures], "capture_bytes": self.capture_bytes}
+
+
+def capture_buffer(name: str) -> str:
+    """The buffer (and input) name of a captured array: the kernels', the simulator's and the library's."""
+    return f"cap_{name}"
+
+
+def captures_of(mods: Mods, inputs: Mapping[str, object]) -> dict[str, object]:
+    """The captured arrays among a run's inputs (by buffer name), by capture name."""
+    return {name: inputs[capture_buffer(name)] for name, _ in mods.captures if capture_buffer(name) in inputs}
+
+
+def capture_inputs(mods: Mods, inputs: Mapping[str, object]) -> dict[str, object]:
+    """The captured arrays among a launch's inputs (by buffer name), each a contiguous 1-d array of its planned type
+    (ValueError otherwise)."""
+    out = {}
+    for name, ctype in mods.captures:
+        x = inputs.get(capture_buffer(name))
+        if x is None or x.ndim != 1 or CAPTURE_CTYPES.get(x.dtype) != ctype or not x.flags.c_contiguous:
+            got = "none" if x is None else f"{x.dtype} {tuple(x.shape)}"
+            raise ValueError(f"capture {name}: expected a contiguous 1-d array of C type {ctype}, got {got}")
+        out[capture_buffer(name)] = x
+    return out
+
+
+def check_mods(mask_mod: str | None = None, score_mod: str | None = None, score_grad: str | None = None,
+               captures: Mapping[str, object] | None = None) -> Mods | None:
+    """The variant of these expressions (None: none given), each parsed (ExprError: the expression, the column and
+    what is wrong); ``captures``: name -> a 1-d array (host or device; its dtype and name only are kept here).
+    score_grad is required where score_mod reads ``score``, and 1 (left out) where it does not."""
+    for what, text in (("mask_mod", mask_mod), ("score_mod", score_mod), ("score_grad", score_grad)):
+        if text is not None and (not isinstance(text, str) or not text.strip()):
+            raise TypeError(f"{what} must be a C expression (a non-empty str) or None, got {text!r}")
+    if mask_mod is None and score_mod is None:
+        if score_grad is not None or captures:
+            raise ValueError("score_grad and captures need a score_mod or a mask_mod")
+        return None
+    if score_grad is not None and score_mod is None:
+        raise ValueError("score_grad is the derivative of score_mod: give score_mod too")
+    caps = []
+    for name, array in (captures or {}).items():
+        dtype = np.dtype(array.dtype if hasattr(array, "dtype") else np.asarray(array).dtype)
+        shape = tuple(getattr(array, "shape", np.shape(array)))
+        if not isinstance(name, str) or not name.isidentifier() or name in (*VARIABLES, "score"):
+            raise ValueError(f"capture name {name!r} must be an identifier other than {', '.join(VARIABLES)}, score")
+        if dtype not in CAPTURE_CTYPES or len(shape) != 1 or shape[0] < 1:
+            raise TypeError(f"capture {name!r} must be a non-empty 1-d array of int32, int64, uint8 or float32, got "
+                            f"{dtype} of shape {shape}")
+        caps.append((name, CAPTURE_CTYPES[dtype]))
+    if len(caps) > MAX_CAPTURES:
+        raise ValueError(f"at most {MAX_CAPTURES} captured arrays, got {len(caps)}")
+    mods = Mods(mask_mod, score_mod, score_grad, tuple(caps))
+    parsed = mods.parsed()
+    if score_mod is not None and score_grad is None and "score" in parsed["score_mod"].names:
+        raise ValueError("score_mod reads score: give its derivative d score_mod / d score as score_grad (a C "
+                         "expression over the same names)")
+    return mods
+
+
+def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None = None) -> Plan:
+    """``plan`` with the variant (None: unchanged): the defines on the main stage of the sm_90 tma forward or narrow
+    backward (d up to :data:`MOD_D_MAX`, a block per work item, no softcap, ALiBi, dropout, explicit mask or window);
+    any other plan raises Unsupported. ``values``: the captured arrays on the host, by name, for the model's bytes
+    (:func:`capture_bytes`); without them a plan with captures has no exact bytes."""
+    if mods is None:
+        return plan
+    main = next((s for s in plan.stages if s.name == "main"), None)
+    kernel = None if main is None else main.kernel
+    if plan.schedule != "fast" or plan.variant or kernel not in MOD_KERNELS or dict(main.params).get("PERSISTENT") \
+            or plan.d > MOD_D_MAX or plan.softcap is not None or plan.alibi is not None or plan.dropout is not None \
+            or plan.mask is not None or plan.window is not None or plan.documents is not None:
+        raise Unsupported(f"score_mod and mask_mod run on the sm_90 tma kernels (flash/fast, a block per work item, d "
+                          f"up to {MOD_D_MAX}) without a softcap, ALiBi, dropout, a window or an explicit mask, not "
+                          f"{plan.label} at d={plan.d}" + (f" ({kernel})" if kernel else ""))
+    stages = tuple(replace(s, params=(*s.params, *mods.defines(plan.direction))) if s.name == "main" else s
+                   for s in plan.stages)
+    plan = replace(plan, mods=replace(mods, capture_bytes=None), stages=stages)
+    if not mods.captures:
+        return replace(plan, mods=replace(plan.mods, capture_bytes=0))
+    if values is None:
+        return plan
+    return replace(plan, mods=replace(plan.mods, capture_bytes=capture_bytes(plan, values)))
+
+
+def _levels(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """(computed, partial): (T_r, T_c) grids of the tile pairs the kernel computes, and of those where it evaluates
+    mask_mod (all of them but the blocks the block mask marks full, 2)."""
+    from .causal import pair_grid
+
+    computed, _ = pair_grid(plan)
+    if plan.block_mask is None:
+        return computed, computed
+    return computed, computed & (plan.block_grid() == 1)
+
+
+def apply_mods(mods: Mods, arrays: Mapping[str, np.ndarray], heads: int, n_q: int, n_k: int, logits: np.ndarray,
+               rows: np.ndarray, cols: np.ndarray, *, partial: np.ndarray | bool = True, grads: bool = False,
+               active: np.ndarray | bool = True, z0: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """The variant on logits (BH', rows, cols) of τ q·k for query heads z0, z0 + 1, ... (b = z // heads, h = z %
+    heads), queries ``rows`` and keys ``cols``, as the kernels apply it where ``active``: mask_mod where ``partial``,
+    then score_mod (and with ``grads`` score_grad) where it keeps the element. Returns (the logits through score_mod,
+    −inf where mask_mod hides; d score_mod / d score, 1 without score_grad and 0 where hidden; the bytes of captured
+    arrays read). ``arrays``: the captures on the host (:func:`host_captures`)."""
+    parsed = mods.parsed()
+    shape = logits.shape
+    z = z0 + np.arange(shape[0])[:, None, None]
+    env = {"b": z // heads, "h": z % heads, "q_idx": rows[None, :, None], "kv_idx": cols[None, None, :], "n_q": n_q,
+           "n_k": n_k, "score": logits}
+    evaluated = np.broadcast_to(np.asarray(active, bool), shape)
+    reads = 0
+
+    def run(what: str, where: np.ndarray) -> np.ndarray:
+        nonlocal reads
+        value, counts = parsed[what].evaluate(env, arrays, where)
+        reads += sum(n * arrays[name].itemsize for name, n in counts.items())
+        return np.broadcast_to(value, shape)
+
+    keep = evaluated
+    if "mask_mod" in parsed:
+        checked = evaluated & np.broadcast_to(np.asarray(partial, bool), shape)
+        keep = evaluated & ~(checked & (run("mask_mod", checked) == 0))
+    grad = np.ones(shape)
+    if grads and "score_grad" in parsed:
+        grad = run("score_grad", keep).astype(np.float64)
+    out = run("score_mod", keep).astype(np.float64) if "score_mod" in parsed else logits
+    hidden = evaluated & ~keep
+    return np.where(hidden, -np.inf, out), np.where(hidden, 0.0, grad), reads
+
+
+def capture_bytes(plan: Plan, values: Mapping[str, object]) -> int:
+    """The bytes of captured arrays the plan's kernel reads (module docstring): the expressions evaluated on the CPU
+    (:func:`apply_mods`) over every element inside the problem of the tiles it computes, with a seeded stand-in for
+    the scores: exact when which captured elements an expression reads does not depend on the score."""
+    mods = plan.mods
+    arrays = host_captures(mods, values)
+    per_head = any({"b", "h"} & e.names for e in mods.parsed().values())
+    computed, partial = _levels(plan)
+    br, bc = plan.tile["Br"], plan.tile["Bc"]
+    rng = np.random.default_rng(0)
+    reads = 0
+    for r0 in range(0, plan.N_q, ROW_CHUNK):
+        rows = np.arange(r0, min(plan.N_q, r0 + ROW_CHUNK))
+        cols = np.arange(plan.N_k)
+        comp = computed[rows // br][:, cols // bc]
+        if not comp.any():
+            continue
+        part = partial[rows // br][:, cols // bc]
+        score = rng.standard_normal((1, len(rows), plan.N_k))
+        for z in range(plan.bh) if per_head else (0,):
+            reads += apply_mods(mods, arrays, plan.heads, plan.N_q, plan.N_k, score, rows, cols, partial=part,
+                                grads=plan.direction == "bwd", active=comp, z0=z)[2]
+    return reads if per_head else reads * plan.bh
+
+
+def host_captures(mods: Mods, values: Mapping[str, object]) -> dict[str, np.ndarray]:
+    """The captured arrays as numpy arrays, checked against the variant's names and types."""
+    out = {}
+    for name, ctype in mods.captures:
+        if name not in values:
+            raise ValueError(f"capture {name!r} has no value")
+        a = values[name]
+        a = a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+        if CAPTURE_CTYPES.get(a.dtype) != ctype or a.ndim != 1:
+            raise TypeError(f"capture {name!r}: a 1-d array of C type {ctype} was planned, got {a.dtype} {a.shape}")
+        out[name] = a
+    return out
+
+
+def mod_block_mask(mods: Mods, values: Mapping[str, object], n_q: int, n_k: int, block: int = 128,
+                   b: int = 0, h: int = 0) -> BlockMask:
+    """The block mask of mask_mod (FlexAttention's ``create_block_mask``) in blocks of ``block`` (a multiple of 128
+    for the tma kernels): 0 where it hides every element of a block, 2 where it keeps every one (the kernels skip
+    mask_mod there), 1 otherwise; evaluated on the CPU for head (b, h)."""
+    parsed = mods.parsed()
+    if "mask_mod" not in parsed:
+        raise ValueError("a block mask comes from a mask_mod")
+    arrays = host_captures(mods, values)
+    rows_b, cols_b = cdiv(n_q, block), cdiv(n_k, block)
+    levels = np.zeros((rows_b, cols_b), np.uint8)
+    for i in range(rows_b):
+        rows = np.arange(i * block, min(n_q, (i + 1) * block))
+        env = {"b": b, "h": h, "q_idx": rows[:, None], "kv_idx": np.arange(n_k)[None, :], "n_q": n_q, "n_k": n_k}
+        keep = np.broadcast_to(parsed["mask_mod"].evaluate(env, arrays)[0] != 0, (len(rows), n_k))
+        pad = np.zeros((len(rows), cols_b * block), bool)
+        pad[:, :n_k] = keep
+        full = np.ones((len(rows), cols_b * block), bool)
+        full[:, :n_k] = keep
+        any_ = pad.reshape(len(rows), cols_b, block).any(axis=(0, 2))
+        all_ = full.reshape(len(rows), cols_b, block).all(axis=(0, 2))
+        levels[i] = np.where(all_, 2, np.where(any_, 1, 0))
+    return BlockMask.from_levels(levels, n_q=n_q, n_k=n_k, block_q=block, block_k=block, label="mask_mod")
