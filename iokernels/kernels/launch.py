@@ -457,7 +457,8 @@ def prepare_raw(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[
     cp = require_cupy()
     device = cp.cuda.Device().id
     tensors = plan_tensors(plan)
-    read = [n for n in inputs if n in tensors or (n == "mask" and plan.mask is not None)]
+    captured = () if plan.mods is None else {capture_buffer(n) for n, _ in plan.mods.captures}
+    read = [n for n in inputs if n in tensors or (n == "mask" and plan.mask is not None) or n in captured]
     written = [n for n in tensors if n not in read]
     returned = [n for n in written if outputs is None or n in outputs]
     scratch = [n for n in written if n not in returned]

@@ -15,11 +15,12 @@ those are refused), which is what lets the printed derivative keep C's float ari
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cexpr import (
     BINARY_PRECEDENCE,
     FLOAT,
+    INT,
     TERNARY_PRECEDENCE,
     UNARY_PRECEDENCE,
     UNSIGNED,
@@ -201,6 +202,8 @@ class _Differentiator:
             return _Term(f"{node.array}[{self.source(node.index).text}]", floaty=False)
         if isinstance(node, Unary):
             inner = self.source(node.operand)
+            if node.op == "-" and isinstance(node.operand, Num) and node.operand.type == INT:
+                return replace(_neg(inner), value=-node.operand.value)  # -2 is the int -2 (-1u is not -1)
             if node.op == "-":
                 return _neg(inner)
             floaty = node.op == "+" and inner.floaty
@@ -253,7 +256,7 @@ class _Differentiator:
     def call(self, node: Call) -> _Term:
         family = node.func.removesuffix("f")  # fabsf -> fabs, exp2f -> exp2, fminf -> fmin
         f = "f" if node.func.endswith("f") else ""
-        if family in ("fmin", "fmax", "min", "max"):  # the evaluator's np.fmin / np.fmax take the first on a tie
+        if family in ("fmin", "fmax", "min", "max"):  # at a tie (a kink), the first argument's slope
             a, b = node.args
             picks_a = _binary("<=" if family.endswith("min") else ">=", self.source(a), self.source(b), False)
             return _pick(picks_a, self.d(a), self.d(b))
@@ -261,13 +264,9 @@ class _Differentiator:
             base, exponent = node.args
             if _depends(exponent, self.name):
                 raise _Underivable
-            k = self.source(exponent)
-            if k.value is not None:
-                power = _lit(k.value - 1.0)
-                outer = _ONE if power.value == 0 else self.source(base) if power.value == 1 else _call(
-                    node.func, self.source(base), power)
-            else:
-                outer = _call(node.func, self.source(base), _binary("-", k, _ONE))
+            k, u = self.source(exponent), self.source(base)
+            power = _binary("-", k, _ONE) if k.value is None else _lit(k.value - 1.0)  # powf(u, 1.0f) prints u
+            outer = u if power.value == 1 else _ONE if power.value == 0 else _call(node.func, u, power)
             return _mul(_mul(k, outer), self.d(base))
         if family == "fmod":  # x - trunc(x / y) * y: slope 1 in x between the jumps, for a y free of the variable
             if _depends(node.args[1], self.name):
@@ -307,10 +306,10 @@ def derivative(expr: CExpr, name: str = "score") -> str | None:
     free of ``name``, ``fmod`` with a divisor free of it; ``fmin fmax min max`` and ``c ? a : b`` are piecewise,
     the branch C takes: ``a <= b ? a' : b'`` for min (the first argument on a tie, as the evaluator picks), and
     ``c ? a' : b'`` (the condition is not differentiated: the derivative is one-sided at the switch, and a jump
-    there has none). ``fabsf(x)`` gives ``x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f)`` times ``x'``.
-    Constants, other variables and captured-array reads free of ``name`` are constants. The text drops
-    ``0 *``, ``* 1`` and ``+ 0`` (``score - slopes[h] * abs(q_idx - kv_idx)`` gives ``1.0f``) and may repeat a
-    subexpression (``tanhf(u) * tanhf(u)``).
+    there has none; where ``b`` is nan, fminf returns ``a`` but the comparison picks ``b'``). ``fabsf(x)`` gives
+    ``x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f)`` times ``x'``. Constants, other variables and captured-array
+    reads free of ``name`` are constants. The text drops ``0 *``, ``* 1`` and ``+ 0`` (``score - slopes[h] *
+    abs(q_idx - kv_idx)`` gives ``1.0f``) and may repeat a subexpression (``tanhf(u) * tanhf(u)``).
 
     None, where ``name`` occurs: in an array index (a gather has no derivative we can write); in ``pow``'s exponent
     or ``fmod``'s divisor (not implemented); under ``(int)``/``(unsigned)`` casts, ``floorf``/``ceilf``,

@@ -13,7 +13,6 @@ the flash backward), :mod:`.fast` (the tensor-core forward), :mod:`.fast_bwd` (i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,12 +20,10 @@ from .causal import CAUSAL_ALIGNMENTS, causal_offset, normalize_documents, norma
 from .dropout import Dropout
 from .kvcache import KvCache
 from .masks import BlockMask, ExplicitMask
+from .modspec import Mods
 from .sequences import Varlen
 from .tensors import CACHE_TENSORS, VARLEN_TENSORS
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
-
-if TYPE_CHECKING:
-    from .mods import Mods
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("standard", "fwd"): ("default",),

@@ -2,88 +2,38 @@
 expressions and compiled into the sm_90 tma forward and backward (kernels/common.cuh ``iok_mod_s``, wg_bwd.cuh
 ``wgb_mods``).
 
-An expression is one C expression over the ints ``b``, ``h`` (the batch and the query head), ``q_idx``, ``kv_idx``
-(the element's query and key), ``n_q``, ``n_k`` and, in ``score_mod`` and ``score_grad``, the float ``score`` (τ q·k,
-the logit before the mod); it may index up to :data:`MAX_CAPTURES` captured 1-d arrays by name (``doc[q_idx]``),
-int32, int64, uint8 or float32. ``mask_mod`` keeps an element where it is nonzero (FlexAttention's); ``score_mod``
-returns the new logit; ``score_grad`` is d score_mod / d score at the same score (1 when score_mod does not read
-``score``, where it may be left out). The kernels evaluate, for every element of a tile they compute that lies inside
-the problem: mask_mod (not in a block the block mask marks full, see :func:`mod_block_mask`), then where it keeps the
-element score_mod and, in the backward, score_grad. A captured element read is counted (tensor ``captures``, its
-itemsize each); the model takes those bytes from the same evaluation on the CPU (:func:`capture_bytes`,
-:mod:`iokernels.plan.cexpr`), when the plan was made with the captured arrays' values.
+An expression is one C expression over the ints ``b``, ``h`` (the batch and the query head), ``q_idx``, ``kv_idx`` (the
+element's query and key), ``n_q``, ``n_k`` and, in ``score_mod`` and ``score_grad``, the float ``score`` (τ q·k, the
+logit before the mod); it may index up to :data:`MAX_CAPTURES` captured 1-d arrays by name (``doc[q_idx]``), int32,
+int64, uint8 or float32. ``mask_mod`` keeps an element where it is nonzero (FlexAttention's); ``score_mod`` returns the
+new logit; ``score_grad`` is d score_mod / d score at the same score, derived from score_mod where left out
+(:func:`iokernels.plan.cderiv.derivative`; none needed where it is 1, as for a bias). The kernels evaluate, for every
+element of a tile they compute that lies inside the problem: mask_mod (not in a block the block mask marks full, see
+:func:`mod_block_mask`), then where it keeps the element score_mod and, in the backward, score_grad. A captured element
+read is counted (tensor ``captures``, its itemsize each); the model takes those bytes from the same evaluation on the
+CPU (:func:`capture_bytes`, :mod:`iokernels.plan.cexpr`), when the plan was made with the captured arrays' values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from .cexpr import CExpr, parse
+from .cderiv import derivative
 from .core import Plan, Unsupported
 from .fast_bwd import KERNEL_TMA
 from .masks import BlockMask
+from .modspec import VARIABLES, Mods
 from .units import cdiv
 
 MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
 MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
-VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
                   np.dtype(np.float32): "float"}
 ROW_CHUNK = 256  # query rows evaluated at once on the CPU
-
-
-@dataclass(frozen=True)
-class Mods:
-    """A variant's expressions (module docstring), its captured arrays' names and C types in slot order, and the
-    bytes of them a plan's kernel reads (None: their values were not given)."""
-
-    mask_mod: str | None = None
-    score_mod: str | None = None
-    score_grad: str | None = None
-    captures: tuple[tuple[str, str], ...] = ()
-    capture_bytes: int | None = None
-
-    def parsed(self) -> dict[str, CExpr]:
-        """The expressions given, parsed (ExprError, a ValueError, for a bad one)."""
-        arrays = [n for n, _ in self.captures]
-        out = {}
-        for what in ("mask_mod", "score_mod", "score_grad"):
-            text = getattr(self, what)
-            if text is not None:
-                out[what] = parse(text, VARIABLES + (() if what == "mask_mod" else ("score",)), arrays, what)
-        return out
-
-    def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
-        """The main stage's defines: each expression on one line, the captures' declarations."""
-        out = [(name.upper(), " ".join(getattr(self, name).split()))
-               for name in ("mask_mod", "score_mod") + (("score_grad",) if direction == "bwd" else ())
-               if getattr(self, name) is not None]
-        if self.captures:
-            out.append(("MOD_CAPS", " ".join(f"IOK_CAP({ctype}, {name}, {i})"
-                                             for i, (name, ctype) in enumerate(self.captures))))
-        return tuple(out)
-
-    def check_source(self) -> str:
-        """A small CUDA translation unit with each expression in a function of its own, after a ``#line 1
-        "<name>"`` directive: NVRTC's message for a bad one names it and its line (:func:`iokernels.library.mods`
-        compiles it before any kernel)."""
-        lines = ["template <typename E> struct IokCap { const E* p; "
-                 "__device__ E operator[](long long i) const { return p[i]; } };"]
-        params = ", ".join(["int b, int h, int q_idx, int kv_idx, int n_q, int n_k, float score",
-                            *(f"IokCap<{ctype}> {name}" for name, ctype in self.captures)])
-        for what in ("mask_mod", "score_mod", "score_grad"):
-            if getattr(self, what) is not None:
-                lines += [f"__device__ float iok_check_{what}({params})", "{", f'#line 1 "{what}"',
-                          f"return static_cast<float>({getattr(self, what)});", "}"]
-        return "\n".join(lines) + "\n"
-
-    def as_dict(self) -> dict:
-        return {"mask_mod": self.mask_mod, "score_mod": self.score_mod, "score_grad": self.score_grad,
-                "captures": [list(c) for c in self.captures], "capture_bytes": self.capture_bytes}
 
 
 def capture_buffer(name: str) -> str:
@@ -113,7 +63,7 @@ def check_mods(mask_mod: str | None = None, score_mod: str | None = None, score_
                captures: Mapping[str, object] | None = None) -> Mods | None:
     """The variant of these expressions (None: none given), each parsed (ExprError: the expression, the column and
     what is wrong); ``captures``: name -> a 1-d array (host or device; its dtype and name only are kept here).
-    score_grad is required where score_mod reads ``score``, and 1 (left out) where it does not."""
+    Without score_grad it is derived from score_mod (ValueError where it cannot be; left out where it is 1)."""
     for what, text in (("mask_mod", mask_mod), ("score_mod", score_mod), ("score_grad", score_grad)):
         if text is not None and (not isinstance(text, str) or not text.strip()):
             raise TypeError(f"{what} must be a C expression (a non-empty str) or None, got {text!r}")
@@ -137,9 +87,14 @@ def check_mods(mask_mod: str | None = None, score_mod: str | None = None, score_
         raise ValueError(f"at most {MAX_CAPTURES} captured arrays, got {len(caps)}")
     mods = Mods(mask_mod, score_mod, score_grad, tuple(caps))
     parsed = mods.parsed()
-    if score_mod is not None and score_grad is None and "score" in parsed["score_mod"].names:
-        raise ValueError("score_mod reads score: give its derivative d score_mod / d score as score_grad (a C "
-                         "expression over the same names)")
+    if score_mod is not None and score_grad is None:  # derived (iokernels.plan.cderiv); 1 needs no factor
+        grad = derivative(parsed["score_mod"])
+        if grad is None:
+            raise ValueError(f"score_mod {score_mod!r}: its derivative in score is not derived for this form (a "
+                             "comparison, an integer operation or an array indexed by score): give it as score_grad "
+                             "(a C expression over the same names)")
+        if grad != "1.0f":
+            mods = Mods(mask_mod, score_mod, grad, tuple(caps))
     return mods
 
 

@@ -114,7 +114,7 @@ def test_block_mask_bad_input():
     with pytest.raises(ValueError, match="expected \\(2, 3\\)"):
         BlockMask.from_array(np.ones((2, 2), bool), n_q=32, n_k=40, block_q=16, block_k=16)
     with pytest.raises(ValueError, match="must hold 4 bytes"):
-        BlockMask(32, 32, 16, 16, b"\x01\x00\x02\x01")
+        BlockMask(32, 32, 16, 16, b"\x01\x00\x03\x01")  # (2: a full block of a mask_mod, allowed)
 
 
 # ---------------------------------------------------------------------------------------------

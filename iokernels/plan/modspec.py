@@ -1,0 +1,60 @@
+"""The description of a programmable variant that plans carry (:class:`Mods`; what it means and how the kernels,
+the simulator and the model use it: :mod:`iokernels.plan.mods`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cexpr import CExpr, parse
+
+VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")  # the ints an expression reads (and score, a float)
+
+
+@dataclass(frozen=True)
+class Mods:
+    """A variant's expressions (module docstring), its captured arrays' names and C types in slot order, and the
+    bytes of them a plan's kernel reads (None: their values were not given)."""
+
+    mask_mod: str | None = None
+    score_mod: str | None = None
+    score_grad: str | None = None
+    captures: tuple[tuple[str, str], ...] = ()
+    capture_bytes: int | None = None
+
+    def parsed(self) -> dict[str, CExpr]:
+        """The expressions given, parsed (ExprError, a ValueError, for a bad one)."""
+        arrays = [n for n, _ in self.captures]
+        out = {}
+        for what in ("mask_mod", "score_mod", "score_grad"):
+            text = getattr(self, what)
+            if text is not None:
+                out[what] = parse(text, VARIABLES + (() if what == "mask_mod" else ("score",)), arrays, what)
+        return out
+
+    def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
+        """The main stage's defines: each expression on one line, the captures' declarations."""
+        out = [(name.upper(), " ".join(getattr(self, name).split()))
+               for name in ("mask_mod", "score_mod") + (("score_grad",) if direction == "bwd" else ())
+               if getattr(self, name) is not None]
+        if self.captures:
+            out.append(("MOD_CAPS", " ".join(f"IOK_CAP({ctype}, {name}, {i})"
+                                             for i, (name, ctype) in enumerate(self.captures))))
+        return tuple(out)
+
+    def check_source(self) -> str:
+        """A small CUDA translation unit with each expression in a function of its own, after a ``#line 1
+        "<name>"`` directive: NVRTC's message for a bad one names it and its line (:func:`iokernels.library.mods`
+        compiles it before any kernel)."""
+        lines = ["template <typename E> struct IokCap { const E* p; "
+                 "__device__ E operator[](long long i) const { return p[i]; } };"]
+        params = ", ".join(["int b, int h, int q_idx, int kv_idx, int n_q, int n_k, float score",
+                            *(f"IokCap<{ctype}> {name}" for name, ctype in self.captures)])
+        for what in ("mask_mod", "score_mod", "score_grad"):
+            if getattr(self, what) is not None:
+                lines += [f"__device__ float iok_check_{what}({params})", "{", f'#line 1 "{what}"',
+                          f"return static_cast<float>({getattr(self, what)});", "}"]
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict:
+        return {"mask_mod": self.mask_mod, "score_mod": self.score_mod, "score_grad": self.score_grad,
+                "captures": [list(c) for c in self.captures], "capture_bytes": self.capture_bytes}

@@ -1,0 +1,184 @@
+"""Programmable variants on the CPU (issue #22, iokernels.plan.mods): the checks of check_mods (bad expressions with
+their column, captures, the derivative), the plans with_mods makes and refuses, the simulator's bytes against
+model.exact (captured reads included) and its outputs against the float64 reference, the expressions against the
+built-in variants in the reference, mod_block_mask against a brute-force classification, and the expressions through
+NVRTC (check_source)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iokernels.model.hbm import exact
+from iokernels.plan import Unsupported, make_plan
+from iokernels.plan.cexpr import ExprError
+from iokernels.plan.mods import MAX_CAPTURES, check_mods, mod_block_mask
+from iokernels.simulate import make_inputs, reference, reference_outputs, simulate
+
+from ..kernels.nvrtc_variants import needs_nvrtc
+
+KB = 1024
+DOC = np.repeat(np.arange(3, dtype=np.int32), 100)[:289]
+SLOPES = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+
+
+def _plan(direction="fwd", n_q=289, n_k=289, d=64, captures=None, **kw):
+    return make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * KB, heads=4, kv_heads=2,
+                     direction=direction, capture_values=captures, **kw)
+
+
+def test_check_mods_refuses_bad_input():
+    assert check_mods() is None
+    with pytest.raises(TypeError, match="mask_mod must be a C expression"):
+        check_mods(mask_mod="  ")
+    with pytest.raises(ValueError, match="give score_mod too"):
+        check_mods(mask_mod="q_idx >= kv_idx", score_grad="1.0f")
+    with pytest.raises(ExprError, match="column 1: unknown name 'qidx'") as err:
+        check_mods(mask_mod="qidx >= kv_idx")
+    assert err.value.column == 1
+    with pytest.raises(ExprError, match=r"mask_mod: column 17: missing '\)' to close the '\(' at column 10"):
+        check_mods(mask_mod="q_idx >= (kv_idx")
+    with pytest.raises(ValueError, match="identifier other than"):
+        check_mods(mask_mod="q_idx >= kv_idx", captures={"q_idx": DOC})
+    with pytest.raises(TypeError, match="1-d array of int32"):
+        check_mods(mask_mod="doc[q_idx] > 0", captures={"doc": DOC.astype(np.float64)})
+    with pytest.raises(ValueError, match=f"at most {MAX_CAPTURES}"):
+        check_mods(mask_mod="t1[0] > 0", captures={f"t{i}": DOC for i in range(5)})
+    with pytest.raises(ValueError, match="not derived for this form"):
+        check_mods(score_mod="floorf(score)")
+
+
+def test_the_derivative_is_derived_and_left_out_where_it_is_one():
+    bias = check_mods(score_mod="score - slopes[h] * abs(q_idx - kv_idx)", captures={"slopes": SLOPES})
+    assert bias.score_grad is None and "SCORE_GRAD" not in dict(_plan("bwd", mods=bias, captures={"slopes": SLOPES})
+                                                                .stage("main").params)
+    cap = check_mods(score_mod="30.0f * tanhf(score / 30.0f)")
+    assert "tanhf" in cap.score_grad
+    assert check_mods(score_mod="bias[kv_idx]", captures={"bias": SLOPES}).score_grad == "0.0f"  # score dropped
+
+
+def test_with_mods_refusals():
+    mods = check_mods(mask_mod="kv_idx <= q_idx")
+    with pytest.raises(Unsupported, match="score_mod and mask_mod run on the sm_90 tma kernels"):
+        make_plan("flash", "q_outer", N_q=256, d=64, dtype="float16", sram=227 * KB, mods=mods)
+    with pytest.raises(Unsupported, match="d=160"):
+        _plan(d=160, mods=mods)
+    with pytest.raises(Unsupported, match="without a softcap"):
+        _plan(mods=mods, softcap=30.0)
+    plan = _plan(mods=mods)
+    assert plan.mods.capture_bytes == 0 and dict(plan.stage("main").params)["MASK_MOD"] == "kv_idx <= q_idx"
+    docs = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": DOC})
+    with pytest.raises(ValueError, match="captured arrays' values are not known"):
+        exact(_plan(mods=docs))
+
+
+VARIANTS = {
+    "docs_alibi": (dict(mask_mod="doc[q_idx] == doc[kv_idx]", score_mod="score - slopes[h] * abs(q_idx - kv_idx)"),
+                   {"doc": DOC, "slopes": SLOPES}, {"causal": "bottom_right"}),
+    "softcap": (dict(score_mod="30.0f * tanhf(score / 30.0f)"), {}, {}),
+    "band": (dict(mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 150"), {}, {}),
+    "band_blocks": (dict(mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 150"), {}, {"blocks": True}),
+    "prefix_rect": (dict(mask_mod="kv_idx < 20 || kv_idx <= q_idx + (n_k - n_q)",
+                         score_mod="score * 0.5f + bias[kv_idx]"), {"bias": np.linspace(-1, 1, 700, dtype=np.float32)},
+                    {"n_q": 113, "n_k": 700, "causal": "top_left"}),
+}
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_simulator_matches_model_and_reference(name, direction):
+    exprs, captures, extra = VARIANTS[name]
+    extra = dict(extra)
+    mods = check_mods(**exprs, captures=captures)
+    n_q, n_k = extra.pop("n_q", 289), extra.pop("n_k", 289)
+    if extra.pop("blocks", False):
+        extra["block_mask"] = mod_block_mask(mods, captures, n_q, n_k)
+    plan = _plan(direction, n_q, n_k, mods=mods, captures=captures, **extra)
+    inputs = make_inputs(plan, seed=3, captures=captures)
+    run = simulate(plan, inputs)
+    assert run.counts == exact(plan)
+    assert (run.counts["main"].get("captures", (0, 0))[0] > 0) == bool(captures)
+    want = reference_outputs(plan, inputs)
+    for n, w in want.items():
+        assert np.all(np.isfinite(run.outputs[n]))
+        assert np.max(np.abs(run.outputs[n] - w)) < 1e-12 * max(1, np.abs(w).max())
+
+
+def test_full_blocks_skip_the_mask():
+    """A block mask made from a mask_mod that reads a capture: its full blocks read none, its empty ones are skipped,
+    so the captured bytes fall; the partial blocks read two ints per element."""
+    mods = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": DOC})
+    plain = _plan(mods=mods, captures={"doc": DOC}, n_q=289, n_k=289)
+    blocks = mod_block_mask(mods, {"doc": DOC}, 289, 289)
+    sparse = _plan(mods=mods, captures={"doc": DOC}, block_mask=blocks)
+    assert plain.mods.capture_bytes == 2 * 4 * 289 * 289 * plain.bh
+    levels = sparse.block_grid()
+    rows = np.minimum(128, 289 - 128 * np.arange(levels.shape[0]))
+    area = (rows[:, None] * rows[None, :])[levels == 1].sum()
+    assert sparse.mods.capture_bytes == 2 * 4 * area * sparse.bh < plain.mods.capture_bytes
+    assert {"BLOCK_SPARSE", "MASK_MOD"} <= set(dict(sparse.stage("main").params))
+
+
+def test_mod_block_mask_classifies_blocks():
+    mods = check_mods(mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 300")
+    n = 1000
+    got = mod_block_mask(mods, {}, n, n, block=128).levels
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    keep = (j <= i) & (i - j < 300)
+    for r in range(got.shape[0]):
+        for c in range(got.shape[1]):
+            tile = keep[128 * r:128 * (r + 1), 128 * c:128 * (c + 1)]
+            assert got[r, c] == (2 if tile.all() else 1 if tile.any() else 0)
+    assert {0, 1, 2} == set(np.unique(got))
+
+
+BUILT_INS = [  # (expressions, captures, the built-in's make_plan arguments)
+    (dict(mask_mod="kv_idx <= q_idx + (n_k - n_q)"), {}, {"causal": "bottom_right"}),
+    (dict(score_mod="30.0f * tanhf(score / 30.0f)"), {}, {"softcap": 30.0}),
+    (dict(score_mod="score - slopes[h] * abs(kv_idx - q_idx - (n_k - n_q))"), {"slopes": SLOPES},
+     {"alibi": tuple(SLOPES.tolist())}),
+]
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("case", range(len(BUILT_INS)))
+def test_expressions_give_the_built_ins(case, direction):
+    exprs, captures, args = BUILT_INS[case]
+    mine = _plan(direction, 300, 260, mods=check_mods(**exprs, captures=captures), captures=captures)
+    inputs = make_inputs(mine, seed=5, captures=captures)
+    a, b = reference_outputs(mine, inputs), reference_outputs(_plan(direction, 300, 260, **args), inputs)
+    for n in a:
+        assert np.max(np.abs(a[n] - b[n])) < 1e-12 * max(1.0, np.abs(b[n]).max()), n
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_a_document_table_gives_the_documents_mask(direction):
+    doc = np.repeat(np.arange(4, dtype=np.int32), 75)
+    mine = _plan(direction, 300, 300, mods=check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": doc}),
+                 captures={"doc": doc})
+    inputs = make_inputs(mine, seed=6, captures={"doc": doc})
+    kv = np.arange(mine.bh) // 2
+    vis = doc[:, None] == doc[None, :]
+    q, k, v = inputs["Q"], inputs["K"][kv], inputs["V"][kv]
+    if direction == "fwd":
+        want = {"O": reference.forward(q, k, v, mask=vis)[0]}
+    else:
+        dq, dk, dv = reference.backward(q, k, v, inputs["dO"], mask=vis)
+        want = {"dQ": dq, "dK": dk.reshape(mine.bh_kv, 2, 300, 64).sum(axis=1),
+                "dV": dv.reshape(mine.bh_kv, 2, 300, 64).sum(axis=1)}
+    got = reference_outputs(mine, inputs)
+    for n in want:
+        assert np.max(np.abs(got[n] - want[n])) < 1e-12 * max(1.0, np.abs(want[n]).max()), n
+
+
+@needs_nvrtc
+def test_check_source_compiles_and_names_a_bad_expression():
+    from iokernels.kernels.nvrtc import KernelCompileError, compile_to_cubin
+
+    mods = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", score_mod="score * 2.0f - slopes[h]",
+                      captures={"doc": DOC, "slopes": SLOPES})
+    assert compile_to_cubin(mods.check_source(), arch="sm_90").cubin
+    bad = check_mods(mask_mod="kv_idx <= q_idx", score_mod="score % 2", score_grad="1.0f")  # parses; NVRTC refuses
+    with pytest.raises(KernelCompileError) as err:
+        compile_to_cubin(bad.check_source(), arch="sm_90")
+    assert "score_mod(1)" in err.value.log
