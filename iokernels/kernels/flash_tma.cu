@@ -208,13 +208,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     auto item_of = [&]([[maybe_unused]] int it) {
         Item w;
 #if defined(PERSISTENT) && defined(CAUSAL)
-        // the longest rows first, the rounds of gridDim.x items in a snake (every other round reversed, so the block
-        // that took a round's shortest item takes the next round's longest): 1.058-1.066 of the mean work on the
-        // busiest block in round robin at N 4096-16384, 1.002-1.007 so
-        {
-            const int round = it / gridDim.x, first = round * gridDim.x, in_round = min(gridDim.x, items - first);
-            if (round & 1) it = first + in_round - 1 - (it - first);
-        }
         w.row0 = (t_r - 1 - it / bh) * BR;
         w.z = it % bh;
 #elif defined(PERSISTENT)
