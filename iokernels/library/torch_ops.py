@@ -59,7 +59,8 @@ from .fastpath import fast_memory_error
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DEVICE_TYPES = ("cuda", "meta")  # meta: shapes only, through the fake implementations
 _CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "uint16", torch.bool: "bool",
-                torch.float64: "float64", torch.int32: "int32"}  # int32: the KV cache's lengths and page table
+                torch.float64: "float64", torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8"}
+# (int32: the KV cache's lengths and page table; int64, uint8: a programmable variant's captured arrays)
 FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, int dropout_seed, int dropout_offset, "
               "str causal, float? scale, str algorithm, str? schedule, int? sram, bool deterministic, "
               "int window_left=-1, int window_right=-1, float? softcap=None) -> (Tensor, Tensor, Tensor)")

@@ -192,3 +192,33 @@ def test_bad_expression_fails_before_a_launch():
     q = cp.zeros((1, 1, 64, 64), cp.float16)
     with pytest.raises(ValueError, match=r"score_mod\(1\)"):
         iokernels.attention_mods(q, q, q, score_mod="score % 2", score_grad="1.0f")
+
+
+def test_torch_autograd():
+    """iokernels.torch.attention_mods with autograd, bfloat16: a softcap score_mod (its derivative derived) with a
+    document mask read from a captured int32 tensor, grouped-query attention; against the float64 reference."""
+    torch = pytest.importorskip("torch")
+    from iokernels.torch import attention_mods
+
+    n, d = 700, 128
+    doc = _docs(n, 4)
+    rng = np.random.default_rng(_seed("torch"))
+    q, k, v, do = (rng.standard_normal(s).astype(np.float16).astype(np.float64)
+                   for s in ((1, 4, n, d), (1, 2, n, d), (1, 2, n, d), (1, 4, n, d)))
+    mods = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", score_mod="20.0f * tanhf(score / 20.0f)",
+                      captures={"doc": doc})
+    plan = make_plan("flash", "fast", N_q=n, d=d, dtype="bfloat16", sram=227 * KB, heads=4, kv_heads=2, mods=mods,
+                     direction="bwd")
+    host = {"Q": q.reshape(4, n, d), "K": k.reshape(2, n, d), "V": v.reshape(2, n, d), "dO": do.reshape(4, n, d),
+            capture_buffer("doc"): doc}
+    want = reference_outputs(plan, host)
+    o_w = reference.forward(host["Q"], host["K"][kv_rows(plan)], host["V"][kv_rows(plan)],
+                            mods=reference_mods(plan, host))[0]
+    qt, kt, vt = (torch.tensor(x, dtype=torch.bfloat16, device="cuda", requires_grad=True) for x in (q, k, v))
+    ot = attention_mods(qt, kt, vt, mask_mod=mods.mask_mod, score_mod=mods.score_mod,
+                        captures={"doc": torch.tensor(doc, device="cuda")})
+    ot.backward(torch.tensor(do, dtype=torch.bfloat16, device="cuda"))
+    assert np.max(np.abs(ot.double().detach().cpu().numpy().reshape(4, n, d) - o_w)) < 3e-2 * np.max(np.abs(o_w))
+    for g, name in ((qt.grad, "dQ"), (kt.grad, "dK"), (vt.grad, "dV")):
+        w = want[name]
+        assert np.max(np.abs(g.double().cpu().numpy().reshape(w.shape) - w)) < 4e-2 * np.max(np.abs(w)), name
