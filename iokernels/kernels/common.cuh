@@ -296,6 +296,16 @@ __device__ __forceinline__ void iok_st(IokCounters<Ts...>& c, X* p, typename iok
     *p = v;
 }
 
+// A load through the read-only data cache (ld.global.nc: data no kernel writes while this one runs), counted as iok_ld
+template <int T, typename X, int... Ts>
+__device__ __forceinline__ X iok_ld_ro(IokCounters<Ts...>& c, const X* p)
+{
+    constexpr int slot = iok_slot<T, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) c.r[slot] += sizeof(X);
+    return __ldg(p);
+}
+
 // Rule 4: a read-modify-write of b bytes counts b read and b written.
 template <int T, typename X, int... Ts>
 __device__ __forceinline__ X iok_atomic_add(IokCounters<Ts...>& c, X* p, typename iok_same<X>::type v)
@@ -422,9 +432,9 @@ __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsi
 // expressions, one line each, over the ints b, h (the batch and head of a query head), q_idx, kv_idx, n_q, n_k and
 // (not in MASK_MOD) the float score, τ s; SCORE_GRAD is d SCORE_MOD / d score at the same score. MOD_CAPS declares the
 // captured arrays, IOK_CAP(type, name, slot) each, read through counted accessors (tensor "captures"). A kernel compiled
-// with them takes the heads per batch and four capture addresses after ALiBi's slopes (IOK_MOD_PARAM). An element is
-// evaluated where its query and key are inside the problem: mask_mod first (in a tile the block mask marks full,
-// not at all), then score_mod and its gradient where the mask keeps it.
+// with them takes the heads per batch and four capture addresses after ALiBi's slopes (IOK_MOD_PARAM). Every element
+// of a computed tile is evaluated (a query or key past the problem's end with its last one's index): mask_mod first
+// (in a tile the block mask marks full, not at all), then score_mod and its gradient where the mask keeps it.
 #if defined(MASK_MOD) || defined(SCORE_MOD)
 #define IOK_MODS 1
 #define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
@@ -441,7 +451,7 @@ template <typename E, typename IO>
 struct IokCap {  // a captured array: name[i] is a counted load
     const E* p;
     IO& io;
-    __device__ __forceinline__ E operator[](long long i) const { return iok_ld<IOK_T_captures>(io, p + i); }
+    __device__ __forceinline__ E operator[](long long i) const { return iok_ld_ro<IOK_T_captures>(io, p + i); }
 };
 #define IOK_CAP(type, name, slot) [[maybe_unused]] const IokCap<type, IO> name{static_cast<const type*>(m.cap[slot]), io};
 #define IOK_MOD_VARS                                                                                         \

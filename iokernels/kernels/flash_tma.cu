@@ -506,12 +506,15 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef IOK_MODS
                 {
+                    // every element of the tile, no branch around it (so the compiler may share an expression's
+                    // loads among elements): a row or key past the problem's end takes its last one's index
                     const int r0 = row0 + wg * 64 + warp * 16 + g;  // the lane's first row (+ 8: its second)
+                    const int q_idx[2] = {min(r0, n_q - 1), min(r0 + 8, n_q - 1)};
                     const bool partial = IOK_TILE_PARTIAL(j);
 #pragma unroll
                     for (int i = 0; i < BC / 2; ++i) {
-                        const int q = r0 + 8 * ((i >> 1) & 1), k = key0 + (i >> 2) * 8 + 2 * t + (i & 1);
-                        if (q < n_q && k < keys) s[i] = iok_mod_s(io, mod, z, q, k, s[i], scale, partial);
+                        const int k = min(key0 + (i >> 2) * 8 + 2 * t + (i & 1), keys - 1);
+                        s[i] = iok_mod_s(io, mod, z, q_idx[(i >> 1) & 1], k, s[i], scale, partial);
                     }
                 }
 #endif

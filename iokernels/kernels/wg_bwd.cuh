@@ -71,8 +71,9 @@ __device__ __forceinline__ void wgb_alibi(float (&s)[NS], int key, int q0, float
 #endif
 #ifdef IOK_MODS
 // The mods (common.cuh iok_mod_s) on Sᵀ in units of s, for the thread's keys key and key + 8 and the accumulator's
-// queries q0 + 8 (i >> 2) + 2t + (i & 1) inside the problem: mask_mod first (where `partial`), setting bit i of
-// hidden where it hides the element (wgb_hide zeroes its P after wgb_probs, as a band does: a row that sees no key
+// queries q0 + 8 (i >> 2) + 2t + (i & 1), every element (a query or key past the problem's end takes its last one's
+// index; no branch around an element): mask_mod first (where `partial`), setting bit i of hidden where it hides the
+// element (wgb_hide zeroes its P after wgb_probs, as a band does: a row that sees no key
 // has lse −inf), then where it keeps it the derivative (SCORE_GRAD, at the score before score_mod; 0 elsewhere) into
 // grad as half2 pairs, as wgb_probs_softcap's, and score_mod's value into s.
 template <int NS, typename IO>
@@ -83,19 +84,19 @@ __device__ __forceinline__ void wgb_mods(IO& io, const IokMod& m, float (&s)[NS]
 #pragma unroll
     for (int w = 0; w < (NS + 31) / 32; ++w) hidden[w] = 0u;
     [[maybe_unused]] float gr[2];
+    const int keys[2] = {min(key, m.n_k - 1), min(key + 8, m.n_k - 1)};
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-        const int k = key + 8 * ((i >> 1) & 1), q = q0 + 8 * (i >> 2) + 2 * t + (i & 1);
-        const bool in = q < m.n_q && k < m.n_k;
+        const int k = keys[(i >> 1) & 1], q = min(q0 + 8 * (i >> 2) + 2 * t + (i & 1), m.n_q - 1);
 #ifdef MASK_MOD
-        const bool hide = in && partial && !iok_mask_mod(io, m, z, q, k);
+        const bool hide = partial && !iok_mask_mod(io, m, z, q, k);
 #else
         constexpr bool hide = false;
 #endif
 #ifdef SCORE_GRAD
         gr[i & 1] = 0.0f;
 #endif
-        if (in && !hide) {
+        if (!hide) {
 #ifdef SCORE_GRAD
             gr[i & 1] = iok_score_grad(io, m, z, q, k, s[i] * scale);
 #endif

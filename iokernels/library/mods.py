@@ -3,8 +3,10 @@ as CUDA C expressions (:mod:`iokernels.plan.mods`), forward and backward on cupy
 :func:`create_block_mask`, the block mask of a mask_mod whose empty blocks the kernels skip and whose full blocks
 they do not mask.
 
-Each call signature (shapes, expressions, captures' names and types, causal, block mask, scale) is planned once; the
-kernels of a new expression compile at its first call (NVRTC; a bad expression fails before, with the column).
+Each call signature (shapes, expressions, captures' names and types, causal, block mask, scale) is checked, planned
+and prepared once (the kernels of a new expression compile at its first call: NVRTC; a bad expression fails before,
+with its column or NVRTC's line); later calls launch on raw addresses (kernels.rawlaunch), as the library's fast path
+does. Inside :func:`iokernels.count_io` the counting build runs.
 """
 
 from __future__ import annotations
@@ -13,13 +15,62 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
 from ..plan import make_plan
 from ..plan.causal import normalize_causal
 from ..plan.masks import BlockMask
-from ..plan.mods import Mods, capture_buffer, check_mods, mod_block_mask
+from ..plan.mods import Mods, capture_buffer, capture_inputs, check_mods, mod_block_mask
 from ..simulate.reference import default_scale
+from .fastpath import cupy_empty
+
+
+def checked_mods(mask_mod: str | None, score_mod: str | None, score_grad: str | None,
+                 captures: Mapping[str, Any] | None) -> Mods:
+    """:func:`iokernels.plan.mods.check_mods` of these expressions and captures, once per (expressions, captures'
+    names, dtypes and shapes); ValueError without a mask_mod or a score_mod."""
+    for name, x in (captures or {}).items():
+        if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+            raise TypeError(f"capture {name!r} must be an array, got {type(x).__name__}")
+    signature = tuple((name, np.dtype(x.dtype).str, tuple(x.shape)) for name, x in (captures or {}).items())
+    mods = _checked(mask_mod, score_mod, score_grad, signature)
+    if mods is None:
+        raise ValueError("give a mask_mod or a score_mod")
+    return mods
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(mask_mod: Any, score_mod: Any, score_grad: Any, signature: tuple[Any, ...]) -> Mods | None:
+    # stand-ins of the captures' dtypes and shapes: check_mods reads nothing else of them
+    stand_ins = {name: np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
+                 for name, dtype, shape in signature}
+    return check_mods(mask_mod, score_mod, score_grad, stand_ins)
+
+
+@functools.lru_cache(maxsize=64)
+def _prepared(plan: Any, scale: float, names: tuple[str, ...], shapes: tuple[Any, ...], outputs: tuple[str, ...],
+              device: int) -> tuple[Any, dict[str, int]]:
+    """The plan's launches on raw addresses (its constants uploaded once) and where each output comes back."""
+    raw = launch.prepare_raw(plan, scale, names, dict(shapes), outputs)
+    start = len(raw.inputs)
+    return raw, {n: i for i, n in enumerate(raw.names[start:start + len(raw.allocations)])}
+
+
+def _run(plan: Any, scale: float, inputs: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The plan on ``inputs`` (device arrays by buffer name); its outputs in ``shapes``. The counting build inside
+    count_io (through launch.run_plan), else the prepared launches."""
+    capture_inputs(plan.mods, inputs)  # each captured array of its planned type, contiguous, 1-d
+    if launch.counting_active():
+        run = launch.run_plan(plan, inputs, scale=scale)
+        return {n: run.buffers[n].reshape(shape) for n, shape in shapes.items()}
+    cp = require_cupy()
+    raw, where = _prepared(plan, scale, tuple(inputs), tuple(sorted(shapes.items())), tuple(shapes),
+                           cp.cuda.Device().id)
+    arrays = raw.run(tuple(x.data.ptr for x in inputs.values()), cupy_empty(cp), launch.current_stream(), None,
+                     launch.DEBUG_POISON)
+    return {n: arrays[where[n]] for n in shapes}
 
 
 @functools.lru_cache(maxsize=64)
@@ -85,15 +136,13 @@ def attention_mods(q: Any, k: Any, v: Any, *, mask_mod: str | None = None, score
         doc = cupy.repeat(cupy.arange(4, dtype=cupy.int32), 256)
         o = attention_mods(q, k, v, mask_mod="doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx", captures={"doc": doc})
     """
-    mods = check_mods(mask_mod, score_mod, score_grad, captures)
-    if mods is None:
-        raise ValueError("attention_mods needs a mask_mod or a score_mod")
+    mods = checked_mods(mask_mod, score_mod, score_grad, captures)
     batch, heads, kv_heads, n_q, n_k, d = _check(q, k, v, bfloat16=bfloat16)
     plan = _plan("fwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
                  normalize_causal(causal), block_mask)
-    run = launch.run_plan(plan, _inputs(q, k, v, captures, mods), scale=default_scale(d) if scale is None else scale)
-    o = run.buffers["O"].reshape(batch, heads, n_q, d)
-    return (o, run.buffers["lse"].reshape(batch, heads, n_q)) if return_lse else o
+    out = _run(plan, default_scale(d) if scale is None else scale, _inputs(q, k, v, captures, mods),
+               {"O": (batch, heads, n_q, d), "lse": (batch, heads, n_q)})
+    return (out["O"], out["lse"]) if return_lse else out["O"]
 
 
 def attention_mods_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, mask_mod: str | None = None,
@@ -103,9 +152,7 @@ def attention_mods_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *
                             ) -> tuple[Any, Any, Any]:
     """dQ, dK, dV of :func:`attention_mods` (the same arguments, with its O and lse and the gradient dO of O) on the
     narrow tma backward: dS times ``score_grad`` (d score_mod / d score; required where score_mod reads score)."""
-    mods = check_mods(mask_mod, score_mod, score_grad, captures)
-    if mods is None:
-        raise ValueError("attention_mods_backward needs a mask_mod or a score_mod")
+    mods = checked_mods(mask_mod, score_mod, score_grad, captures)
     batch, heads, kv_heads, n_q, n_k, d = _check(q, k, v, (("o", o), ("do", do)), bfloat16)
     plan = _plan("bwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
                  normalize_causal(causal), block_mask)
@@ -114,9 +161,9 @@ def attention_mods_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *
     inputs.update(O=cp.ascontiguousarray(o).reshape(batch * heads, n_q, d),
                   dO=cp.ascontiguousarray(do).reshape(batch * heads, n_q, d),
                   lse=cp.ascontiguousarray(lse, dtype=cp.float32).reshape(batch * heads, n_q))
-    run = launch.run_plan(plan, inputs, scale=default_scale(d) if scale is None else scale)
-    return (run.buffers["dQ"].reshape(q.shape), run.buffers["dK"].reshape(k.shape),
-            run.buffers["dV"].reshape(v.shape))
+    out = _run(plan, default_scale(d) if scale is None else scale, inputs,
+               {"dQ": q.shape, "dK": k.shape, "dV": v.shape})
+    return out["dQ"], out["dK"], out["dV"]
 
 
 def create_block_mask(mask_mod: str, n_q: int, n_k: int, *, captures: Mapping[str, Any] | None = None,

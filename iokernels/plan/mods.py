@@ -8,10 +8,11 @@ logit before the mod); it may index up to :data:`MAX_CAPTURES` captured 1-d arra
 int64, uint8 or float32. ``mask_mod`` keeps an element where it is nonzero (FlexAttention's); ``score_mod`` returns the
 new logit; ``score_grad`` is d score_mod / d score at the same score, derived from score_mod where left out
 (:func:`iokernels.plan.cderiv.derivative`; none needed where it is 1, as for a bias). The kernels evaluate, for every
-element of a tile they compute that lies inside the problem: mask_mod (not in a block the block mask marks full, see
-:func:`mod_block_mask`), then where it keeps the element score_mod and, in the backward, score_grad. A captured element
-read is counted (tensor ``captures``, its itemsize each); the model takes those bytes from the same evaluation on the
-CPU (:func:`capture_bytes`, :mod:`iokernels.plan.cexpr`), when the plan was made with the captured arrays' values.
+element of a tile they compute (a query or key past the problem's end with the last one's index): mask_mod (not in a
+block the block mask marks full, see :func:`mod_block_mask`), then where it keeps the element score_mod and, in the
+backward, score_grad. A captured element read is counted (tensor ``captures``, its itemsize each); the model takes those
+bytes from the same evaluation on the CPU (:func:`capture_bytes`, :mod:`iokernels.plan.cexpr`), when the plan was made
+with the captured arrays' values.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' reg
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
                   np.dtype(np.float32): "float"}
-ROW_CHUNK = 256  # query rows evaluated at once on the CPU
 
 
 def capture_buffer(name: str) -> str:
@@ -170,23 +170,23 @@ def apply_mods(mods: Mods, arrays: Mapping[str, np.ndarray], heads: int, n_q: in
 
 def capture_bytes(plan: Plan, values: Mapping[str, object]) -> int:
     """The bytes of captured arrays the plan's kernel reads (module docstring): the expressions evaluated on the CPU
-    (:func:`apply_mods`) over every element inside the problem of the tiles it computes, with a seeded stand-in for
-    the scores: exact when which captured elements an expression reads does not depend on the score."""
+    (:func:`apply_mods`) over every element of the tiles it computes, B_r x B_c each (a query or key past the end
+    with the last one's index, as the kernels evaluate them), with a seeded stand-in for the scores: exact when which
+    captured elements an expression reads does not depend on the score."""
     mods = plan.mods
     arrays = host_captures(mods, values)
     per_head = any({"b", "h"} & e.names for e in mods.parsed().values())
     computed, partial = _levels(plan)
     br, bc = plan.tile["Br"], plan.tile["Bc"]
+    cols = np.minimum(np.arange(computed.shape[1] * bc), plan.N_k - 1)
     rng = np.random.default_rng(0)
     reads = 0
-    for r0 in range(0, plan.N_q, ROW_CHUNK):
-        rows = np.arange(r0, min(plan.N_q, r0 + ROW_CHUNK))
-        cols = np.arange(plan.N_k)
-        comp = computed[rows // br][:, cols // bc]
-        if not comp.any():
+    for i in range(computed.shape[0]):
+        if not computed[i].any():
             continue
-        part = partial[rows // br][:, cols // bc]
-        score = rng.standard_normal((1, len(rows), plan.N_k))
+        rows = np.minimum(np.arange(i * br, (i + 1) * br), plan.N_q - 1)
+        score = rng.standard_normal((1, br, len(cols)))
+        comp, part = (np.repeat(g[i], bc)[None, :] for g in (computed, partial))
         for z in range(plan.bh) if per_head else (0,):
             reads += apply_mods(mods, arrays, plan.heads, plan.N_q, plan.N_k, score, rows, cols, partial=part,
                                 grads=plan.direction == "bwd", active=comp, z0=z)[2]

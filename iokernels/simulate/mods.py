@@ -31,12 +31,20 @@ def reference_mods(plan: Plan, inputs: Mapping[str, object]) -> Mods | None:
 def tile_mods(hbm: Hbm, arrays: Mapping[str, np.ndarray], rs: slice, cs: slice, logits: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """The pair's logits (BH, rows, cols) through the plan's variant as its kernel applies it (mask_mod only where the
-    block mask does not mark the pair full), the captured elements read counted; (x, d score_mod / d score)."""
+    block mask does not mark the pair full), the captured elements read counted over the whole B_r x B_c tile (a
+    query or key past the end with the last one's index, its score 0: the zero-filled rows the kernels compute);
+    (x, d score_mod / d score) of the pair's elements."""
     p = hbm.plan
+    br, bc = p.tile["Br"], p.tile["Bc"]
     partial = True
     if p.block_mask is not None:
-        partial = bool(p.block_grid()[rs.start // p.tile["Br"], cs.start // p.tile["Bc"]] == 1)
-    x, grad, reads = apply_mods(p.mods, arrays, p.heads, p.N_q, p.N_k, logits, np.arange(rs.start, rs.stop),
-                                np.arange(cs.start, cs.stop), partial=partial, grads=p.direction == "bwd")
+        partial = bool(p.block_grid()[rs.start // br, cs.start // bc] == 1)
+    r, c = rs.stop - rs.start, cs.stop - cs.start
+    padded = np.zeros((logits.shape[0], br, bc))
+    padded[:, :r, :c] = logits
+    rows = np.minimum(np.arange(rs.start, rs.start + br), p.N_q - 1)
+    cols = np.minimum(np.arange(cs.start, cs.start + bc), p.N_k - 1)
+    x, grad, reads = apply_mods(p.mods, arrays, p.heads, p.N_q, p.N_k, padded, rows, cols, partial=partial,
+                                grads=p.direction == "bwd")
     hbm.read_bytes("captures", reads)
-    return x, grad
+    return x[:, :r, :c], grad[:, :r, :c]

@@ -106,16 +106,17 @@ def test_simulator_matches_model_and_reference(name, direction):
 
 def test_full_blocks_skip_the_mask():
     """A block mask made from a mask_mod that reads a capture: its full blocks read none, its empty ones are skipped,
-    so the captured bytes fall; the partial blocks read two ints per element."""
+    so the captured bytes fall; every element of a partial tile (B_r x B_c, past the end too) reads two ints."""
     mods = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": DOC})
     plain = _plan(mods=mods, captures={"doc": DOC}, n_q=289, n_k=289)
     blocks = mod_block_mask(mods, {"doc": DOC}, 289, 289)
     sparse = _plan(mods=mods, captures={"doc": DOC}, block_mask=blocks)
-    assert plain.mods.capture_bytes == 2 * 4 * 289 * 289 * plain.bh
-    levels = sparse.block_grid()
-    rows = np.minimum(128, 289 - 128 * np.arange(levels.shape[0]))
-    area = (rows[:, None] * rows[None, :])[levels == 1].sum()
-    assert sparse.mods.capture_bytes == 2 * 4 * area * sparse.bh < plain.mods.capture_bytes
+    tiles = -(-289 // 128)
+    assert plain.tile["Br"] == plain.tile["Bc"] == 128
+    assert plain.mods.capture_bytes == 2 * 4 * (128 * tiles) ** 2 * plain.bh
+    partial = int((sparse.block_grid() == 1).sum())
+    assert 0 < partial < tiles * tiles
+    assert sparse.mods.capture_bytes == 2 * 4 * 128 * 128 * partial * sparse.bh < plain.mods.capture_bytes
     assert {"BLOCK_SPARSE", "MASK_MOD"} <= set(dict(sparse.stage("main").params))
 
 

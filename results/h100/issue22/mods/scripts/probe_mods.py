@@ -3,7 +3,8 @@ the torch front ends (iokernels.torch.attention_mods, iokernels.torch.attention,
 CUDA events around 10 back-to-back calls after 3 untimed (forward; forward + backward through autograd), fp16.
 TFLOP/s on the visible elements: 4·d per element forward, 2.5× that backward (backward = fwd+bwd − fwd).
 Cases: 8 documents of 2048 in N 16384 (B 1, H 16; ours: a mask_mod reading a document table + the block mask
-create_block_mask makes of it), ALiBi and a softcap at N 4096 (B 4, H 16)."""
+create_block_mask makes of it), a causal sliding window of 1024 in N 16384 (the same way), ALiBi and a softcap at N 4096
+(B 4, H 16)."""
 import sys
 
 import numpy as np
@@ -42,7 +43,7 @@ def report(case, name, fn, flops):
         print(f"{case} {name:10s} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
 
 
-which = sys.argv[1:] or ["docs", "alibi", "softcap"]
+which = sys.argv[1:] or ["docs", "window", "alibi", "softcap"]
 for d in (64, 128):
     if "docs" in which:
         n, b, h, docs = 16384, 1, 16, 8
@@ -57,6 +58,17 @@ for d in (64, 128):
         report(f"docs8 d{d}", "built-in", lambda: iot.attention(q, k, v, documents=(n // docs,) * docs), flops)
         fbm = create_block_mask(lambda b_, h_, qi, ki: doc[qi] == doc[ki], None, None, n, n)
         report(f"docs8 d{d}", "flex", lambda: flex(q, k, v, block_mask=fbm), flops)
+    if d == 128 and "window" in which:  # a sliding window of 1024 keys to the left, causal
+        n, b, h, w = 16384, 1, 16, 1024
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+        dout = torch.randn(b, h, n, d, device="cuda", dtype=torch.float16)
+        flops = 4 * d * b * h * sum(min(i, w) + 1 for i in range(n))
+        expr = f"kv_idx <= q_idx && q_idx - kv_idx <= {w}"
+        bm = iokernels.create_block_mask(expr, n, n)
+        report(f"window d{d}", "mods", lambda: iot.attention_mods(q, k, v, mask_mod=expr, block_mask=bm), flops)
+        report(f"window d{d}", "built-in", lambda: iot.attention(q, k, v, window=(w, 0)), flops)
+        fbm = create_block_mask(lambda b_, h_, qi, ki: (ki <= qi) & (qi - ki <= w), None, None, n, n)
+        report(f"window d{d}", "flex", lambda: flex(q, k, v, block_mask=fbm), flops)
     if d == 128 and ("alibi" in which or "softcap" in which):
         n, b, h = 4096, 4, 16
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
