@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import numpy as np
 
 from ..model.specs import DEFAULT_GPU, GpuSpec, current_device_spec, resolve_spec
 from ..plan import DEFAULT_CAUSAL_ALIGNMENT, all_plans, normalize_causal, normalize_window
@@ -17,6 +18,7 @@ from ..plan.decode import DECODE_SMS, make_decode_plan
 from ..plan.dropout import Dropout
 from ..plan.masks import DEFAULT_BLOCK, MASK_KINDS, PATTERNS, ExplicitMask
 from ..plan.masks import pattern as block_pattern
+from ..plan.mods import check_mods
 from ..plan.units import check_dtype, format_bytes, parse_size
 from ..plan.variants import check_softcap, geometric_slopes
 from ..plan.varlen import make_documents_plan, make_varlen_plan
@@ -166,7 +168,8 @@ def sparse_spec(block_sparse, block_pattern, block_seed, block_size) -> dict | N
 
 def mask_dropout_options(fn: Callable) -> Callable:
     """--mask KIND [--mask-per-head] (an explicit mask of random values), --dropout P [--dropout-seed], --window
-    LEFT,RIGHT (a sliding window), --softcap C and --alibi."""
+    LEFT,RIGHT (a sliding window), --softcap C, --alibi, and a programmable variant (--mask-mod, --score-mod,
+    --score-grad, --doc-table)."""
     options = [
         click.option("--mask", "mask_kind", type=click.Choice(list(MASK_KINDS)), default=None,
                      help="an explicit element mask read from HBM, random values (about 70% visible): bool (1 byte "
@@ -186,6 +189,18 @@ def mask_dropout_options(fn: Callable) -> Callable:
         click.option("--alibi", "alibi", is_flag=True,
                      help="ALiBi with the heads' geometric slopes 2^(-8(h+1)/H) (a float per block and head read): "
                           "the flash/fast plans on the tma kernels only, d up to 128 (the others are left out)"),
+        click.option("--mask-mod", "mask_mod", default=None, metavar="EXPR",
+                     help="a programmable mask: a CUDA C expression over b, h, q_idx, kv_idx, n_q, n_k (and doc[] "
+                          "with --doc-table), nonzero where the key is seen (issue #22): flash/fast on the tma "
+                          "kernels only, d up to 128"),
+        click.option("--score-mod", "score_mod", default=None, metavar="EXPR",
+                     help="a programmable score: a CUDA C expression of score (the logit) and the same names, the "
+                          "new logit; its derivative is derived unless --score-grad gives it"),
+        click.option("--score-grad", "score_grad", default=None, metavar="EXPR",
+                     help="d score_mod / d score as a CUDA C expression over the same names"),
+        click.option("--doc-table", "doc_table", default=None, metavar="L1,L2,...",
+                     help="a captured int32 array doc[] the expressions may read: each position's document, for "
+                          "documents of these lengths (their sum: N_k)"),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -205,15 +220,27 @@ def parse_window(text: str | None) -> tuple[int | None, int | None] | None:
 
 
 def mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window=None, softcap=None,
-                      alibi=False) -> dict:
-    """plans_from_options' mask, dropout, window, softcap and alibi (a flag) arguments from the options."""
+                      alibi=False, mask_mod=None, score_mod=None, score_grad=None, doc_table=None) -> dict:
+    """plans_from_options' mask, dropout, window, softcap, alibi (a flag), mods and capture_values arguments from the
+    options."""
+    captures = None
+    if doc_table is not None:
+        try:
+            lengths = [int(x) for x in doc_table.split(",")]
+        except ValueError:
+            raise ValueError(f"--doc-table: expected comma-separated lengths, got {doc_table!r}") from None
+        if not lengths or min(lengths) < 1:
+            raise ValueError(f"--doc-table: lengths >= 1, got {doc_table!r}")
+        captures = {"doc": np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)}
+    mods = check_mods(mask_mod, score_mod, score_grad, captures)
     if mask_per_head and mask_kind is None:
         raise ValueError("--mask-per-head needs --mask bool|additive")
     if dropout_seed is not None and dropout_p is None:
         raise ValueError("--dropout-seed needs --dropout P")
     return {"mask": None if mask_kind is None else ExplicitMask(mask_kind, shared=not mask_per_head),
             "dropout": None if dropout_p is None else Dropout(dropout_p, dropout_seed or 0),
-            "window": parse_window(window), "softcap": check_softcap(softcap), "alibi": bool(alibi)}
+            "window": parse_window(window), "softcap": check_softcap(softcap), "alibi": bool(alibi), "mods": mods,
+            "capture_values": captures}
 
 
 DECODE_OPTION = click.option(
@@ -237,12 +264,16 @@ KV_HEADS_OPTION = click.option(
 
 def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal=False, causal_align=None,
                        sparse=None, kv_heads=None, mask=None, dropout=None, window=None, decode=False, varlen=None,
-                       documents=None, softcap=None, alibi=False):
+                       documents=None, softcap=None, alibi=False, mods=None, capture_values=None):
     """The plans ``model``/``compare``/``profile`` run, and the GPU spec, from the shared problem options (``alibi``:
     the heads' geometric slopes, every batch row alike)."""
     causal = causal_spec(causal, causal_align)
     if alibi and (documents is not None or varlen is not None or decode):
         raise ValueError("--alibi: the dense plans only (not --documents, --varlen or --decode)")
+    if mods is not None and (documents is not None or varlen is not None or decode):
+        raise ValueError("--mask-mod, --score-mod: the dense plans only (not --documents, --varlen or --decode)")
+    if capture_values is not None and (n_k or n) is not None and len(capture_values["doc"]) != (n_k or n):
+        raise ValueError(f"--doc-table: the lengths sum to {len(capture_values['doc'])}, not N_k = {n_k or n}")
     if documents is not None:  # document masking's plans alone
         if varlen is not None or n is not None or n_q is not None or n_k is not None:
             raise ValueError("--documents: N is the documents' sum (--N, --Nq, --Nk and --varlen do not apply)")
@@ -283,7 +314,8 @@ def plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward,
     plans = all_plans(N_q=n_q, N_k=n_k, d=d, dtype=check_dtype(dtype), sram=sram_bytes, batch=batch,
                       heads=heads, backward=backward, smem_limit=spec.smem_per_block_bytes or None,
                       causal=causal, block_mask=block_mask, kv_heads=kv_heads, mask=mask, dropout=dropout,
-                      window=window, softcap=softcap, alibi=geometric_slopes(heads) if alibi else None)
+                      window=window, softcap=softcap, alibi=geometric_slopes(heads) if alibi else None, mods=mods,
+                      capture_values=capture_values)
     if decode:  # the split-KV decode plan beside the others (forward; no mask)
         if causal or block_mask is not None or mask is not None or dropout is not None or window is not None \
                 or softcap is not None:

@@ -46,12 +46,13 @@ from .options import (
 @user_errors
 def model_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
               block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-              softcap, alibi, kv_heads, decode, varlen, documents, detail, latex) -> None:
+              softcap, alibi, mask_mod, score_mod, score_grad, doc_table, kv_heads, decode, varlen, documents, detail,
+              latex) -> None:
     """Predicted HBM bytes, FLOPs, footprint and roofline time, with the formulas."""
     plans, spec = plans_from_options(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align,
                          sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
                          **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window, softcap,
-                                             alibi),
+                                             alibi, mask_mod, score_mod, score_grad, doc_table),
                          decode=decode, varlen=varlen, documents=documents)
     doc = build(plans, spec, "model", note="exact model of the plans' tiling; nothing was run")
     doc["formulas"] = {p.label: dict(model.formulas(p.algorithm, p.schedule, p.direction, latex=True,
@@ -123,7 +124,8 @@ def specs_cmd(as_json: bool) -> None:
 @user_errors
 def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal, causal_align, as_json, block_sparse,
                 block_pattern, block_seed, block_size, mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-                softcap, alibi, kv_heads, decode, varlen, documents, detail, simulate, seed, repeats) -> None:
+                softcap, alibi, mask_mod, score_mod, score_grad, doc_table, kv_heads, decode, varlen, documents, detail,
+                simulate, seed, repeats) -> None:
     """Run every algorithm and schedule; measured bytes beside the model's, per pass and tensor, and each
     plan's roofline. Without --batch and --heads: heads 16 and a batch that fills the GPU (see the header)."""
     from ..analysis import roofline
@@ -135,7 +137,7 @@ def compare_cmd(n, n_q, n_k, d, sram, dtype, batch, heads, gpu, backward, causal
         return plans_from_options(n, n_q, n_k, d, sram, dtype, b, h, gpu, backward, causal, causal_align,
                                   sparse_spec(block_sparse, block_pattern, block_seed, block_size), kv_heads,
                                   **mask_dropout_spec(mask_kind, mask_per_head, dropout_p, dropout_seed, window,
-                                                      softcap, alibi),
+                                                      softcap, alibi, mask_mod, score_mod, score_grad, doc_table),
                                   decode=decode, varlen=varlen, documents=documents)[0]
 
     if varlen is not None:  # the batch is the sequences given

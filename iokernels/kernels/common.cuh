@@ -296,16 +296,6 @@ __device__ __forceinline__ void iok_st(IokCounters<Ts...>& c, X* p, typename iok
     *p = v;
 }
 
-// A load through the read-only data cache (ld.global.nc: data no kernel writes while this one runs), counted as iok_ld
-template <int T, typename X, int... Ts>
-__device__ __forceinline__ X iok_ld_ro(IokCounters<Ts...>& c, const X* p)
-{
-    constexpr int slot = iok_slot<T, Ts...>();
-    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
-    if constexpr (IokCounters<Ts...>::counting) c.r[slot] += sizeof(X);
-    return __ldg(p);
-}
-
 // Rule 4: a read-modify-write of b bytes counts b read and b written.
 template <int T, typename X, int... Ts>
 __device__ __forceinline__ X iok_atomic_add(IokCounters<Ts...>& c, X* p, typename iok_same<X>::type v)
@@ -451,7 +441,8 @@ template <typename E, typename IO>
 struct IokCap {  // a captured array: name[i] is a counted load
     const E* p;
     IO& io;
-    __device__ __forceinline__ E operator[](long long i) const { return iok_ld_ro<IOK_T_captures>(io, p + i); }
+    // (a plain load, which the compiler may share among the elements of a tile)
+    __device__ __forceinline__ E operator[](long long i) const { return iok_ld<IOK_T_captures>(io, p + i); }
 };
 #define IOK_CAP(type, name, slot) [[maybe_unused]] const IokCap<type, IO> name{static_cast<const type*>(m.cap[slot]), io};
 #define IOK_MOD_VARS                                                                                         \
@@ -481,17 +472,18 @@ __device__ __forceinline__ float iok_score_grad(IO& io, const IokMod& m, int z, 
     return static_cast<float>(SCORE_GRAD);
 }
 #endif
-// s (an element of S in units of s, τ its scale) through the mods, −inf where mask_mod hides it (`partial`: its tile
-// is not one the block mask marks full)
+// s (an element of S in units of s, τ its scale, inv 1 / τ) through the mods, −inf where mask_mod hides it (`partial`:
+// its tile is not one the block mask marks full)
 template <typename IO>
-__device__ __forceinline__ float iok_mod_s(IO& io, const IokMod& m, int z, int q_idx, int kv_idx, float s, float scale,
+__device__ __forceinline__ float iok_mod_s(IO& io, const IokMod& m, int z, int q_idx, int kv_idx, float s,
+                                           [[maybe_unused]] float scale, [[maybe_unused]] float inv,
                                            [[maybe_unused]] bool partial)
 {
 #ifdef MASK_MOD
     if (partial && !iok_mask_mod(io, m, z, q_idx, kv_idx)) return __int_as_float(static_cast<int>(0xff800000u));
 #endif
 #ifdef SCORE_MOD
-    s = iok_score_mod(io, m, z, q_idx, kv_idx, s * scale) / scale;
+    s = iok_score_mod(io, m, z, q_idx, kv_idx, s * scale) * inv;  // (an IEEE division: a dozen instructions)
 #endif
     return s;
 }

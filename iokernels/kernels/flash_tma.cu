@@ -511,10 +511,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     const int r0 = row0 + wg * 64 + warp * 16 + g;  // the lane's first row (+ 8: its second)
                     const int q_idx[2] = {min(r0, n_q - 1), min(r0 + 8, n_q - 1)};
                     const bool partial = IOK_TILE_PARTIAL(j);
+                    const float inv = 1.0f / scale;
 #pragma unroll
                     for (int i = 0; i < BC / 2; ++i) {
                         const int k = min(key0 + (i >> 2) * 8 + 2 * t + (i & 1), keys - 1);
-                        s[i] = iok_mod_s(io, mod, z, q_idx[(i >> 1) & 1], k, s[i], scale, partial);
+                        s[i] = iok_mod_s(io, mod, z, q_idx[(i >> 1) & 1], k, s[i], scale, inv, partial);
                     }
                 }
 #endif

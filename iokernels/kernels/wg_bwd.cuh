@@ -85,6 +85,7 @@ __device__ __forceinline__ void wgb_mods(IO& io, const IokMod& m, float (&s)[NS]
     for (int w = 0; w < (NS + 31) / 32; ++w) hidden[w] = 0u;
     [[maybe_unused]] float gr[2];
     const int keys[2] = {min(key, m.n_k - 1), min(key + 8, m.n_k - 1)};
+    [[maybe_unused]] const float inv = 1.0f / scale;
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
         const int k = keys[(i >> 1) & 1], q = min(q0 + 8 * (i >> 2) + 2 * t + (i & 1), m.n_q - 1);
@@ -101,7 +102,7 @@ __device__ __forceinline__ void wgb_mods(IO& io, const IokMod& m, float (&s)[NS]
             gr[i & 1] = iok_score_grad(io, m, z, q, k, s[i] * scale);
 #endif
 #ifdef SCORE_MOD
-            s[i] = iok_score_mod(io, m, z, q, k, s[i] * scale) / scale;
+            s[i] = iok_score_mod(io, m, z, q, k, s[i] * scale) * inv;
 #endif
         }
         if (hide) hidden[i / 32] |= 1u << (i % 32);

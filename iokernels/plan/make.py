@@ -240,14 +240,16 @@ def all_plans(
     window: tuple[int | None, int | None] | None = None,
     softcap: float | None = None,
     alibi: object = None,
+    mods: Mods | None = None,
+    capture_values: Mapping[str, object] | None = None,
 ) -> list[Plan]:
     """Every algorithm and schedule (forward, plus backward when asked), in display order; with
     ``causal``, those that implement the causal mask (flash/fast/bwd: its wgmma kernel only); with
     ``block_mask``, those that implement block-sparse attention; with ``kv_heads`` < ``heads``
     (grouped-query attention), flash/fast only; with an explicit ``mask`` or ``dropout``, those that
     implement it; with a sliding ``window``, every tiled plan (the research kernels' only in the model and the
-    simulator: :func:`iokernels.plan.check_runnable` says which plans a GPU runs); with a ``softcap`` or ``alibi``
-    slopes, flash/fast's (the tma kernels)."""
+    simulator: :func:`iokernels.plan.check_runnable` says which plans a GPU runs); with a ``softcap``, ``alibi``
+    slopes or ``mods``, flash/fast's (the tma kernels)."""
     directions = ("fwd", "bwd") if backward else ("fwd",)
     plans, too_small = [], []
     for algorithm in ALGORITHMS:
@@ -258,7 +260,8 @@ def all_plans(
                                            sram=sram, batch=batch, heads=heads, direction=direction,
                                            smem_limit=smem_limit, causal=causal, block_mask=block_mask,
                                            kv_heads=kv_heads, mask=mask, dropout=dropout, window=window,
-                                           softcap=softcap, alibi=alibi))
+                                           softcap=softcap, alibi=alibi, mods=mods,
+                                           capture_values=capture_values))
                 except SramTooSmall as exc:
                     too_small.append((exc.min_bytes, f"{algorithm}/{schedule}/{direction}"))
                 except Unsupported:

@@ -102,7 +102,8 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
     """``plan`` with the variant (None: unchanged): the defines on the main stage of the sm_90 tma forward or narrow
     backward (d up to :data:`MOD_D_MAX`, a block per work item, no softcap, ALiBi, dropout, explicit mask or window);
     any other plan raises Unsupported. ``values``: the captured arrays on the host, by name, for the model's bytes
-    (:func:`capture_bytes`); without them a plan with captures has no exact bytes."""
+    (:func:`capture_bytes`) and kept in the plan (``Mods.values``: the simulator's and compare's inputs); without
+    them a plan with captures has no exact bytes."""
     if mods is None:
         return plan
     main = next((s for s in plan.stages if s.name == "main"), None)
@@ -115,12 +116,14 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
                           f"{plan.label} at d={plan.d}" + (f" ({kernel})" if kernel else ""))
     stages = tuple(replace(s, params=(*s.params, *mods.defines(plan.direction))) if s.name == "main" else s
                    for s in plan.stages)
-    plan = replace(plan, mods=replace(mods, capture_bytes=None), stages=stages)
+    plan = replace(plan, mods=replace(mods, capture_bytes=None, values=()), stages=stages)
     if not mods.captures:
         return replace(plan, mods=replace(plan.mods, capture_bytes=0))
     if values is None:
         return plan
-    return replace(plan, mods=replace(plan.mods, capture_bytes=capture_bytes(plan, values)))
+    arrays = host_captures(mods, values)
+    kept = tuple((name, arrays[name].dtype.str, arrays[name].tobytes()) for name, _ in mods.captures)
+    return replace(plan, mods=replace(plan.mods, capture_bytes=capture_bytes(plan, arrays), values=kept))
 
 
 def _levels(plan: Plan) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .cexpr import CExpr, parse
 
 VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")  # the ints an expression reads (and score, a float)
@@ -20,6 +22,13 @@ class Mods:
     score_grad: str | None = None
     captures: tuple[tuple[str, str], ...] = ()
     capture_bytes: int | None = None
+    # the captured arrays' values on the host, (name, dtype, bytes), where the plan was made with them: the
+    # simulator's and compare's inputs (the library's plans carry none: its arrays come with each call)
+    values: tuple[tuple[str, str, bytes], ...] = ()
+
+    def host_values(self) -> dict[str, np.ndarray]:
+        """The captured arrays the plan was made with (:attr:`values`), by name."""
+        return {name: np.frombuffer(raw, dtype=np.dtype(dtype)) for name, dtype, raw in self.values}
 
     def parsed(self) -> dict[str, CExpr]:
         """The expressions given, parsed (ExprError, a ValueError, for a bad one)."""

@@ -21,7 +21,8 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
                 rounded: bool = False, captures: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Random float64 inputs of shape (batch*heads, N, d); for a backward plan also O, lse, P and dO
     (O, lse and P from the reference on the same Q, K, V; a programmable variant's plan: O, lse and dO).
-    ``captures``: a programmable variant's captured arrays by name (iokernels.plan.mods), added as inputs.
+    ``captures``: a programmable variant's captured arrays by name (iokernels.plan.mods), added as inputs (default:
+    those the plan was made with).
 
     ``magnitude`` multiplies Q and K (logits scale with its square). ``rounded``: every value stored
     in the plan's dtype is rounded to it, so that a GPU run gets exactly these values (lse stays
@@ -43,6 +44,8 @@ def make_inputs(plan: Plan, seed: int = 0, scale: float | None = None, *, magnit
         inputs.update(cache_inputs(plan, k, v, rng))
     if plan.mask is not None:  # an explicit mask (iokernels.plan.masks.ExplicitMask): data, like Q, K, V
         inputs["mask"] = random_mask(plan, rng)
+    if captures is None and plan.mods is not None:  # the arrays the plan was made with, if any
+        captures = plan.mods.host_values()
     inputs.update({capture_buffer(name): np.asarray(x) for name, x in (captures or {}).items()})
     if plan.direction == "bwd":
         scale = reference.default_scale(plan.d) if scale is None else scale

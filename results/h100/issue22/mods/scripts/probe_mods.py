@@ -85,6 +85,8 @@ for d in (64, 128):
         if "softcap" in which:
             expr = "30.0f * tanhf(score / 30.0f)"
             report(f"softcap d{d}", "mods", lambda: iot.attention_mods(q, k, v, score_mod=expr), flops)
+            expr_mul = "30.0f * tanhf(score * (1.0f / 30.0f))"  # (no IEEE division per element)
+            report(f"softcap d{d}", "mods-mul", lambda: iot.attention_mods(q, k, v, score_mod=expr_mul), flops)
             report(f"softcap d{d}", "built-in", lambda: iot.attention(q, k, v, softcap=30.0), flops)
             report(f"softcap d{d}", "flex", lambda: flex(q, k, v, score_mod=lambda s, b_, h_, qi, ki:
                                                           30.0 * torch.tanh(s / 30.0)), flops)
