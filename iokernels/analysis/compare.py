@@ -47,10 +47,12 @@ def simulator_memory_bytes(plan: Plan) -> int:
 def one_batch_head(plan: Plan) -> Plan | None:
     """``plan`` for batch = heads = 1 (grids' batch*heads extent 1), when every batch-head of ``plan`` moves
     the same bytes, so that its counts times batch*heads are ``plan``'s exactly; None where they do not
-    (grouped-query attention: K and V are read per K/V head; a variable-length batch's sequences differ) or there is
-    one batch-head already."""
+    (grouped-query attention: K and V are read per K/V head; a variable-length batch's sequences differ; a
+    programmable variant's expressions read b or h) or there is one batch-head already."""
     if plan.bh == 1 or plan.kv_heads != plan.heads or plan.varlen is not None:
         return None
+    if plan.mods is not None and any({"b", "h"} & e.names for e in plan.mods.parsed().values()):
+        return None  # (a variant's expressions that read the batch or head: the heads' reads may differ)
     stages = tuple(dataclasses.replace(s, grid=(s.grid[0], s.grid[1], 1)) if s.grid[2] == plan.bh else s
                    for s in plan.stages)
     # (ALiBi: the first batch-head's slope; the bytes do not depend on the slopes' values)
@@ -96,6 +98,7 @@ def gpu_inputs(plan: Plan, seed: int = 0) -> tuple[dict, dict, Plan]:
     N x N float64 arrays (a backward plan's inputs O, lse and P come from the host reference)."""
     from ..kernels import launch
     from ..kernels.runtime import require_cupy
+    from ..plan.mods import capture_buffer
 
     one = one_batch_head(plan)
     if one is None:
@@ -104,7 +107,7 @@ def gpu_inputs(plan: Plan, seed: int = 0) -> tuple[dict, dict, Plan]:
     cp = require_cupy()
     inputs = {}
     for name, x in small.items():
-        shared = name == "mask" and plan.mask is not None and plan.mask.shared
+        shared = (name == "mask" and plan.mask is not None and plan.mask.shared) or name.startswith(capture_buffer(""))
         inputs[name] = x if shared else cp.ascontiguousarray(cp.broadcast_to(x, (plan.bh, *x.shape[1:])))
     return inputs, host, one
 

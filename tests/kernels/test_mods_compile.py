@@ -1,12 +1,12 @@
 """NVRTC compile of the programmable variants' kernel variants (counting and plain builds), on the CPU.
 
 The kernels of :data:`iokernels.plan.mods.MOD_KERNELS` (the tma forward and the narrow tma backward) with a user's
-expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_CAPS``): a document mask with causal
-read from a captured int32 array and ALiBi as a score_mod reading captured float slopes (the forward at d 128, the
-backward at d 64 grouped-query), a softcap as a score_mod with its derivative (the backward at d 128, the forward at
-d 64 with a window-like mask), and the mask of a block mask made from a mask_mod (full blocks skip it: both at d
-64). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills a user's expression
-may cause are allowed there and reported).
+expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_CAPS``), four cases covering each define
+in each kernel: a document mask read from a captured int32 array with ALiBi as a score_mod reading captured float
+slopes (the forward at d 128); a softcap as a score_mod with its derivative and a band as the mask (the backward at d
+128); a document mask with the block mask made from it (full blocks skip it; both kernels at d 64, the backward
+grouped-query). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills a user's
+expression may cause in the counting build are allowed there).
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ DOCS_ALIBI = check_mods(mask_mod="doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx",
 SOFTCAP = check_mods(score_mod="30.0f * tanhf(score / 30.0f)",
                      score_grad="1.0f - tanhf(score / 30.0f) * tanhf(score / 30.0f)",
                      mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 256")
-BAND = check_mods(mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 300")
+DOCS = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": DOC})
 
 
 def mods_plans() -> list:
-    blocks = mod_block_mask(BAND, {}, 1000, 1000)
-    cases = (("fwd", 128, DOCS_ALIBI, None, 4), ("bwd", 64, DOCS_ALIBI, None, 2), ("bwd", 128, SOFTCAP, None, 4),
-             ("fwd", 64, SOFTCAP, None, 4), ("fwd", 64, BAND, blocks, 4), ("bwd", 64, BAND, blocks, 2))
+    blocks = mod_block_mask(DOCS, {"doc": DOC}, 1000, 1000)
+    cases = (("fwd", 128, DOCS_ALIBI, None, 4), ("bwd", 128, SOFTCAP, None, 4), ("fwd", 64, DOCS, blocks, 4),
+             ("bwd", 64, DOCS, blocks, 2))
     return [make_plan("flash", "fast", N_q=1000, d=d, dtype="float16", sram=227 * KB, heads=4, kv_heads=kv,
                       direction=direction, mods=mods, block_mask=block_mask)
             for direction, d, mods, block_mask, kv in cases]
@@ -55,6 +55,7 @@ def test_every_mod_kernel_has_a_variant():
     assert {p.stage("main").kernel for p in mods_plans()} == set(MOD_KERNELS)
     variants = mods_variants()
     assert set(variants) == {"flash_tma.cu", "flash_tma_bwd.cu"}
-    assert sum(len(vs) for vs in variants.values()) == 6
-    assert all("BLOCK_SPARSE" in v.defines for vs in variants.values() for v in vs if v.defines.get("MASK_MOD")
-               == BAND.mask_mod)
+    assert sum(len(vs) for vs in variants.values()) == 4
+    for defines in (v.defines for vs in variants.values() for v in vs):
+        assert ("BLOCK_SPARSE" in defines) == (defines.get("MASK_MOD") == DOCS.mask_mod)
+    assert {"SCORE_GRAD", "MOD_CAPS"} <= {k for v in variants["flash_tma_bwd.cu"] for k in v.defines}
