@@ -24,6 +24,9 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels.attention_with_kvcache", "library/kvcache.py", "attention_with_kvcache"),
     ("iokernels.attention_varlen", "library/varlen.py", "attention_varlen"),
     ("iokernels.attention_varlen_backward", "library/varlen.py", "attention_varlen_backward"),
+    ("iokernels.attention_mods", "library/mods.py", "attention_mods"),
+    ("iokernels.attention_mods_backward", "library/mods.py", "attention_mods_backward"),
+    ("iokernels.create_block_mask", "library/mods.py", "create_block_mask"),
     ("iokernels.memory_needed", "library/api.py", "memory_needed"),
     ("iokernels.DeviceMemoryError", "library/memory.py", "DeviceMemoryError"),
     ("iokernels.clear_graphs", "library/execute.py", "clear_graphs"),
@@ -35,6 +38,7 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("iokernels.torch.attention", "library/torch.py", "attention"),
     ("iokernels.torch.attention_with_kvcache", "library/torch.py", "attention_with_kvcache"),
     ("iokernels.torch.attention_varlen", "library/torch.py", "attention_varlen"),
+    ("iokernels.torch.attention_mods", "library/torch_mods.py", "attention_mods"),
     ("iokernels warmup", "library/warmup.py", ""),
     ("iokernels info", "analysis/info.py", ""),
 )

@@ -151,7 +151,7 @@ def attention_mods_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *
                             block_mask: BlockMask | None = None, scale: float | None = None, bfloat16: bool = False
                             ) -> tuple[Any, Any, Any]:
     """dQ, dK, dV of :func:`attention_mods` (the same arguments, with its O and lse and the gradient dO of O) on the
-    narrow tma backward: dS times ``score_grad`` (d score_mod / d score; required where score_mod reads score)."""
+    narrow tma backward: dS times ``score_grad`` (d score_mod / d score; derived from score_mod where not given)."""
     mods = checked_mods(mask_mod, score_mod, score_grad, captures)
     batch, heads, kv_heads, n_q, n_k, d = _check(q, k, v, (("o", o), ("do", do)), bfloat16)
     plan = _plan("bwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
