@@ -185,9 +185,21 @@ def _plan_variants(source: str) -> list[CompileVariant]:
     return [CompileVariant(dict(defines), tuple(sorted(names))) for defines, names in modules.items()]
 
 
+def _mod_blocks_variants() -> list[CompileVariant]:
+    """mod_blocks.cu (the GPU's block mask of a mask_mod): one expression reading a captured table."""
+    import numpy as np
+
+    from ..plan.mods import check_mods, mod_blocks_defines
+
+    mods = check_mods(mask_mod="doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx",
+                      captures={"doc": np.zeros(1, np.int32)})
+    return [CompileVariant(mod_blocks_defines(mods, 128), ("mod_blocks",))]
+
+
 # Source name -> its compile variants. A callable, so entries built from plans import them lazily.
 COMPILE_VARIANTS: dict[str, Callable[[], list[CompileVariant]]] = {
     "selftest.cu": _selftest_variants,
+    "mod_blocks.cu": _mod_blocks_variants,
     **{source: (lambda source=source: _plan_variants(source))
        for source in ("gemm.cu", "rowwise.cu", "flash_fwd.cu", "two_pass.cu", "flash_bwd.cu", "flash_tc.cu",
                       "flash_wgmma.cu", "flash_tma.cu", "flash_tc_bwd.cu", "flash_wgmma_bwd.cu",

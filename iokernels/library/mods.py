@@ -19,10 +19,20 @@ import numpy as np
 
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
+from ..kernels.sources import build_source
 from ..plan import make_plan
 from ..plan.causal import normalize_causal
 from ..plan.masks import BlockMask
-from ..plan.mods import Mods, capture_buffer, capture_inputs, check_mods, mod_block_mask
+from ..plan.mods import (
+    MAX_CAPTURES,
+    MOD_BLOCK_THREADS,
+    Mods,
+    capture_buffer,
+    capture_inputs,
+    check_mods,
+    mod_block_mask,
+    mod_blocks_defines,
+)
 from ..simulate.reference import default_scale
 from .fastpath import cupy_empty
 
@@ -167,11 +177,50 @@ def attention_mods_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *
 
 
 def create_block_mask(mask_mod: str, n_q: int, n_k: int, *, captures: Mapping[str, Any] | None = None,
-                      block: int = 128) -> BlockMask:
+                      block: int = 128, on_gpu: bool | None = None) -> BlockMask:
     """The block mask of ``mask_mod`` (FlexAttention's ``create_block_mask``) in ``block`` x ``block`` blocks: 0 where
-    it hides a whole block (skipped), 2 where it keeps a whole one (not masked), 1 otherwise; from the expression
-    evaluated for batch 0 and head 0 (on the CPU), so one that reads b or h is refused."""
-    mods = check_mods(mask_mod=mask_mod, captures=captures)
+    it hides a whole block (skipped), 2 where it keeps a whole one (not masked), 1 otherwise; the expression evaluated
+    for batch 0 and head 0 on every element, so one that reads b or h is refused. ``on_gpu``: by kernels/mod_blocks.cu
+    (a block of 256 threads per block of the mask; ``captures`` there as device or host arrays) or, False, on the CPU
+    with numpy (:func:`iokernels.plan.mods.block_levels`); None: on the GPU where cupy sees one."""
+    mods = checked_mods(mask_mod, None, None, captures)
     if {"b", "h"} & mods.parsed()["mask_mod"].names:
         raise ValueError("create_block_mask: the block mask is shared by every head; this mask_mod reads b or h")
-    return mod_block_mask(mods, captures or {}, n_q, n_k, block)
+    if on_gpu is None:
+        try:
+            require_cupy()
+            on_gpu = True
+        except RuntimeError:
+            on_gpu = False
+    if not on_gpu:
+        return mod_block_mask(mods, captures or {}, n_q, n_k, block)
+    levels, _ = gpu_block_levels(mods, captures or {}, n_q, n_k, block)
+    return BlockMask.from_levels(levels.get(), n_q=n_q, n_k=n_k, block_q=block, block_k=block, label="mask_mod")
+
+
+@functools.lru_cache(maxsize=32)
+def _mod_blocks(defines: tuple[Any, ...], counting: bool, device: int) -> Any:
+    cp = require_cupy()
+    with cp.cuda.Device(device):
+        module = cp.RawModule(code=build_source("mod_blocks.cu", dict(defines), counting), options=("-std=c++17",),
+                              name_expressions=["mod_blocks"])
+        return module.get_function("mod_blocks")
+
+
+def gpu_block_levels(mods: Mods, captures: Mapping[str, Any], n_q: int, n_k: int, block: int = 128,
+                     counting: bool = False) -> tuple[Any, dict[str, tuple[int, int]] | None]:
+    """kernels/mod_blocks.cu: the levels of the mask_mod's blocks, (⌈n_q / block⌉, ⌈n_k / block⌉) uint8 on the device,
+    and with ``counting`` the bytes it moved by tensor (the counting build: the captured arrays' reads, a byte of
+    levels per block; :func:`iokernels.plan.mods.block_levels` predicts them)."""
+    if not isinstance(block, int) or isinstance(block, bool) or block < 1 or n_q < 1 or n_k < 1:
+        raise ValueError(f"block, n_q and n_k must be ints >= 1, got {block}, {n_q}, {n_k}")
+    cp = require_cupy()
+    fn = _mod_blocks(tuple(sorted(mod_blocks_defines(mods, block).items())), counting, cp.cuda.Device().id)
+    caps = [cp.ascontiguousarray(cp.asarray(captures[name])) for name, _ in mods.captures]
+    capture_inputs(mods, {capture_buffer(name): x for (name, _), x in zip(mods.captures, caps, strict=True)})
+    levels = cp.empty((-(-n_q // block), -(-n_k // block)), cp.uint8)
+    counters = launch.new_counters() if counting else np.uint64(0)
+    fn((levels.shape[1], levels.shape[0], 1), (MOD_BLOCK_THREADS,),
+       (levels, np.int32(n_q), np.int32(n_k), np.int32(1), *caps, *[np.uint64(0)] * (MAX_CAPTURES - len(caps)),
+        counters))
+    return levels, (launch.counts_from(cp.asnumpy(counters)) if counting else None)

@@ -32,6 +32,7 @@ from .units import cdiv
 MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
 MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
+MOD_BLOCK_THREADS = 256  # kernels/mod_blocks.cu's threads per block
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
                   np.dtype(np.float32): "float"}
 
@@ -210,21 +211,25 @@ def host_captures(mods: Mods, values: Mapping[str, object]) -> dict[str, np.ndar
     return out
 
 
-def mod_block_mask(mods: Mods, values: Mapping[str, object], n_q: int, n_k: int, block: int = 128,
-                   b: int = 0, h: int = 0) -> BlockMask:
-    """The block mask of mask_mod (FlexAttention's ``create_block_mask``) in blocks of ``block`` (a multiple of 128
-    for the tma kernels): 0 where it hides every element of a block, 2 where it keeps every one (the kernels skip
-    mask_mod there), 1 otherwise; evaluated on the CPU for head (b, h)."""
+def block_levels(mods: Mods, values: Mapping[str, object], n_q: int, n_k: int, block: int = 128
+                 ) -> tuple[np.ndarray, int]:
+    """The levels of mask_mod's blocks of ``block`` x ``block``, (⌈n_q / block⌉, ⌈n_k / block⌉) uint8: 0 where it
+    hides every element of a block, 2 where it keeps every one (the kernels skip mask_mod there), 1 otherwise;
+    evaluated on the CPU for batch 0 and head 0 on every element inside the problem, and the bytes of captured arrays
+    that evaluation reads (kernels/mod_blocks.cu's, which counts the same)."""
     parsed = mods.parsed()
     if "mask_mod" not in parsed:
         raise ValueError("a block mask comes from a mask_mod")
     arrays = host_captures(mods, values)
     rows_b, cols_b = cdiv(n_q, block), cdiv(n_k, block)
     levels = np.zeros((rows_b, cols_b), np.uint8)
+    reads = 0
     for i in range(rows_b):
         rows = np.arange(i * block, min(n_q, (i + 1) * block))
-        env = {"b": b, "h": h, "q_idx": rows[:, None], "kv_idx": np.arange(n_k)[None, :], "n_q": n_q, "n_k": n_k}
-        keep = np.broadcast_to(parsed["mask_mod"].evaluate(env, arrays)[0] != 0, (len(rows), n_k))
+        env = {"b": 0, "h": 0, "q_idx": rows[:, None], "kv_idx": np.arange(n_k)[None, :], "n_q": n_q, "n_k": n_k}
+        value, counts = parsed["mask_mod"].evaluate(env, arrays)
+        reads += sum(n * arrays[name].itemsize for name, n in counts.items())
+        keep = np.broadcast_to(value != 0, (len(rows), n_k))
         pad = np.zeros((len(rows), cols_b * block), bool)
         pad[:, :n_k] = keep
         full = np.ones((len(rows), cols_b * block), bool)
@@ -232,4 +237,17 @@ def mod_block_mask(mods: Mods, values: Mapping[str, object], n_q: int, n_k: int,
         any_ = pad.reshape(len(rows), cols_b, block).any(axis=(0, 2))
         all_ = full.reshape(len(rows), cols_b, block).all(axis=(0, 2))
         levels[i] = np.where(all_, 2, np.where(any_, 1, 0))
+    return levels, reads
+
+
+def mod_blocks_defines(mods: Mods, block: int) -> dict[str, int | str]:
+    """kernels/mod_blocks.cu's defines for a variant's mask_mod in blocks of ``block`` (its score_mod not read)."""
+    defines = {k: v for k, v in mods.defines("fwd") if k != "SCORE_MOD"}
+    return {**defines, "MOD_BLOCK": block, "THREADS": MOD_BLOCK_THREADS}
+
+
+def mod_block_mask(mods: Mods, values: Mapping[str, object], n_q: int, n_k: int, block: int = 128) -> BlockMask:
+    """The block mask of mask_mod (FlexAttention's ``create_block_mask``) in blocks of ``block`` (a multiple of 128
+    for the tma kernels), from :func:`block_levels` on the CPU."""
+    levels, _ = block_levels(mods, values, n_q, n_k, block)
     return BlockMask.from_levels(levels, n_q=n_q, n_k=n_k, block_q=block, block_k=block, label="mask_mod")

@@ -222,3 +222,30 @@ def test_torch_autograd():
     for g, name in ((qt.grad, "dQ"), (kt.grad, "dK"), (vt.grad, "dV")):
         w = want[name]
         assert np.max(np.abs(g.double().cpu().numpy().reshape(w.shape) - w)) < 4e-2 * np.max(np.abs(w)), name
+
+
+@pytest.mark.parametrize("with_table", [True, False])
+def test_block_mask_on_the_gpu(with_table):
+    """kernels/mod_blocks.cu gives block_levels' levels (ragged N: partial blocks at the end), its counting build the
+    bytes block_levels predicts (the table's reads, a byte per block), its plain build the same levels; and
+    create_block_mask on the GPU the CPU's block mask."""
+    from iokernels.library.mods import gpu_block_levels
+    from iokernels.plan.mods import block_levels
+
+    n_q, n_k = 1000, 1300
+    doc = _docs(n_k, 5)
+    expr = ("doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx + 300" if with_table
+            else "kv_idx <= q_idx && q_idx - kv_idx < 300")
+    captures = {"doc": doc} if with_table else {}
+    mods = check_mods(mask_mod=expr, captures=captures)
+    want, reads = block_levels(mods, captures, n_q, n_k, 128)
+    assert {0, 1, 2} == set(np.unique(want).tolist())
+    device = {n: cp.asarray(x) for n, x in captures.items()}
+    got, counts = gpu_block_levels(mods, device, n_q, n_k, 128, counting=True)
+    assert np.array_equal(cp.asnumpy(got), want)
+    assert counts.get("captures", (0, 0)) == (reads, 0) and counts["block_mask"] == (0, want.size)
+    assert (reads > 0) == with_table
+    plain, _ = gpu_block_levels(mods, device, n_q, n_k, 128)
+    assert np.array_equal(cp.asnumpy(plain), want)
+    on_gpu = iokernels.create_block_mask(expr, n_q, n_k, captures=device, on_gpu=True)
+    assert on_gpu == iokernels.create_block_mask(expr, n_q, n_k, captures=captures, on_gpu=False)

@@ -12,7 +12,7 @@ import pytest
 from iokernels.model.hbm import exact
 from iokernels.plan import Unsupported, make_plan
 from iokernels.plan.cexpr import ExprError
-from iokernels.plan.mods import MAX_CAPTURES, check_mods, mod_block_mask
+from iokernels.plan.mods import MAX_CAPTURES, block_levels, check_mods, mod_block_mask
 from iokernels.simulate import make_inputs, reference, reference_outputs, simulate
 
 from ..kernels.nvrtc_variants import needs_nvrtc
@@ -118,6 +118,16 @@ def test_full_blocks_skip_the_mask():
     assert 0 < partial < tiles * tiles
     assert sparse.mods.capture_bytes == 2 * 4 * 128 * 128 * partial * sparse.bh < plain.mods.capture_bytes
     assert {"BLOCK_SPARSE", "MASK_MOD"} <= set(dict(sparse.stage("main").params))
+
+
+def test_block_levels_count_the_tables_reads():
+    """A document mask's block levels read the table twice per element inside the problem (8 bytes of int32)."""
+    n_q, n_k = 300, 289
+    table = np.repeat(np.arange(3, dtype=np.int32), 100)
+    mods = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": table})
+    levels, reads = block_levels(mods, {"doc": table}, n_q, n_k, 128)
+    assert reads == 8 * n_q * n_k and levels.shape == (3, 3)
+    assert np.array_equal(levels, mod_block_mask(mods, {"doc": table}, n_q, n_k).levels)
 
 
 def test_mod_block_mask_classifies_blocks():

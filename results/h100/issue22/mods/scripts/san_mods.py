@@ -1,5 +1,5 @@
 """The programmable variants' kernels (flash_tma.cu and flash_tma_bwd.cu built with MASK_MOD / SCORE_MOD /
-SCORE_GRAD) under compute-sanitizer: captured int32 and float32 arrays, a block mask made from the mask_mod (partial
+SCORE_GRAD) and mod_blocks.cu (a mask_mod's block levels) under compute-sanitizer: captured int32 and float32 arrays, a block mask made from the mask_mod (partial
 and full blocks), ragged N, N_q != N_k, grouped-query, causal, counting and plain builds. Run as
 `compute-sanitizer --tool memcheck|racecheck|synccheck python3 results/h100/issue22/mods/scripts/san_mods.py`."""
 import cupy as cp
@@ -26,7 +26,15 @@ for direction in ("fwd", "bwd"):
                          kv_heads=1, causal=causal, mods=mods, capture_values=caps, block_mask=block_mask,
                          direction=direction)
         runs.append((plan, caps))
+from iokernels.library.mods import gpu_block_levels
+
 n = 0
+for expr, caps in (("doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx", {"doc": doc}), ("kv_idx < 50 || kv_idx <= q_idx", {})):
+    mods = check_mods(mask_mod=expr, captures=caps)  # kernels/mod_blocks.cu, ragged N_q
+    for counting in (True, False):
+        gpu_block_levels(mods, {k: cp.asarray(x) for k, x in caps.items()}, 300, 400, 128, counting=counting)
+        cp.cuda.runtime.deviceSynchronize()
+        n += 1
 for plan, caps in runs:
     inputs, _ = launch.make_device_inputs(plan, seed=1, captures=caps)
     for counting in (True, False):
