@@ -47,7 +47,9 @@ def test_every_kernel_the_launcher_knows_is_exercised(variants):
     assert kernels == set(SOURCES), f"not exercised: {sorted(set(SOURCES) - kernels)}"
     assert set(launch.ARGS) <= kernels, f"not exercised: {sorted(set(launch.ARGS) - kernels)}"
     sources = {ref.source for v in variants for _, ref in plan_kernels(v.plan)}
-    assert sources == set(list_sources()) - {"selftest.cu"}
+    # (mod_blocks.cu: a mask_mod's block mask, launched by the library outside any plan; the sanitizers run it in
+    # results/h100/issue22/mods/scripts/san_mods.py)
+    assert sources == set(list_sources()) - {"selftest.cu", "mod_blocks.cu"}
 
 
 @pytest.mark.parametrize("variants", [FULL, QUICK], ids=["full", "quick"])
