@@ -249,3 +249,38 @@ def test_block_mask_on_the_gpu(with_table):
     assert np.array_equal(cp.asnumpy(plain), want)
     on_gpu = iokernels.create_block_mask(expr, n_q, n_k, captures=device, on_gpu=True)
     assert on_gpu == iokernels.create_block_mask(expr, n_q, n_k, captures=captures, on_gpu=False)
+
+
+def test_torch_operator_under_torch_compile():
+    """torch.ops.iokernels.attention_mods_fwd traced by torch.compile with fullgraph=True (no graph break) gives the
+    eager call's output; iokernels.torch.attention_mods compiled (a block mask from create_block_mask, a captured
+    table) gives the eager output and gradients."""
+    torch = pytest.importorskip("torch")
+    from iokernels.torch import attention_mods
+
+    n, d = 600, 64
+    gen = torch.Generator(device="cuda").manual_seed(_seed("compile"))
+    q, k, v = (torch.randn(1, 2, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
+    doc = torch.tensor(_docs(n, 3), device="cuda")
+    expr = "doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx"
+
+    def op(q, k, v, doc):
+        return torch.ops.iokernels.attention_mods_fwd(q, k, v, [doc], ["doc"], expr, None, None, "", None, None,
+                                                      128)[0]
+
+    want = op(q, k, v, doc)
+    got = torch.compile(op, fullgraph=True)(q, k, v, doc)
+    assert torch.equal(got, want)
+    blocks = iokernels.create_block_mask(expr, n, n, captures={"doc": doc})
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    eager = attention_mods(*leaves, mask_mod=expr, captures={"doc": doc}, block_mask=blocks)
+    eager.float().square().sum().backward()
+    grads = [x.grad.clone() for x in leaves]
+    for x in leaves:
+        x.grad = None
+    compiled = torch.compile(lambda a, b, c: attention_mods(a, b, c, mask_mod=expr, captures={"doc": doc},
+                                                            block_mask=blocks))(*leaves)
+    compiled.float().square().sum().backward()
+    assert torch.equal(compiled, eager)
+    for x, g in zip(leaves, grads, strict=True):
+        assert torch.equal(x.grad, g)
