@@ -44,11 +44,19 @@ def checked_mods(mask_mod: str | None, score_mod: str | None, score_grad: str | 
     for name, x in (captures or {}).items():
         if not hasattr(x, "dtype") or not hasattr(x, "shape"):
             raise TypeError(f"capture {name!r} must be an array, got {type(x).__name__}")
-    signature = tuple((name, np.dtype(x.dtype).str, tuple(x.shape)) for name, x in (captures or {}).items())
+    signature = tuple((name, _dtype(x.dtype).str, tuple(x.shape)) for name, x in (captures or {}).items())
     mods = _checked(mask_mod, score_mod, score_grad, signature)
     if mods is None:
         raise ValueError("give a mask_mod or a score_mod")
     return mods
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    """numpy's dtype of an array's (numpy, cupy or torch: torch.int32 -> int32); TypeError for one it has not."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return np.dtype(str(dtype).removeprefix("torch."))
 
 
 @functools.lru_cache(maxsize=256)

@@ -87,7 +87,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
 def _backward(ctx: Any, dout: torch.Tensor, dlse: Any) -> tuple[torch.Tensor | None, ...]:
     q, k, v, out, lse, *captures = ctx.saved_tensors
     dq, dk, dv = torch.ops.iokernels.attention_mods_bwd(dout, q, k, v, out, lse, captures, *ctx.options)
-    return (dq, dk, dv) + (None,) * 9  # one per input of the forward past v
+    return dq, dk, dv, [None] * len(captures), *(None,) * 8  # the forward's inputs' structure: captures a list
 
 
 attention_mods_fwd.register_autograd(_backward, setup_context=_setup_context)
