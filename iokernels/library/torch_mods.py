@@ -110,6 +110,14 @@ def _check(q: Any, k: Any, v: Any, captures: Any, capture_names: Any, mask_mod: 
     checked_mods(mask_mod, score_mod, score_grad, shapes)
 
 
+@torch.compiler.disable  # (numpy on the mask's bytes: not traced; a graph break where a block mask is given)
+def _levels(block_mask: BlockMask) -> tuple[torch.Tensor, int]:
+    """A block mask as the operators take it: its levels as a uint8 CPU tensor, and its block size."""
+    if not isinstance(block_mask, BlockMask) or block_mask.block_q != block_mask.block_k:
+        raise TypeError("block_mask: an iokernels.BlockMask of square blocks (create_block_mask's)")
+    return torch.from_numpy(block_mask.levels.copy()), block_mask.block_q
+
+
 def attention_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_mod: str | None = None,
                    score_mod: str | None = None, score_grad: str | None = None,
                    captures: dict[str, torch.Tensor] | None = None, causal: bool | str = False,
@@ -125,11 +133,7 @@ def attention_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_mo
     names, tensors = list((captures or {}).keys()), list((captures or {}).values())
     if not torch.compiler.is_compiling():  # (traced, the operator's fake implementation checks the same)
         _check(q, k, v, tensors, names, mask_mod, score_mod, score_grad)
-    levels, block = None, 128
-    if block_mask is not None:
-        if not isinstance(block_mask, BlockMask) or block_mask.block_q != block_mask.block_k:
-            raise TypeError("block_mask: an iokernels.BlockMask of square blocks (create_block_mask's)")
-        levels, block = torch.from_numpy(block_mask.levels.copy()), block_mask.block_q
+    levels, block = (None, 128) if block_mask is None else _levels(block_mask)
     out, _ = torch.ops.iokernels.attention_mods_fwd(q, k, v, tensors, names, mask_mod, score_mod, score_grad,
                                                     normalize_causal(causal), scale, levels, block)
     return out
