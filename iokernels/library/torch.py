@@ -22,7 +22,7 @@ except ImportError as exc:  # an optional dependency: say how to get it
     raise ImportError("iokernels.torch needs PyTorch, which is not installed: pip install torch "
                       "(iokernels itself does not depend on it)") from exc
 
-from ..plan import Unsupported, normalize_causal, normalize_window
+from ..plan import normalize_causal, normalize_window
 from ..plan.dropout import Dropout, check_p
 from ..plan.masks import BlockMask
 from ..plan.sequences import offsets
@@ -34,6 +34,7 @@ from .planning import alibi_values
 from .torch_kvcache import KV_NO_BACKWARD, check_in_place, check_kv_tensors, kvcache_forward
 from .torch_ops import (
     backward,
+    block_mask_args,
     check_tensors,
     forward,
     forward_dropout,
@@ -127,12 +128,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     block_mask: block-sparse attention (the paper's Algorithm 5), an :class:`iokernels.BlockMask` made once for
     (N_q, N_k) (``iokernels.plan.masks.pattern``, ``BlockMask.from_array``): as :func:`iokernels.attention`'s, on the
     sm_90 tma kernels where its blocks are multiples of 128 (the research kernels elsewhere), forward and backward,
-    with causal, dropout and softcap. Eager calls only: a traced call (torch.compile, fake tensors) raises
-    :class:`iokernels.plan.Unsupported`.
+    with causal, dropout and softcap. A traced call (torch.compile) passes it to the operator as its bytes (a uint8
+    CPU tensor) and block sizes, turned into them outside the trace (a graph break there).
 
     alibi_slopes: ALiBi, as :func:`iokernels.attention`'s: H or B·H numbers (a sequence, or a tensor, read on the host
     at each call: constants of the model, best given as a tuple), the logits plus −slope · |j − i − (N_k − N_q)|,
-    forward and backward, on the sm_90 tma kernels. Eager calls only, as block_mask.
+    forward and backward, on the sm_90 tma kernels; the operators take them as a list of floats.
 
     Returns O (..., N_q, d), a tensor of q's dtype on q's device, with a grad_fn when an input
     requires grad (meta tensors in: meta tensors of those shapes out, nothing run). Raises ImportError
@@ -188,11 +189,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     if not _plain_eager(q, k, v):  # traced (one node each way), fake or meta tensors (the fake implementation),
         # a dispatch mode that should see the operator, or what the operator's checks refuse
         check_tensors(q, k, v, mask)
-        if block_mask is not None or alibi is not None:
-            raise Unsupported("block_mask, alibi_slopes: eager calls on CUDA tensors only (the operators take none "
-                              "yet)")
         out, _, _ = torch.ops.iokernels.attention_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm,
-                                                      schedule, sram, deterministic, *window_ints(window), softcap)
+                                                      schedule, sram, deterministic, *window_ints(window), softcap,
+                                                      *((None, 0, 0) if block_mask is None  # (no graph break)
+                                                        else block_mask_args(block_mask)),
+                                                      None if alibi is None else list(alibi))
         return out
     if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
         return EagerAttention.apply(q, k, v, mask, options, block_mask, alibi)

@@ -17,7 +17,7 @@ from ..plan.masks import BlockMask
 from .mods import attention_mods as cupy_forward
 from .mods import attention_mods_backward as cupy_backward
 from .mods import checked_mods
-from .torch_ops import as_cupy, torch_stream
+from .torch_ops import as_cupy, block_mask_args, torch_stream
 
 _DTYPES = {torch.float16: False, torch.bfloat16: True}  # dtype -> the cupy front end's bfloat16 flag
 _CAPTURE_DTYPES = {torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64), torch.uint8: np.dtype(np.uint8),
@@ -110,14 +110,6 @@ def _check(q: Any, k: Any, v: Any, captures: Any, capture_names: Any, mask_mod: 
     checked_mods(mask_mod, score_mod, score_grad, shapes)
 
 
-@torch.compiler.disable  # (numpy on the mask's bytes: not traced; a graph break where a block mask is given)
-def _levels(block_mask: BlockMask) -> tuple[torch.Tensor, int]:
-    """A block mask as the operators take it: its levels as a uint8 CPU tensor, and its block size."""
-    if not isinstance(block_mask, BlockMask) or block_mask.block_q != block_mask.block_k:
-        raise TypeError("block_mask: an iokernels.BlockMask of square blocks (create_block_mask's)")
-    return torch.from_numpy(block_mask.levels.copy()), block_mask.block_q
-
-
 def attention_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_mod: str | None = None,
                    score_mod: str | None = None, score_grad: str | None = None,
                    captures: dict[str, torch.Tensor] | None = None, causal: bool | str = False,
@@ -133,7 +125,9 @@ def attention_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_mo
     names, tensors = list((captures or {}).keys()), list((captures or {}).values())
     if not torch.compiler.is_compiling():  # (traced, the operator's fake implementation checks the same)
         _check(q, k, v, tensors, names, mask_mod, score_mod, score_grad)
-    levels, block = (None, 128) if block_mask is None else _levels(block_mask)
+    if block_mask is not None and (not isinstance(block_mask, BlockMask) or block_mask.block_q != block_mask.block_k):
+        raise TypeError("block_mask: an iokernels.BlockMask of square blocks (create_block_mask's)")
+    levels, block, _ = (None, 0, 0) if block_mask is None else block_mask_args(block_mask)  # (no graph break)
     out, _ = torch.ops.iokernels.attention_mods_fwd(q, k, v, tensors, names, mask_mod, score_mod, score_grad,
                                                     normalize_causal(causal), scale, levels, block)
     return out

@@ -51,6 +51,7 @@ import torch
 from ..kernels import launch
 from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
+from ..plan.masks import BlockMask
 from ..plan.variants import check_softcap
 from . import api
 from .dispatch import TORCH_CALLS, Dispatch, device_id
@@ -63,10 +64,27 @@ _CUPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat
 # (int32: the KV cache's lengths and page table; int64, uint8: a programmable variant's captured arrays)
 FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? mask, float dropout_p, int dropout_seed, int dropout_offset, "
               "str causal, float? scale, str algorithm, str? schedule, int? sram, bool deterministic, "
-              "int window_left=-1, int window_right=-1, float? softcap=None) -> (Tensor, Tensor, Tensor)")
+              "int window_left=-1, int window_right=-1, float? softcap=None, Tensor? block_levels=None, "
+              "int block_q=0, int block_k=0, float[]? alibi=None) -> (Tensor, Tensor, Tensor)")
 BWD_SCHEMA = ("(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? mask, float dropout_p, "
               "Tensor rng, str causal, float? scale, str algorithm, int? sram, bool deterministic, "
-              "int window_left=-1, int window_right=-1, float? softcap=None) -> (Tensor, Tensor, Tensor)")
+              "int window_left=-1, int window_right=-1, float? softcap=None, Tensor? block_levels=None, "
+              "int block_q=0, int block_k=0, float[]? alibi=None) -> (Tensor, Tensor, Tensor)")
+
+
+@torch.compiler.disable  # (numpy on the mask's bytes: not traced; a graph break where a block mask is given)
+def block_mask_args(block_mask: BlockMask) -> tuple[torch.Tensor, int, int]:
+    """A block mask as the operators take it: its bytes as a uint8 CPU tensor of its block grid and its block sizes.
+    (Callers pass None, 0, 0 without one themselves: calling this is a graph break.)"""
+    return torch.from_numpy(block_mask.levels.copy()), block_mask.block_q, block_mask.block_k
+
+
+def op_block_mask(levels: torch.Tensor | None, block_q: int, block_k: int, q: torch.Tensor,
+                  k: torch.Tensor) -> BlockMask | None:
+    """The operators' block mask arguments (:func:`block_mask_args`) as a BlockMask for (N_q, N_k) of q and k."""
+    if levels is None:
+        return None
+    return BlockMask(q.shape[-2], k.shape[-2], block_q, block_k, levels.cpu().numpy().tobytes(), "operator")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,18 +441,21 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
                   dropout_seed: int, dropout_offset: int, causal: str, scale: float | None, algorithm: str,
                   schedule: str | None, sram: int | None, deterministic: bool, window_left: int = -1,
-                  window_right: int = -1, softcap: float | None = None
+                  window_right: int = -1, softcap: float | None = None, block_levels: torch.Tensor | None = None,
+                  block_q: int = 0, block_k: int = 0, alibi: list[float] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     window = op_window(window_left, window_right)
     drop = forward_dropout(dropout_p, dropout_seed, dropout_offset)
     out, lse = forward(q, k, v, mask, drop, causal, scale, algorithm, schedule, sram, window=window,
-                       softcap=check_softcap(softcap))
+                       softcap=check_softcap(softcap), block_mask=op_block_mask(block_levels, block_q, block_k, q, k),
+                       alibi=None if alibi is None else tuple(alibi))
     return out, lse, rng_tensor(drop)
 
 
 @attention_fwd.register_fake
 def _attention_fwd_fake(q, k, v, mask, dropout_p, dropout_seed, dropout_offset, causal, scale, algorithm, schedule,
-                        sram, deterministic, window_left=-1, window_right=-1, softcap=None):
+                        sram, deterministic, window_left=-1, window_right=-1, softcap=None, block_levels=None,
+                        block_q=0, block_k=0, alibi=None):
     op_window(window_left, window_right)
     check_softcap(softcap)
     check_tensors(q, k, v, mask)
@@ -447,15 +468,18 @@ def _attention_fwd_fake(q, k, v, mask, dropout_p, dropout_seed, dropout_offset, 
 def attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, rng: torch.Tensor, causal: str,
                   scale: float | None, algorithm: str, sram: int | None, deterministic: bool, window_left: int = -1,
-                  window_right: int = -1, softcap: float | None = None
+                  window_right: int = -1, softcap: float | None = None, block_levels: torch.Tensor | None = None,
+                  block_q: int = 0, block_k: int = 0, alibi: list[float] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return backward(dout, q, k, v, out, lse, mask, backward_dropout(dropout_p, rng), causal, scale, algorithm, sram,
-                    deterministic, op_window(window_left, window_right), check_softcap(softcap))
+                    deterministic, op_window(window_left, window_right), check_softcap(softcap),
+                    op_block_mask(block_levels, block_q, block_k, q, k), None if alibi is None else tuple(alibi))
 
 
 @attention_bwd.register_fake
 def _attention_bwd_fake(dout, q, k, v, out, lse, mask, dropout_p, rng, causal, scale, algorithm, sram,
-                        deterministic, window_left=-1, window_right=-1, softcap=None):
+                        deterministic, window_left=-1, window_right=-1, softcap=None, block_levels=None, block_q=0,
+                        block_k=0, alibi=None):
     op_window(window_left, window_right)
     check_softcap(softcap)
     check_tensors(q, k, v, mask)
@@ -477,21 +501,22 @@ def check_backward_tensors(dout: Any, q: torch.Tensor, out: Any, lse: Any) -> No
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    # inputs: all 16, the defaults filled in (torch.library fills those the dispatcher dropped)
-    q, k, v, mask, dropout_p, _, _, causal, scale, algorithm, _, sram, deterministic, left, right, softcap = inputs
+    # inputs: all 20, the defaults filled in (torch.library fills those the dispatcher dropped)
+    (q, k, v, mask, dropout_p, _, _, causal, scale, algorithm, _, sram, deterministic, left, right, softcap, levels,
+     block_q, block_k, alibi) = inputs
     out, lse, rng = output
     ctx.save_for_backward(q, k, v, out, lse, rng, mask)
     ctx.mark_non_differentiable(lse, rng)
     ctx.options = (dropout_p, causal, scale, "standard" if algorithm == "standard" else "flash", sram, deterministic,
-                   left, right, softcap)  # the backward's window and softcap: the forward's
+                   left, right, softcap, levels, block_q, block_k, alibi)  # the backward's variants: the forward's
 
 
 def _backward(ctx: Any, dout: torch.Tensor, dlse: Any, drng: Any) -> tuple[torch.Tensor | None, ...]:
     q, k, v, out, lse, rng, mask = ctx.saved_tensors
-    dropout_p, causal, scale, algorithm, sram, deterministic, left, right, softcap = ctx.options
+    dropout_p, causal, scale, algorithm, sram, deterministic, *variants = ctx.options
     dq, dk, dv = torch.ops.iokernels.attention_bwd(dout, q, k, v, out, lse, mask, dropout_p, rng, causal, scale,
-                                                   algorithm, sram, deterministic, left, right, softcap)
-    return (dq, dk, dv) + (None,) * 13  # one per positional input of the forward
+                                                   algorithm, sram, deterministic, *variants)
+    return (dq, dk, dv) + (None,) * 17  # one per positional input of the forward
 
 
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -119,3 +119,32 @@ def test_library_and_torch():
     assert np.max(np.abs(ot.double().detach().cpu().numpy() - o_w)) < 3e-2 * np.max(np.abs(o_w))
     for g, w in ((qt.grad, dq_w), (kt.grad, dk_w), (vt.grad, dv_w)):
         assert np.max(np.abs(g.double().cpu().numpy() - w)) < 4e-2 * np.max(np.abs(w))
+
+
+def test_torch_compile_takes_a_block_mask_and_alibi():
+    """iokernels.torch.attention with block_mask= and alibi_slopes= under torch.compile (the operator takes them:
+    the block mask as its bytes, the slopes as floats) gives the eager call's output and gradients."""
+    torch = pytest.importorskip("torch")
+    from iokernels.torch import attention as torch_attention
+
+    n, d = 512, 64
+    gen = torch.Generator(device="cuda").manual_seed(_seed("compile"))
+    leaves = [torch.randn(1, 4, n, d, device="cuda", dtype=torch.float16, generator=gen).requires_grad_()
+              for _ in range(3)]
+    blocks = pattern("random", 0.5, n_q=n, n_k=n, seed=1)
+    slopes = (0.5, 0.25, 0.125, 0.0625)
+
+    def call(q, k, v):
+        return torch_attention(q, k, v, causal=True, block_mask=blocks, alibi_slopes=slopes)
+
+    results = []
+    for fn in (call, torch.compile(call)):
+        for x in leaves:
+            x.grad = None
+        out = fn(*leaves)
+        out.float().square().sum().backward()
+        results.append((out.detach(), [x.grad.clone() for x in leaves]))
+    (o1, g1), (o2, g2) = results
+    assert torch.equal(o1, o2)
+    for a, b in zip(g1, g2, strict=True):
+        assert torch.equal(a, b)

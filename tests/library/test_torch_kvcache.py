@@ -37,7 +37,7 @@ def _tensors(q=(2, 8, 1, 64), k=(2, 2, 512, 64), v=None, seqlens=(2,), table=Non
 def test_the_op_is_registered_with_its_schema():
     assert str(OP.default._schema) == "iokernels::attention_with_kvcache" + kvops.KV_SCHEMA
     assert "Tensor? cache_seqlens, Tensor? page_table, str causal, float? scale, int num_splits" in kvops.KV_SCHEMA
-    assert itorch.__all__ == ["attention", "attention_varlen", "attention_with_kvcache"]
+    assert itorch.__all__ == ["attention", "attention_mods", "attention_varlen", "attention_with_kvcache"]
 
 
 @pytest.mark.parametrize("q, k, seqlens, table, dtype", [

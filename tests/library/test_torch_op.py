@@ -21,9 +21,10 @@ def test_the_ops_are_registered_with_their_schemas():
     assert str(fwd.default._schema) == "iokernels::attention_fwd" + ops.FWD_SCHEMA
     assert str(bwd.default._schema) == "iokernels::attention_bwd" + ops.BWD_SCHEMA
     assert "Tensor? mask" in ops.FWD_SCHEMA and "int dropout_seed, int dropout_offset" in ops.FWD_SCHEMA
-    for schema in (ops.FWD_SCHEMA, ops.BWD_SCHEMA):  # the window and the softcap last, defaulting to none (older
-        # calls still fit)
-        assert "bool deterministic, int window_left=-1, int window_right=-1, float? softcap=None) ->" in schema
+    for schema in (ops.FWD_SCHEMA, ops.BWD_SCHEMA):  # the window, the softcap, the block mask and ALiBi last,
+        # defaulting to none (older calls still fit)
+        assert ("bool deterministic, int window_left=-1, int window_right=-1, float? softcap=None, Tensor? "
+                "block_levels=None, int block_q=0, int block_k=0, float[]? alibi=None) ->") in schema
 
 
 def test_the_window_crosses_the_schema_as_two_ints():
@@ -176,7 +177,7 @@ def _multiplier(p, rng, shape):
 
 
 def _ref_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule, sram, deterministic, window_left=-1,
-             window_right=-1):
+             window_right=-1, softcap=None, block_levels=None, block_q=0, block_k=0, alibi=None):
     drop = ops.forward_dropout(p, seed, offset)
     rng = ops.rng_tensor(drop)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -190,7 +191,7 @@ def _ref_fwd(q, k, v, mask, p, seed, offset, causal, scale, algorithm, schedule,
 
 
 def _ref_bwd(dout, q, k, v, out, lse, mask, p, rng, causal, scale, algorithm, sram, deterministic, window_left=-1,
-             window_right=-1):
+             window_right=-1, softcap=None, block_levels=None, block_q=0, block_k=0, alibi=None):
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     s, group = _scores(q, k, mask, causal, scale, (window_left, window_right))
     prob = torch.nan_to_num(torch.exp(s - lse.double()[..., None]))
@@ -351,3 +352,18 @@ def test_a_seed_above_2_63_round_trips_through_the_schema():
     rng = ops.rng_tensor(drop)
     assert ops.backward_dropout(0.5, rng) == drop
     assert ops.forward_dropout(0.5, ops.signed_seed(drop.seed), 7) == drop
+
+
+def test_a_block_mask_crosses_the_operators_as_its_bytes():
+    """block_mask_args and op_block_mask: a BlockMask (levels 0, 1, 2, blocks of 128 x 256) round-trips through the
+    operators' arguments, the same blocks for the q and k it is made for."""
+    from iokernels.plan.masks import BlockMask
+
+    levels = np.array([[1, 0, 2], [0, 2, 1]], dtype=np.uint8)
+    mask = BlockMask.from_levels(levels, n_q=200, n_k=600, block_q=128, block_k=256)
+    tensor, block_q, block_k = ops.block_mask_args(mask)
+    assert tensor.dtype == torch.uint8 and tensor.device.type == "cpu" and (block_q, block_k) == (128, 256)
+    q, k = torch.empty(1, 200, 16, device="meta"), torch.empty(1, 600, 16, device="meta")
+    back = ops.op_block_mask(tensor, block_q, block_k, q, k)
+    assert back.bits == mask.bits and (back.n_q, back.n_k, back.block_q, back.block_k) == (200, 600, 128, 256)
+    assert ops.op_block_mask(None, 0, 0, q, k) is None

@@ -37,7 +37,7 @@ def test_the_ops_are_registered_with_their_schemas():
     assert str(FWD.default._schema) == "iokernels::attention_varlen_fwd" + vops.VARLEN_FWD_SCHEMA
     assert str(BWD.default._schema) == "iokernels::attention_varlen_bwd" + vops.VARLEN_BWD_SCHEMA
     assert "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k" in vops.VARLEN_FWD_SCHEMA
-    assert itorch.__all__ == ["attention", "attention_varlen", "attention_with_kvcache"]
+    assert itorch.__all__ == ["attention", "attention_mods", "attention_varlen", "attention_with_kvcache"]
 
 
 @pytest.mark.parametrize("q, k, batch, dtype", [
