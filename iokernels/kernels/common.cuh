@@ -437,12 +437,25 @@ struct IokMod {  // what an expression reads besides its element's place and sco
     const void* cap[4];
     int heads, n_q, n_k;
 };
+template <typename E>
+struct IokCapValue {  // what name[i] gives: the element, a float for a __half one (no __half arithmetic in user code)
+    using type = E;
+    __device__ static E of(E x) { return x; }
+};
+template <>
+struct IokCapValue<__half> {
+    using type = float;
+    __device__ static float of(__half x) { return __half2float(x); }
+};
 template <typename E, typename IO>
 struct IokCap {  // a captured array: name[i] is a counted load
     const E* p;
     IO& io;
     // (a plain load, which the compiler may share among the elements of a tile)
-    __device__ __forceinline__ E operator[](long long i) const { return iok_ld<IOK_T_captures>(io, p + i); }
+    __device__ __forceinline__ typename IokCapValue<E>::type operator[](long long i) const
+    {
+        return IokCapValue<E>::of(iok_ld<IOK_T_captures>(io, p + i));
+    }
 };
 #define IOK_CAP(type, name, slot) [[maybe_unused]] const IokCap<type, IO> name{static_cast<const type*>(m.cap[slot]), io};
 #define IOK_MOD_VARS                                                                                         \

@@ -145,9 +145,9 @@ def attention_mods(q: Any, k: Any, v: Any, *, mask_mod: str | None = None, score
     """softmax(mods(τ Q Kᵀ)) V on the sm_90 tma forward with a user's expressions compiled in (module docstring of
     :mod:`iokernels.plan.mods` for what they read). q (B, H, N_q, d), k and v (B, H_kv, N_k, d), cupy float16
     (``bfloat16``: bfloat16 as uint16 words), d up to 128; ``captures``: name -> 1-d cupy (or numpy) array of int32,
-    int64, uint8 or float32 the expressions index; ``causal`` and ``block_mask`` (e.g. :func:`create_block_mask`) as
-    :func:`iokernels.attention`. Returns O (B, H, N_q, d) float16, and lse (B, H, N_q) float32 with ``return_lse``;
-    rows that see no key give 0 and −inf.
+    int64, uint8, float16 (read as floats) or float32 the expressions index; ``causal`` and ``block_mask`` (e.g.
+    :func:`create_block_mask`) as :func:`iokernels.attention`. Returns O (B, H, N_q, d) float16, and lse (B, H, N_q)
+    float32 with ``return_lse``; rows that see no key give 0 and −inf.
 
     Example (GPU), documents given as an id per position, causal within each::
 

@@ -21,7 +21,7 @@ from .torch_ops import as_cupy, block_mask_args, torch_stream
 
 _DTYPES = {torch.float16: False, torch.bfloat16: True}  # dtype -> the cupy front end's bfloat16 flag
 _CAPTURE_DTYPES = {torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64), torch.uint8: np.dtype(np.uint8),
-                   torch.float32: np.dtype(np.float32)}
+                   torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32)}
 _ARGS = ("Tensor[] captures, str[] capture_names, str? mask_mod, str? score_mod, str? score_grad, str causal, "
          "float? scale, Tensor? block_levels, int block")
 FWD_SCHEMA = f"(Tensor q, Tensor k, Tensor v, {_ARGS}) -> (Tensor, Tensor)"
@@ -105,7 +105,7 @@ def _check(q: Any, k: Any, v: Any, captures: Any, capture_names: Any, mask_mod: 
     shapes = {}
     for name, t in zip(capture_names, captures, strict=True):  # (the checks read a capture's dtype and shape only)
         if t.dtype not in _CAPTURE_DTYPES:
-            raise TypeError(f"capture {name!r} must be int32, int64, uint8 or float32, got {t.dtype}")
+            raise TypeError(f"capture {name!r} must be int32, int64, uint8, float16 or float32, got {t.dtype}")
         shapes[name] = SimpleNamespace(dtype=_CAPTURE_DTYPES[t.dtype], shape=tuple(t.shape))
     checked_mods(mask_mod, score_mod, score_grad, shapes)
 
@@ -117,7 +117,7 @@ def attention_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_mo
     """softmax(mods(τ Q Kᵀ)) V with a user's CUDA C ``mask_mod`` / ``score_mod`` (:mod:`iokernels.plan.mods`), with
     gradients (``score_grad``: d score_mod / d score, derived where left out). q (B, H, N_q, d), k and v (B, H_kv, N_k,
     d), CUDA float16 or bfloat16, d up to 128, on one sm_90 device; ``captures``: name -> a 1-d CUDA tensor of int32,
-    int64, uint8 or float32 on that device, indexed by the expressions; ``causal``, ``block_mask``
+    int64, uint8, float16 or float32 on that device, indexed by the expressions; ``causal``, ``block_mask``
     (:func:`iokernels.create_block_mask`) and ``scale`` as :func:`iokernels.torch.attention`. Returns O (B, H, N_q,
     d). The call is ``torch.ops.iokernels.attention_mods_fwd`` (torch.compile traces it)."""
     from ..plan.causal import normalize_causal

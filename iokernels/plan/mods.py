@@ -5,14 +5,14 @@ expressions and compiled into the sm_90 tma forward and backward (kernels/common
 An expression is one C expression over the ints ``b``, ``h`` (the batch and the query head), ``q_idx``, ``kv_idx`` (the
 element's query and key), ``n_q``, ``n_k`` and, in ``score_mod`` and ``score_grad``, the float ``score`` (τ q·k, the
 logit before the mod); it may index up to :data:`MAX_CAPTURES` captured 1-d arrays by name (``doc[q_idx]``), int32,
-int64, uint8 or float32. ``mask_mod`` keeps an element where it is nonzero (FlexAttention's); ``score_mod`` returns the
-new logit; ``score_grad`` is d score_mod / d score at the same score, derived from score_mod where left out
-(:func:`iokernels.plan.cderiv.derivative`; none needed where it is 1, as for a bias). The kernels evaluate, for every
-element of a tile they compute (a query or key past the problem's end with the last one's index): mask_mod (not in a
-block the block mask marks full, see :func:`mod_block_mask`), then where it keeps the element score_mod and, in the
-backward, score_grad. A captured element read is counted (tensor ``captures``, its itemsize each); the model takes those
-bytes from the same evaluation on the CPU (:func:`capture_bytes`, :mod:`iokernels.plan.cexpr`), when the plan was made
-with the captured arrays' values.
+int64, uint8, float16 (read as a float) or float32. ``mask_mod`` keeps an element where it is nonzero (FlexAttention's);
+``score_mod`` returns the new logit; ``score_grad`` is d score_mod / d score at the same score, derived from score_mod
+where left out (:func:`iokernels.plan.cderiv.derivative`; none needed where it is 1, as for a bias). The kernels
+evaluate, for every element of a tile they compute (a query or key past the problem's end with the last one's index):
+mask_mod (not in a block the block mask marks full, see :func:`mod_block_mask`), then where it keeps the element
+score_mod and, in the backward, score_grad. A captured element read is counted (tensor ``captures``, its itemsize each);
+the model takes those bytes from the same evaluation on the CPU (:func:`capture_bytes`, :mod:`iokernels.plan.cexpr`),
+when the plan was made with the captured arrays' values.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' reg
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
 MOD_BLOCK_THREADS = 256  # kernels/mod_blocks.cu's threads per block
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
-                  np.dtype(np.float32): "float"}
+                  np.dtype(np.float16): "__half", np.dtype(np.float32): "float"}  # (a __half element reads as a float)
 
 
 def capture_buffer(name: str) -> str:
@@ -81,8 +81,8 @@ def check_mods(mask_mod: str | None = None, score_mod: str | None = None, score_
         if not isinstance(name, str) or not name.isidentifier() or name in (*VARIABLES, "score"):
             raise ValueError(f"capture name {name!r} must be an identifier other than {', '.join(VARIABLES)}, score")
         if dtype not in CAPTURE_CTYPES or len(shape) != 1 or shape[0] < 1:
-            raise TypeError(f"capture {name!r} must be a non-empty 1-d array of int32, int64, uint8 or float32, got "
-                            f"{dtype} of shape {shape}")
+            raise TypeError(f"capture {name!r} must be a non-empty 1-d array of int32, int64, uint8, float16 or "
+                            f"float32, got {dtype} of shape {shape}")
         caps.append((name, CAPTURE_CTYPES[dtype]))
     if len(caps) > MAX_CAPTURES:
         raise ValueError(f"at most {MAX_CAPTURES} captured arrays, got {len(caps)}")

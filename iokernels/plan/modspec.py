@@ -54,8 +54,11 @@ class Mods:
         """A small CUDA translation unit with each expression in a function of its own, after a ``#line 1
         "<name>"`` directive: NVRTC's message for a bad one names it and its line (:func:`iokernels.library.mods`
         compiles it before any kernel)."""
-        lines = ["template <typename E> struct IokCap { const E* p; "
-                 "__device__ E operator[](long long i) const { return p[i]; } };"]
+        lines = ["#include <cuda_fp16.h>",
+                 "template <typename E> struct IokCapValue { using type = E; };",
+                 "template <> struct IokCapValue<__half> { using type = float; };",
+                 "template <typename E> struct IokCap { const E* p; __device__ typename IokCapValue<E>::type "
+                 "operator[](long long i) const { return p[i]; } };"]
         params = ", ".join(["int b, int h, int q_idx, int kv_idx, int n_q, int n_k, float score",
                             *(f"IokCap<{ctype}> {name}" for name, ctype in self.captures)])
         for what in ("mask_mod", "score_mod", "score_grad"):

@@ -48,7 +48,7 @@ def _variant(name: str, n_k: int):
         return check_mods(mask_mod="kv_idx < 100 || kv_idx <= q_idx + (n_k - n_q)"), {}
     if name == "band":
         return check_mods(mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 300"), {}
-    bias = np.random.default_rng(n_k).standard_normal(n_k).astype(np.float32)
+    bias = np.random.default_rng(n_k).standard_normal(n_k).astype(np.float16)  # (a __half capture)
     return check_mods(score_mod="score * 1.5f + bias[kv_idx]", score_grad="1.5f", captures={"bias": bias}), \
         {"bias": bias}
 

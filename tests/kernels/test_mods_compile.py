@@ -2,7 +2,7 @@
 
 The kernels of :data:`iokernels.plan.mods.MOD_KERNELS` (the tma forward and the narrow tma backward) with a user's
 expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_CAPS``), four cases covering each define
-in each kernel: a document mask read from a captured int32 array with ALiBi as a score_mod reading captured float
+in each kernel: a document mask read from a captured int32 array with ALiBi as a score_mod reading captured float16
 slopes (the forward at d 128); a softcap as a score_mod with its derivative and a band as the mask (the backward at d
 128); a document mask with the block mask made from it (full blocks skip it; both kernels at d 64, the backward
 grouped-query). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills a user's
@@ -23,7 +23,7 @@ from .nvrtc_variants import plan_variants
 
 KB = 1024
 DOC = np.repeat(np.arange(4, dtype=np.int32), 250)
-SLOPES = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)
+SLOPES = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float16)  # (a __half capture, read as a float)
 DOCS_ALIBI = check_mods(mask_mod="doc[q_idx] == doc[kv_idx] && kv_idx <= q_idx",
                         score_mod="score - slopes[h] * abs(q_idx - kv_idx)", score_grad="1.0f",
                         captures={"doc": DOC, "slopes": SLOPES})

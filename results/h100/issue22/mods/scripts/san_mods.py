@@ -10,7 +10,7 @@ from iokernels.plan import make_plan
 from iokernels.plan.mods import check_mods, mod_block_mask
 
 doc = np.minimum(np.arange(400) * 3 // 400, 2).astype(np.int32)
-slopes = np.array([0.5, 0.25], np.float32)
+slopes = np.array([0.5, 0.25], np.float16)  # (a __half capture)
 docs = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", score_mod="score - slopes[h] * abs(q_idx - kv_idx)",
                   score_grad="1.0f", captures={"doc": doc, "slopes": slopes})
 cap = check_mods(score_mod="20.0f * tanhf(score / 20.0f)", score_grad="1.0f - tanhf(score / 20.0f) * tanhf(score / 20.0f)",
