@@ -103,10 +103,10 @@ def _run_both(plan, inputs, names):
     return got, run.counts
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_forward(case):
-    plan, captures = _plan(case, "fwd")
-    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "fwd"), captures=captures)
+def _check_forward(plan, captures, seed):
+    """The forward's counters (== model.exact, captured reads where there are captures) and O against the float64
+    reference within the same-precision tolerance."""
+    inputs, host = launch.make_device_inputs(plan, seed=seed, captures=captures)
     got, counts = _run_both(plan, inputs, ("O",))
     assert (counts["main"].get("captures", (0, 0))[0] > 0) == bool(captures)
     want = reference_outputs(plan, host)["O"]
@@ -114,10 +114,9 @@ def test_forward(case):
     assert_within_naive(got, {"O": want}, {"O": round_to(p @ host["V"][kv_rows(plan)], plan.dtype)})
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_backward(case):
-    plan, captures = _plan(case, "bwd")
-    inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "bwd"), captures=captures)
+def _check_backward(plan, captures, seed):
+    """The backward's counters and dQ, dK, dV against the float64 reference within the same-precision tolerance."""
+    inputs, host = launch.make_device_inputs(plan, seed=seed, captures=captures)
     got, _ = _run_both(plan, inputs, GRADS)
     scale = reference.default_scale(plan.d)
     kv = kv_rows(plan)
@@ -129,6 +128,32 @@ def test_backward(case):
              "dK": group_sum(plan, round_to(scale * (np.swapaxes(ds, -1, -2) @ q), plan.dtype)),
              "dV": group_sum(plan, round_to(np.swapaxes(p, -1, -2) @ do, plan.dtype))}
     assert_within_naive(got, reference_outputs(plan, host), naive)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_forward(case):
+    _check_forward(*_plan(case, "fwd"), _seed(case, "fwd"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_backward(case):
+    _check_backward(*_plan(case, "bwd"), _seed(case, "bwd"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fuzzed_expressions(seed):
+    """Random variants (tests/plan/test_mods.py random_mods: masks of index comparisons and a captured table, smooth
+    score_mods with derived derivatives, float16 and int32 captures), forward and backward at d 64 / 128, float16 /
+    bfloat16, grouped-query, N_q 700 != N_k 900: counters == model.exact, outputs within the tolerance."""
+    from ..plan.test_mods import random_mods
+
+    exprs, captures = random_mods(np.random.default_rng(1000 + seed))
+    mods = check_mods(**exprs, captures=captures)
+    for direction, check in (("fwd", _check_forward), ("bwd", _check_backward)):
+        plan = make_plan("flash", "fast", N_q=700, N_k=900, d=(64, 128)[seed // 2],
+                         dtype=("float16", "bfloat16")[seed % 2], sram=227 * KB, heads=4, kv_heads=2, mods=mods,
+                         capture_values=captures, direction=direction)
+        check(plan, captures, _seed("fuzz", seed, direction))
 
 
 BUILT_INS = [  # (expressions, the built-in's make_plan arguments, captures)

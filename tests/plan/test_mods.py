@@ -193,3 +193,49 @@ def test_check_source_compiles_and_names_a_bad_expression():
     with pytest.raises(KernelCompileError) as err:
         compile_to_cubin(bad.check_source(), arch="sm_90")
     assert "score_mod(1)" in err.value.log
+
+
+FUZZ_TABLE = np.random.default_rng(7).integers(0, 4, 2048).astype(np.int32)
+FUZZ_BIAS = np.random.default_rng(8).standard_normal(2048).astype(np.float16)
+
+
+def random_mods(rng: np.random.Generator) -> tuple[dict, dict]:
+    """A random variant (expressions, captures): a mask_mod of comparisons on the indices and a captured table joined
+    by && / ||, and a score_mod of smooth pieces (scaled score, tanh cap, bias by position or from a float16 table,
+    a ternary on the indices) whose derivative iokernels.plan.cderiv derives. Used by the CPU test below and by
+    tests/gpu/test_mods.py."""
+    masks = ["kv_idx <= q_idx", f"q_idx % {rng.integers(2, 5)} != {rng.integers(0, 2)}",
+             f"abs(q_idx - kv_idx) < {rng.integers(20, 200)}", "tab[q_idx] == tab[kv_idx]",
+             f"kv_idx < {rng.integers(5, 60)}", "tab[kv_idx] != 3"]
+    picked = rng.choice(len(masks), size=rng.integers(1, 4), replace=False)
+    mask = masks[picked[0]]
+    for i in picked[1:]:
+        mask = f"({mask}) {'&&' if rng.random() < 0.5 else '||'} {masks[i]}"
+    pieces = [f"score * {rng.uniform(0.5, 1.5):.3f}f",
+              f"{rng.uniform(5, 30):.2f}f * tanhf(score * {rng.uniform(0.03, 0.2):.3f}f)",
+              f"score - {rng.uniform(0.001, 0.05):.4f}f * fabsf((float)(q_idx - kv_idx))", "score + bias[kv_idx]",
+              f"(q_idx > kv_idx ? score : score * {rng.uniform(0.3, 0.9):.2f}f)"]
+    score = pieces[rng.integers(len(pieces))]
+    if rng.random() < 0.5:  # a second piece on top: its score is the first's
+        second = pieces[rng.integers(len(pieces))]
+        score = second.replace("score", f"({score})")
+    exprs = {"mask_mod": mask, "score_mod": score}
+    captures = {n: a for n, a in (("tab", FUZZ_TABLE), ("bias", FUZZ_BIAS)) if f"{n}[" in mask + score}
+    return exprs, captures
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fuzzed_expressions_simulate_as_the_model_and_reference(seed):
+    """Random variants (:func:`random_mods`), forward and backward, ragged N_q != N_k: the simulator's bytes equal
+    model.exact (captured reads included) and its outputs the float64 reference; the derivative was derived."""
+    rng = np.random.default_rng(seed)
+    exprs, captures = random_mods(rng)
+    mods = check_mods(**exprs, captures=captures)
+    for direction in ("fwd", "bwd"):
+        plan = _plan(direction, 150, 170, mods=mods, captures=captures)
+        inputs = make_inputs(plan, seed=seed, captures=captures)
+        run = simulate(plan, inputs)
+        assert run.counts == exact(plan), exprs
+        for n, w in reference_outputs(plan, inputs).items():
+            assert np.all(np.isfinite(run.outputs[n])), (exprs, n)
+            assert np.max(np.abs(run.outputs[n] - w)) < 1e-12 * max(1, np.abs(w).max()), (exprs, n)
