@@ -101,13 +101,14 @@ def gpu_inputs(plan: Plan, seed: int = 0) -> tuple[dict, dict, Plan]:
     from ..plan.mods import capture_buffer
 
     one = one_batch_head(plan)
+    captured = () if plan.mods is None else {capture_buffer(n) for n, _ in plan.mods.captures}  # (one for every head)
     if one is None:
         return *launch.make_device_inputs(plan, seed), plan
     small, host = launch.make_device_inputs(one, seed)
     cp = require_cupy()
     inputs = {}
     for name, x in small.items():
-        shared = (name == "mask" and plan.mask is not None and plan.mask.shared) or name.startswith(capture_buffer(""))
+        shared = (name == "mask" and plan.mask is not None and plan.mask.shared) or name in captured
         inputs[name] = x if shared else cp.ascontiguousarray(cp.broadcast_to(x, (plan.bh, *x.shape[1:])))
     return inputs, host, one
 

@@ -496,7 +496,7 @@ __device__ __forceinline__ float iok_mod_s(IO& io, const IokMod& m, int z, int q
     if (partial && !iok_mask_mod(io, m, z, q_idx, kv_idx)) return __int_as_float(static_cast<int>(0xff800000u));
 #endif
 #ifdef SCORE_MOD
-    s = iok_score_mod(io, m, z, q_idx, kv_idx, s * scale) * inv;  // (an IEEE division: a dozen instructions)
+    s = iok_score_mod(io, m, z, q_idx, kv_idx, s * scale) * inv;  // (× 1 / τ: a division is a dozen instructions)
 #endif
     return s;
 }

@@ -21,7 +21,7 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.mods import MAX_CAPTURES, capture_buffer, capture_inputs
+from ..plan.mods import MAX_CAPTURES, capture_buffer, capture_inputs, captures_of
 from ..plan.tensors import (
     APPEND_TENSORS,
     CACHE_TENSORS,
@@ -576,7 +576,7 @@ def make_device_inputs(plan: Plan, seed: int = 0, magnitude: float = 1.0, scale:
     """Random inputs on the device (storage dtype) and the same values as float64 on the host
     (:func:`iokernels.simulate.make_inputs` with ``rounded=True``); a variant's ``captures`` as given on both."""
     host = make_inputs(plan, seed, scale, magnitude=magnitude, rounded=True, captures=captures)
-    device = {n: require_cupy().asarray(x) for n, x in host.items() if n.startswith(capture_buffer(""))}
+    device = {capture_buffer(n): require_cupy().asarray(x) for n, x in captures_of(plan.mods, host).items()}
     for name in (n for n in INPUTS[plan.direction] if n in plan_tensors(plan)):
         device[name] = to_device(host[name], "float32" if name in FLOAT32_TENSORS else plan.dtype)
     for name in (*CACHE_TENSORS, *VARLEN_TENSORS):  # a decode's cache lengths and page table, offsets: int32

@@ -77,10 +77,16 @@ def fast_ok(arrays: list[Any], chain: tuple[Plan, ...], expand: bool) -> bool:
 def prepare_fast(call: Dispatch, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
                  outputs: tuple[str, ...]) -> None:
     """Fill ``call.fast`` (after the call's first run, which compiled its kernels)."""
-    raw = launch.prepare_raw(call.chain[0], call.scale, inputs, shapes, outputs)
+    call.fast, call.outputs = prepared(call.chain[0], call.scale, inputs, shapes, outputs)
+
+
+def prepared(plan: Plan, scale: float, inputs: tuple[str, ...], shapes: dict[str, tuple[int, ...]],
+             outputs: tuple[str, ...]) -> tuple[Any, dict[str, int]]:
+    """A plan's launches on raw addresses (``launch.prepare_raw``) and where each output comes back in what its
+    ``run`` returns: name -> index."""
+    raw = launch.prepare_raw(plan, scale, inputs, shapes, outputs)
     start = len(raw.inputs)
-    call.outputs = {n: i for i, n in enumerate(raw.names[start:start + len(raw.allocations)])}
-    call.fast = raw
+    return raw, {n: i for i, n in enumerate(raw.names[start:start + len(raw.allocations)])}
 
 
 @functools.cache

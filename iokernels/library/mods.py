@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from ..plan.mods import (
     mod_blocks_defines,
 )
 from ..simulate.reference import default_scale
-from .fastpath import cupy_empty
+from .fastpath import cupy_empty, prepared
 
 
 def checked_mods(mask_mod: str | None, score_mod: str | None, score_grad: str | None,
@@ -44,36 +45,37 @@ def checked_mods(mask_mod: str | None, score_mod: str | None, score_grad: str | 
     for name, x in (captures or {}).items():
         if not hasattr(x, "dtype") or not hasattr(x, "shape"):
             raise TypeError(f"capture {name!r} must be an array, got {type(x).__name__}")
-    signature = tuple((name, _dtype(x.dtype).str, tuple(x.shape)) for name, x in (captures or {}).items())
+    signature = tuple((name, _dtype(name, x.dtype).str, tuple(x.shape)) for name, x in (captures or {}).items())
     mods = _checked(mask_mod, score_mod, score_grad, signature)
     if mods is None:
         raise ValueError("give a mask_mod or a score_mod")
     return mods
 
 
-def _dtype(dtype: Any) -> np.dtype:
-    """numpy's dtype of an array's (numpy, cupy or torch: torch.int32 -> int32); TypeError for one it has not."""
+def _dtype(name: str, dtype: Any) -> np.dtype:
+    """numpy's dtype of capture ``name``'s (numpy, cupy or torch: torch.int32 -> int32); TypeError for one it has
+    not (check_mods says which it takes)."""
     try:
         return np.dtype(dtype)
     except TypeError:
-        return np.dtype(str(dtype).removeprefix("torch."))
+        try:
+            return np.dtype(str(dtype).removeprefix("torch."))
+        except TypeError:
+            raise TypeError(f"capture {name!r}: dtype {dtype} is not one a capture takes") from None
 
 
 @functools.lru_cache(maxsize=256)
 def _checked(mask_mod: Any, score_mod: Any, score_grad: Any, signature: tuple[Any, ...]) -> Mods | None:
     # stand-ins of the captures' dtypes and shapes: check_mods reads nothing else of them
-    stand_ins = {name: np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
-                 for name, dtype, shape in signature}
+    stand_ins = {name: SimpleNamespace(dtype=np.dtype(dtype), shape=shape) for name, dtype, shape in signature}
     return check_mods(mask_mod, score_mod, score_grad, stand_ins)
 
 
 @functools.lru_cache(maxsize=64)
 def _prepared(plan: Any, scale: float, names: tuple[str, ...], shapes: tuple[Any, ...], outputs: tuple[str, ...],
               device: int) -> tuple[Any, dict[str, int]]:
-    """The plan's launches on raw addresses (its constants uploaded once) and where each output comes back."""
-    raw = launch.prepare_raw(plan, scale, names, dict(shapes), outputs)
-    start = len(raw.inputs)
-    return raw, {n: i for i, n in enumerate(raw.names[start:start + len(raw.allocations)])}
+    """fastpath.prepared, once per plan, scale, inputs and device (its constants uploaded once)."""
+    return prepared(plan, scale, names, dict(shapes), outputs)
 
 
 def _run(plan: Any, scale: float, inputs: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:

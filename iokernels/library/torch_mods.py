@@ -7,10 +7,8 @@ and allocator (no copies for contiguous tensors)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..plan.masks import BlockMask
@@ -20,8 +18,6 @@ from .mods import checked_mods
 from .torch_ops import as_cupy, block_mask_args, torch_stream
 
 _DTYPES = {torch.float16: False, torch.bfloat16: True}  # dtype -> the cupy front end's bfloat16 flag
-_CAPTURE_DTYPES = {torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64), torch.uint8: np.dtype(np.uint8),
-                   torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32)}
 _ARGS = ("Tensor[] captures, str[] capture_names, str? mask_mod, str? score_mod, str? score_grad, str causal, "
          "float? scale, Tensor? block_levels, int block")
 FWD_SCHEMA = f"(Tensor q, Tensor k, Tensor v, {_ARGS}) -> (Tensor, Tensor)"
@@ -102,12 +98,7 @@ def _check(q: Any, k: Any, v: Any, captures: Any, capture_names: Any, mask_mod: 
             raise TypeError(f"{name}: a CUDA tensor on q's device, got {type(x).__name__}")
     if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v: float16 or bfloat16 of one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    shapes = {}
-    for name, t in zip(capture_names, captures, strict=True):  # (the checks read a capture's dtype and shape only)
-        if t.dtype not in _CAPTURE_DTYPES:
-            raise TypeError(f"capture {name!r} must be int32, int64, uint8, float16 or float32, got {t.dtype}")
-        shapes[name] = SimpleNamespace(dtype=_CAPTURE_DTYPES[t.dtype], shape=tuple(t.shape))
-    checked_mods(mask_mod, score_mod, score_grad, shapes)
+    checked_mods(mask_mod, score_mod, score_grad, dict(zip(capture_names, captures, strict=True)))
 
 
 def attention_mods(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask_mod: str | None = None,

@@ -42,9 +42,10 @@ def capture_buffer(name: str) -> str:
     return f"cap_{name}"
 
 
-def captures_of(mods: Mods, inputs: Mapping[str, object]) -> dict[str, object]:
-    """The captured arrays among a run's inputs (by buffer name), by capture name."""
-    return {name: inputs[capture_buffer(name)] for name, _ in mods.captures if capture_buffer(name) in inputs}
+def captures_of(mods: Mods | None, inputs: Mapping[str, object]) -> dict[str, object]:
+    """The captured arrays among a run's inputs (by buffer name), by capture name (none without a variant)."""
+    captures = () if mods is None else mods.captures
+    return {name: inputs[capture_buffer(name)] for name, _ in captures if capture_buffer(name) in inputs}
 
 
 def capture_inputs(mods: Mods, inputs: Mapping[str, object]) -> dict[str, object]:
