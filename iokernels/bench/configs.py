@@ -41,6 +41,9 @@ FLOP_CONVENTION = ("FlashAttention-2: forward 4*B*H*N_q*N_k*d FLOPs, halved when
 BLOCK_SPARSE_BLOCK = DEFAULT_BLOCK  # bench --block-sparse: 128 x 128 blocks (FlexAttention's BLOCK_SIZE too)
 DEFAULT_BLOCK_PATTERN = "random"  # the peers' reference setup: random 128 x 128 blocks
 ALIBI_RULE = "2^(-8(h+1)/H)"  # bench --alibi's slopes (alibi_slopes), as the header states them
+ATTN_MASKS = ("additive", "bool")  # bench --attn-mask's kinds
+ATTN_MASK_KEEP = 0.9  # the share of keys a --attn-mask bool mask keeps
+ATTN_MASK_SEED = 7  # the seed of every implementation's copy of the mask (the same values for all)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,6 +132,9 @@ class Problem:
     block_mask: BlockMask | None = None
     # ALiBi: the logits plus −slope_h·|j − i − (N_k − N_q)|, the slopes alibi_slopes(heads) (FlashAttention-2's)
     alibi: bool = False
+    # an explicit mask per batch and head, (B, H, N, N), given as attn_mask (issue #22): "additive" (random normal
+    # values in the problem's dtype) or "bool" (each key kept with probability ATTN_MASK_KEEP); FLOPs as without
+    attn_mask: str | None = None
 
     @property
     def alibi_slopes(self) -> tuple[float, ...] | None:
@@ -156,7 +162,8 @@ class Problem:
                 + (f" window={_window_text(self.window)}" if self.window is not None else "")
                 + (f" documents={documents_text(self.documents)}" if self.documents is not None else "")
                 + (f" softcap={self.softcap:g}" if self.softcap is not None else "") + (" alibi" if self.alibi else "")
-                + (f" blocks={self.block_mask.label}" if self.block_mask is not None else ""))
+                + (f" blocks={self.block_mask.label}" if self.block_mask is not None else "")
+                + (f" attn_mask={self.attn_mask}" if self.attn_mask is not None else ""))
 
     def dropout_plan_arg(self) -> Any:
         """make_plan's dropout argument: None, or a fixed Dropout of seed 0 (timing does not depend on it)."""
@@ -223,6 +230,19 @@ def parse_ints(option: str, text: str) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+def explicit_mask(problem: Problem, device: str = "cuda") -> Any:
+    """The explicit mask of ``bench --attn-mask`` (:attr:`Problem.attn_mask`), (B, H, N, N) on ``device``, the same
+    values for every implementation (seed :data:`ATTN_MASK_SEED`): standard normal in the
+    problem's dtype ("additive"), or True with probability ATTN_MASK_KEEP ("bool")."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(ATTN_MASK_SEED)
+    shape = (problem.batch, problem.heads, problem.n, problem.n)
+    if problem.attn_mask == "bool":
+        return torch.rand(shape, device=device, generator=gen) < ATTN_MASK_KEEP
+    return torch.randn(shape, device=device, dtype=getattr(torch, problem.dtype), generator=gen)
+
+
 def parse_dtypes(text: str) -> list[str]:
     items = [x.strip() for x in str(text).split(",") if x.strip()]
     if not items:
@@ -234,12 +254,16 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                   heads: int = DEFAULT_HEADS, causal: bool = False, dropout: float = 0.0,
                   window: tuple[int | None, int | None] | None = None,
                   documents: int | None = None, softcap: float | None = None,
-                  block_sparse: dict | None = None, alibi: bool = False) -> list[Problem]:
+                  block_sparse: dict | None = None, alibi: bool = False, attn_mask: str | None = None
+                  ) -> list[Problem]:
     """One problem per (d, dtype, N), N ascending within each (d, dtype), with B·H·N = tokens; ``documents``: the
     number of documents each N is cut into (:func:`document_lengths`), None for none; ``softcap``: every problem's
     softcap (None for none); ``block_sparse``: :func:`block_sparse_spec`'s pattern arguments, one block mask made
     per N (:func:`iokernels.plan.masks.pattern`) and shared by its problems, None for none; ``alibi``: ALiBi on
-    every problem (the slopes :func:`alibi_slopes` of ``heads``)."""
+    every problem (the slopes :func:`alibi_slopes` of ``heads``); ``attn_mask``: an explicit mask's kind
+    (:data:`ATTN_MASKS`) on every problem, None for none."""
+    if attn_mask is not None and attn_mask not in ATTN_MASKS:
+        raise ValueError(f"--attn-mask must be one of {', '.join(ATTN_MASKS)}, got {attn_mask!r}")
     if tokens < 1 or heads < 1:
         raise ValueError(f"--tokens and --heads must be >= 1, got {tokens}, {heads}")
     masks: dict[int, BlockMask] = {}
@@ -257,7 +281,7 @@ def main_problems(ds: Sequence[int], ns: Sequence[int], dtypes: Sequence[str], *
                     masks[n] = pattern(n_q=n, n_k=n, **block_sparse)
                 problems.append(Problem(batch, heads, n, d, check_dtype(dtype), causal, dropout=dropout, window=window,
                                         documents=lengths, softcap=softcap, block_mask=masks.get(n),
-                                        alibi=bool(alibi)))
+                                        alibi=bool(alibi), attn_mask=attn_mask))
     return problems
 
 

@@ -1,6 +1,6 @@
 """FlexAttention's arguments for ``bench``'s problems (issue #22): the ``mask_mod`` of a causal mask, a window or
 documents, the ``BlockMask`` of a block-sparse problem (:func:`flex_kv_blocks`: our blocks as FlexAttention's kv
-blocks), and the ``score_mod`` of a softcap or of ALiBi. Built once per problem by
+blocks), and the ``score_mod`` of a softcap, of ALiBi or of an additive explicit mask. Built once per problem by
 :class:`iokernels.bench.implementations.TorchFlex`, outside the timed calls; torch imported only when needed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..plan.masks import BlockMask
-from .configs import Problem, block_areas
+from .configs import Problem, block_areas, explicit_mask
 
 
 def flex_mask_mod(problem: Problem, device: str = "cuda") -> Callable[..., Any] | None:
@@ -87,6 +87,9 @@ def flex_score_mod(problem: Problem, device: str = "cuda") -> Callable[..., Any]
     (:attr:`iokernels.bench.configs.Problem.alibi_slopes`) as a float32 tensor on ``device``, made here once per
     problem. Both at once is no workload of ours: ValueError."""
     slopes = problem.alibi_slopes
+    if problem.attn_mask == "additive":  # alone (bench --attn-mask takes no softcap or ALiBi)
+        mask = explicit_mask(problem, device)
+        return lambda score, b, h, q_idx, kv_idx: score + mask[b, h, q_idx, kv_idx]
     if problem.softcap is not None and slopes is not None:
         raise ValueError("a softcap and ALiBi together: ours take one or the other")
     if problem.softcap is None and slopes is None:

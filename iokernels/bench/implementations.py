@@ -54,7 +54,7 @@ from typing import Any
 
 from ..plan.units import parse_size
 from .clocks import CupyClock, Runner, TorchClock, Unsupported, no_kernel, one_line
-from .configs import PASSES, Problem
+from .configs import PASSES, Problem, explicit_mask
 from .flex_mods import flex_block_mask, flex_kv_blocks, flex_mask_mod, flex_score_mod  # noqa: F401 (re-exported)
 
 DIRECTIONS = (*PASSES, "fwdbwd")  # fwdbwd: bench --overhead only
@@ -141,6 +141,8 @@ class IokernelsCupy(Impl):
         if problem.dtype == "bfloat16":
             raise Unsupported("iokernels.attention on cupy arrays takes float16/float32 (cupy has no bfloat16 "
                               "dtype); bfloat16 goes through iokernels.torch")
+        if problem.attn_mask is not None:
+            raise Unsupported("--attn-mask is timed through torch (io-torch), on the same mask as the peers")
         from ..kernels.runtime import require_cupy
         from ..library.api import attention, attention_backward
 
@@ -195,6 +197,8 @@ class CupyStandard(Impl):
             raise Unsupported("the cupy standard attention has no softcap")
         if problem.alibi:
             raise Unsupported("the cupy standard attention has no ALiBi (an additive dense bias: another workload)")
+        if problem.attn_mask is not None:
+            raise Unsupported("the cupy standard attention has no explicit mask")
         if problem.block_mask is not None:
             raise Unsupported("the cupy standard attention has no block mask (a dense mask would compute every block: "
                               "another workload)")
@@ -354,6 +358,7 @@ class IokernelsTorch(Impl):
         # block_mask= and alibi_slopes= only when there is one (made once per problem, here, outside the timed calls)
         extra = {} if problem.block_mask is None else {"block_mask": problem.block_mask}
         extra.update({} if problem.alibi_slopes is None else {"alibi_slopes": problem.alibi_slopes})
+        extra.update({} if problem.attn_mask is None else {"attn_mask": explicit_mask(problem, self.device)})
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             return attention(q, k, v, causal=problem.causal, dropout=problem.dropout, window=problem.window,
@@ -412,8 +417,11 @@ class TorchSdpa(Impl):
             raise Unsupported("torch's scaled_dot_product_attention has no block-sparse mask (an explicit mask would "
                               "compute every block: another workload)")
 
+        mask = None if problem.attn_mask is None else explicit_mask(problem, self.device)
+
         def attend(q: Any, k: Any, v: Any) -> Any:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal, dropout_p=problem.dropout)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=problem.causal,
+                                                  dropout_p=problem.dropout)
 
         return torch_runner(problem, direction, attend, device=self.device, context=lambda: sdpa_kernel(backend),
                             first=sdpa_first_call)
@@ -458,6 +466,9 @@ class TorchFlex(Impl):
             raise Unsupported("FlexAttention has no dropout")
         from torch.nn.attention.flex_attention import create_block_mask
 
+        if problem.attn_mask == "bool":
+            raise Unsupported("--attn-mask bool: FlexAttention applies a mask_mod through a block mask made of it, "
+                              "for every batch and head here (another workload)")
         flex = _compiled_flex()
         mask_mod = flex_mask_mod(problem, self.device)
         if problem.block_mask is not None:

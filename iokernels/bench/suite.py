@@ -37,7 +37,8 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
             "heads": problem.heads, "causal": problem.causal, "dropout": problem.dropout,
             "window": None if problem.window is None else list(problem.window),
             "documents": None if problem.documents is None else list(problem.documents), "softcap": problem.softcap,
-            "alibi": problem.alibi, "block_mask": None if work.block_mask is None else work.block_mask.as_dict(),
+            "alibi": problem.alibi, "attn_mask": problem.attn_mask,
+            "block_mask": None if work.block_mask is None else work.block_mask.as_dict(),
             "flops": work.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
             "loop": None, "method": None, "note": None}
 
@@ -373,7 +374,9 @@ def render(doc: dict) -> str:
                   + (f", softcap {h['softcap']:g} (the logits capped at C tanh(s / C); the tanh not counted in FLOPs)"
                      if h.get("softcap") is not None else "")
                   + (f", ALiBi (the logits minus slope_h |j - i|, slopes {h['alibi']['rule']}: "
-                     f"{_slopes_text(h['alibi']['slopes'])}; the bias not counted in FLOPs)" if h.get("alibi") else "")]
+                     f"{_slopes_text(h['alibi']['slopes'])}; the bias not counted in FLOPs)" if h.get("alibi") else "")
+                  + (f", an explicit {h['attn_mask']} mask per batch and head (B, H, N, N) as attn_mask, the same "
+                     "values for every implementation; FLOPs as without" if h.get("attn_mask") else "")]
         lines += _block_sparse_lines(h, main, dict(labels))
         configs = list(dict.fromkeys((r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["batch"], r["heads"])
                                      for r in main))

@@ -56,14 +56,14 @@ def _command_line(ctx: click.Context) -> str:
 
 
 # the bench options that --decode does not take, and the --decode options
-NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "alibi", "block_sparse",
-              "block_pattern", "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n",
-              "long_dtype", "sram")
+NOT_DECODE = ("ns", "tokens", "heads", "causal", "dropout_p", "window", "documents", "softcap", "alibi", "attn_mask",
+              "block_sparse", "block_pattern", "block_seed", "overhead", "overhead_calls", "long_table", "long_only",
+              "long_max_n", "long_dtype", "sram")
 DECODE_ONLY = ("decode_heads", "decode_batch", "decode_nk", "decode_nq")
 # the bench options that --varlen does not take, and the --varlen options
-NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "alibi", "block_sparse", "block_pattern",
-              "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n", "long_dtype", "sram",
-              "impls", "peers", "decode")
+NOT_VARLEN = ("ns", "tokens", "dropout_p", "window", "documents", "softcap", "alibi", "attn_mask", "block_sparse",
+              "block_pattern", "block_seed", "overhead", "overhead_calls", "long_table", "long_only", "long_max_n",
+              "long_dtype", "sram", "impls", "peers", "decode")
 # what --block-sparse does not combine with (the block mask runs alone, with --causal or without), and why
 NOT_BLOCK_SPARSE = {"documents": "two masks", "window": "two masks",
                     "softcap": "the block-sparse run times the block mask alone",
@@ -101,6 +101,11 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
                    "sm_90 tma kernels, d up to 128: past it unsup) and FlexAttention (a score_mod; torch's SDPA and "
                    "cupy have none); combines with --causal, --window and --block-sparse, not --softcap, --documents "
                    "or --dropout; FLOPs as without (the bias not counted)")
+@click.option("--attn-mask", "attn_mask", type=click.Choice(configs.ATTN_MASKS), default=None,
+              help="an explicit mask per batch and head, (B, H, N, N) made once per problem with the same values for "
+                   "every implementation, given as attn_mask (issue #22): additive (standard normal, the problem's "
+                   "dtype) on ours, SDPA and FlexAttention (a score_mod reading it), or bool (keys kept with "
+                   "probability 0.9) on ours and SDPA; combines with --causal only; FLOPs as without")
 @click.option("--block-sparse", "block_sparse", type=float, default=None, metavar="DENSITY",
               help="block-sparse attention (the paper's Algorithm 5; issue #22): a block mask of 128x128 blocks "
                    "keeping about this fraction, in (0, 1], made once per N; ours (block_mask=), FlexAttention (a "
@@ -168,7 +173,8 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--json", "as_json", is_flag=True, help="one JSON document on stdout")
 @click.pass_context
 @user_errors
-def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, alibi, block_sparse,
+def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, documents, softcap, alibi, attn_mask,
+              block_sparse,
               block_pattern, block_seed, backward, mode,
               overhead, overhead_calls, long_table, long_only, long_max_n, long_dtype, impls, peers, sram, warmup,
               repeats, max_call_ms, time_budget, decode, decode_heads, decode_batch, decode_nk, decode_nq, varlen,
@@ -220,6 +226,9 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
             raise ValueError("--softcap applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     if alibi:
         _check_alibi(softcap, dropout_p, documents, long_table or long_only or overhead)
+    if attn_mask is not None and (dropout_p or window is not None or documents is not None or softcap is not None
+                                  or alibi or sparse is not None or long_table or long_only or overhead):
+        raise ValueError("--attn-mask combines with --causal only (the main table's TFLOP/s, the mask alone)")
     if overhead:
         if modes != ("call",):
             raise ValueError("--overhead times host calls; --mode does not apply to it")
@@ -234,7 +243,8 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     problems = [] if long_only else configs.main_problems(configs.parse_ints("--d", ds), configs.parse_ints("--N", ns),
                                                           dtype_list, tokens=tokens, heads=heads, causal=causal,
                                                           dropout=dropout_p, window=window, documents=documents,
-                                                          softcap=softcap, block_sparse=sparse, alibi=alibi)
+                                                          softcap=softcap, block_sparse=sparse, alibi=alibi,
+                                                          attn_mask=attn_mask)
     if window is not None and (long_table or long_only or overhead):
         raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
@@ -259,6 +269,7 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
     header = {"tokens": tokens, "heads": heads, "causal": causal, "dropout": dropout_p, "sram": sram,
               "window": None if window is None else list(window), "documents": documents, "softcap": softcap,
               "alibi": {"rule": configs.ALIBI_RULE, "slopes": list(configs.alibi_slopes(heads))} if alibi else None,
+              "attn_mask": attn_mask,
               "block_sparse": None if sparse is None else {"density": sparse["density"], "pattern": sparse["kind"],
                                                            "seed": sparse["seed"], "block": sparse["block_q"]},
               "command": _command_line(ctx)}

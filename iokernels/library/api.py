@@ -24,11 +24,12 @@ from typing import Any
 
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
-from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, Unsupported, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from ..plan.variants import check_softcap
 from ..simulate import reference
+from . import explicit
 from .dispatch import CACHE, CUPY_CALLS, Dispatch, call_key, check_scale, dropout_present, memo_key
 from .execute import execute
 from .fastpath import (
@@ -356,6 +357,20 @@ def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None
     return CACHE.lookup(key, plan_call)
 
 
+def _explicit(run: Any, arrays: tuple[Any, ...], mask: Any, causal: Any, scale: Any, block_mask: Any,
+              bfloat16: bool) -> Any:
+    """An explicit mask's call on the tma kernels (:mod:`iokernels.library.explicit`), its inputs checked as any
+    call's; None where the variant's plan refuses it (the research kernels then run it)."""
+    q, k, v = arrays[:3]
+    _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, _kv_group(q, k, v), bfloat16)
+    scale = _check_options(scale)
+    try:
+        return run(*arrays, mask, causal=normalize_causal(causal), scale=scale, block_mask=block_mask,
+                   bfloat16=bfloat16)
+    except Unsupported:
+        return None
+
+
 def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
                      causal: bool | str = False, scale: float | None = None, sram: int | str | None = None,
                      return_lse: bool = False, graph: bool = False, bfloat16: bool = False, block_mask: Any = None,
@@ -364,6 +379,12 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
     if window is not None:  # normalized first: a bad window fails here, and windows equal once normalized share keys
         window = normalize_window(window)
     softcap, alibi = check_softcap(softcap), alibi_values(alibi_slopes)
+    if not return_dropout and explicit.takes(q, mask, algorithm=algorithm, schedule=schedule, graph=graph,
+                                             dropout=dropout, window=window, softcap=softcap, alibi=alibi,
+                                             bfloat16=bfloat16):
+        routed = _explicit(explicit.forward, (q, k, v), mask, causal, scale, block_mask, bfloat16)
+        if routed is not None:
+            return routed if return_lse else routed[0]
     memo = None  # a call with no mask, dropout or graph: its arguments as given find its fast path (CUPY_CALLS)
     if mask is None and block_mask is None and not graph and type(dropout) in (float, int) and dropout == 0:
         memo = memo_key((q, k, v), ("fwd", algorithm, schedule, causal, scale, sram, return_lse, bfloat16,
@@ -522,6 +543,11 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     if window is not None:  # as attention_arrays's
         window = normalize_window(window)
     softcap, alibi = check_softcap(softcap), alibi_values(alibi_slopes)
+    if explicit.takes(q, mask, algorithm=algorithm, schedule=None, graph=graph, dropout=dropout, window=window,
+                      softcap=softcap, alibi=alibi, deterministic=deterministic, bfloat16=bfloat16):
+        routed = _explicit(explicit.backward, (q, k, v, o, do, lse), mask, causal, scale, block_mask, bfloat16)
+        if routed is not None:
+            return routed
     memo = None  # as attention_arrays's
     if mask is None and block_mask is None and not graph and dropout is None:
         memo = memo_key((q, k, v, o, do, lse), ("bwd", algorithm, causal, scale, sram, deterministic, bfloat16,

@@ -53,7 +53,7 @@ from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.masks import BlockMask
 from ..plan.variants import check_softcap
-from . import api
+from . import api, explicit
 from .dispatch import TORCH_CALLS, Dispatch, device_id
 from .fastpath import fast_memory_error
 
@@ -202,8 +202,9 @@ def torch_stream(device: torch.device) -> Iterator[tuple[Any, TorchAllocator]]:
 
 
 def library_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """The mask as the library takes it: bool, or floating point (half-precision masks widened on the device)."""
-    if mask is None or mask.dtype in (torch.bool, torch.float32, torch.float64):
+    """The mask as the library takes it: bool, float16, float32 or float64 (bfloat16, which cupy has not, widened on
+    the device to float32)."""
+    if mask is None or mask.dtype in (torch.bool, torch.float16, torch.float32, torch.float64):
         return mask
     return mask.float()
 
@@ -386,9 +387,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         o, lse = api.attention_arrays(*arrays, schedule=schedule, return_lse=True, mask=mask_array,
                                       block_mask=block_mask, alibi_slopes=alibi, **options)
         result = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
-        call = api.forward_call(*arrays, schedule=schedule, block_mask=block_mask, mask=mask_array, alibi=alibi,
-                                **options)
-    if key is not None and call.fast is not None and all(t.is_contiguous() for t in (q, k, v)):
+        call = None if explicit.takes(arrays[0], mask_array, schedule=schedule, alibi=alibi, **options) else \
+            api.forward_call(*arrays, schedule=schedule, block_mask=block_mask, mask=mask_array, alibi=alibi,
+                             **options)
+    if key is not None and call is not None and call.fast is not None and all(t.is_contiguous() for t in (q, k, v)):
         TORCH_CALLS.put(key, torch_call(call, (q, k, v)))
     return result
 
@@ -427,8 +429,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         grads = api.attention_backward_arrays(*arrays, mask=mask_array, block_mask=block_mask, alibi_slopes=alibi,
                                               **options)
         result = tuple(allocator.tensor(g, q.dtype) for g in grads)
-        call = api.backward_call(*arrays, block_mask=block_mask, mask=mask_array, alibi=alibi, **options)
-    if key is not None and call.fast is not None and dout.dtype == q.dtype and \
+        call = None if explicit.takes(arrays[0], mask_array, schedule=None, alibi=alibi, **options) else \
+            api.backward_call(*arrays, block_mask=block_mask, mask=mask_array, alibi=alibi, **options)
+    if key is not None and call is not None and call.fast is not None and dout.dtype == q.dtype and \
             all(t.is_contiguous() for t in (dout, q, k, v, out, lse)):
         TORCH_CALLS.put(key, torch_call(call, (q, k, v)))
     return result
