@@ -157,13 +157,18 @@ __device__ constexpr bool tb_layout_ok()
 }
 
 // Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp, row r at g[r stride]:
-// rows [0, rows_valid) read (4 bytes each, counted), the rest 0.
-template <int TI, int... Ts>
+// rows [0, rows_valid) read (4 bytes each, counted), the rest 0. LSE: a row that sees no key (lse −inf) is kept as
+// +inf, so that its P = exp(τS − lse) is 0 whatever τS is (a score_mod may give −inf everywhere in it, and
+// −inf − (−inf) is NaN).
+template <int TI, bool LSE, int... Ts>
 __device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, const float* g, int rows_valid, int lane,
                                            int stride)
 {
 #pragma unroll
-    for (int r = lane; r < BR; r += 32) s[r] = r < rows_valid ? iok_ld<TI>(io, g + static_cast<size_t>(r) * stride) : 0.0f;
+    for (int r = lane; r < BR; r += 32) {
+        const float x = r < rows_valid ? iok_ld<TI>(io, g + static_cast<size_t>(r) * stride) : 0.0f;
+        s[r] = LSE && x == __int_as_float(static_cast<int>(0xff800000u)) ? __int_as_float(0x7f800000) : x;
+    }
 }
 
 // Adds box b of the dQ buffer (query slab b / (TILE_D / 32), columns 32 (b % (TILE_D / 32)) ...) to dQacc at query
@@ -384,9 +389,9 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
                 const size_t row = static_cast<size_t>(head) * n_q + q0;
 #endif
-                tb_scalars<IOK_T_lse>(io, reinterpret_cast<float*>(smem + (st ? SMEM_LSE1 : SMEM_LSE0)), lse + row,
+                tb_scalars<IOK_T_lse, true>(io, reinterpret_cast<float*>(smem + (st ? SMEM_LSE1 : SMEM_LSE0)), lse + row,
                                       rows, lane, row_stride);
-                tb_scalars<IOK_T_D>(io, reinterpret_cast<float*>(smem + (st ? SMEM_D1 : SMEM_D0)), Dg + row, rows,
+                tb_scalars<IOK_T_D, false>(io, reinterpret_cast<float*>(smem + (st ? SMEM_D1 : SMEM_D0)), Dg + row, rows,
                                     lane, row_stride);
 #ifdef VARLEN
                 if (tail) {

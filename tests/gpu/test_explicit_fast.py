@@ -49,9 +49,10 @@ def _seed(*parts) -> int:
 
 def _mask(rng, layout, kind, lead, n_q, n_k):
     """(the device mask, its float64 / bool host values broadcast to (*lead, n_q, n_k))."""
-    shape = {"shared": (n_q, n_k), "head": (lead[-1], n_q, n_k), "batch": (lead[0], 1, n_q, n_k),
-             "full": (*lead, n_q, n_k), "transposed": (*lead, n_k, n_q), "strided": (lead[0], 1, lead[2], n_q, n_k)}
-    raw = rng.random(shape[layout]) < 0.7
+    shape = {"shared": lambda: (n_q, n_k), "head": lambda: (lead[-1], n_q, n_k),
+             "batch": lambda: (lead[0], 1, n_q, n_k), "full": lambda: (*lead, n_q, n_k),
+             "transposed": lambda: (*lead, n_k, n_q), "strided": lambda: (lead[0], 1, lead[2], n_q, n_k)}[layout]()
+    raw = rng.random(shape) < 0.7
     if kind != "bool":
         raw = np.where(raw, rng.standard_normal(raw.shape) * 2, -np.inf).astype(kind)
     dev = cp.asarray(raw)

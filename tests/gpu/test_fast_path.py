@@ -23,7 +23,9 @@ def _arrays(shape, dtype="float16", seed=0):
     {"mask": "bool"}, {"mask": "additive"}], ids=lambda o: "-".join(map(str, o)) or "plain")
 def test_the_fast_path_gives_the_first_calls_outputs(options):
     dispatch.clear_dispatch_cache()
-    q, k, v = _arrays((2, 4, 200, 64))
+    # (a float16 mask call runs the tma kernels as a variant, iokernels/library/explicit.py: float32 keeps these on
+    # the research kernels' fast path)
+    q, k, v = _arrays((2, 4, 200, 64), "float32" if "mask" in options else "float16")
     if "mask" in options:
         rng = cp.random.default_rng(3)
         options = {**options, "mask": rng.random((200, 200)) > 0.3 if options["mask"] == "bool"
@@ -34,7 +36,7 @@ def test_the_fast_path_gives_the_first_calls_outputs(options):
     second = iokernels.attention(q, k, v, return_lse=True, **options)
     for a, b in zip(first, second, strict=True):
         assert cp.array_equal(a, b, equal_nan=True)
-    do = _arrays((2, 4, 200, 64), seed=1)[0]
+    do = _arrays((2, 4, 200, 64), q.dtype, seed=1)[0]
     backward = {n: x for n, x in options.items() if n != "schedule"}
     grads = [iokernels.attention_backward(q, k, v, first[0], do, first[1], **backward) for _ in range(2)]
     for a, b in zip(*grads, strict=True):  # dQ is summed with float atomics: equal to rounding
