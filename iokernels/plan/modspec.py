@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cexpr import CExpr, parse
+from .cexpr import CExpr, _Binary, _Index, _Name, parse
 
 VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")  # the ints an expression reads (and score, a float)
 
@@ -40,11 +40,30 @@ class Mods:
                 out[what] = parse(text, VARIABLES + (() if what == "mask_mod" else ("score",)), arrays, what)
         return out
 
+    def bias(self) -> str | None:
+        """E of a score_mod ``score + E`` whose E is one read of a float16 capture (an additive float16 mask or bias),
+        with no mask_mod: the forward's MOD_BIAS (common.cuh), which loads E for a tile while the tile's S is
+        computed; None for any other variant. E reads what the score_mod reads, element for element."""
+        if self.score_mod is None or self.mask_mod is not None:
+            return None
+        tree = self.parsed()["score_mod"].tree
+        half = {name for name, ctype in self.captures if ctype == "__half"}
+        if not (isinstance(tree, _Binary) and tree.op == "+" and tree.left == _Name(tree.left.col, "score")
+                and isinstance(tree.right, _Index) and tree.right.array in half):
+            return None
+        text = self.score_mod[tree.col:].strip()  # (the top "+" at 1-based column col: E follows it)
+        arrays = [n for n, _ in self.captures]
+        return None if "score" in parse(text, (*VARIABLES, "score"), arrays).names else text
+
     def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
-        """The main stage's defines: each expression on one line, the captures' declarations."""
+        """The main stage's defines: each expression on one line (the forward's MOD_BIAS for a score_mod that
+        :meth:`bias` finds), the captures' declarations."""
+        bias = self.bias() if direction == "fwd" else None
         out = [(name.upper(), " ".join(getattr(self, name).split()))
                for name in ("mask_mod", "score_mod") + (("score_grad",) if direction == "bwd" else ())
-               if getattr(self, name) is not None]
+               if getattr(self, name) is not None and not (bias and name == "score_mod")]
+        if bias:
+            out.append(("MOD_BIAS", " ".join(bias.split())))
         if self.captures:
             out.append(("MOD_CAPS", " ".join(f"IOK_CAP({ctype}, {name}, {i})"
                                              for i, (name, ctype) in enumerate(self.captures))))
