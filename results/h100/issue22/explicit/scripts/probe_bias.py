@@ -24,37 +24,41 @@ def loop(fn):
     return start.elapsed_time(end) / 10
 
 
+def case(d):
+    gen = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
+    mask = torch.randn(b, h, n, n, device="cuda", dtype=torch.float16, generator=gen)
+    flat = mask.reshape(-1)
+    flops = 4 * d * b * h * n * n
+    old = f"score + 0.0f + mask[b * {h * n * n} + h * {n * n} + q_idx * {n} + kv_idx]"
+
+    def bias():
+        return iot.attention(q, k, v, attn_mask=mask)
+
+    def plain():
+        return iot.attention_mods(q, k, v, score_mod=old, captures={"mask": flat})
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    fns = {"MOD_BIAS": bias, "SCORE_MOD": plain, "cudnn": cudnn}
+    outs = {name: fn().float() for name, fn in fns.items()}
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(5):
+        for name, fn in fns.items():
+            times[name].append(loop(fn))
+    for name, t in times.items():
+        ms = statistics.median(t)
+        print(f"d{d} {name:9s} fwd {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s  loops {[round(x, 3) for x in t]}",
+              flush=True)
+    for name in ("MOD_BIAS", "SCORE_MOD"):
+        print(f"  max |{name} - cudnn| = {(outs[name] - outs['cudnn']).abs().max().item():.3e}", flush=True)
+
+
 with torch.no_grad():
     for d in (64, 128):
-        gen = torch.Generator(device="cuda").manual_seed(d)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
-        mask = torch.randn(b, h, n, n, device="cuda", dtype=torch.float16, generator=gen)
-        flat = mask.reshape(-1)
-        flops = 4 * d * b * h * n * n
-        old = f"score + 0.0f + mask[b * {h * n * n} + h * {n * n} + q_idx * {n} + kv_idx]"
-
-        def bias():
-            return iot.attention(q, k, v, attn_mask=mask)
-
-        def plain():
-            return iot.attention_mods(q, k, v, score_mod=old, captures={"mask": flat})
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-        fns = {"MOD_BIAS": bias, "SCORE_MOD": plain, "cudnn": cudnn}
-        outs = {name: fn().float() for name, fn in fns.items()}
-        for fn in fns.values():
-            for _ in range(3):
-                fn()
-        times = {name: [] for name in fns}
-        for _ in range(5):
-            for name, fn in fns.items():
-                times[name].append(loop(fn))
-        for name, t in times.items():
-            ms = statistics.median(t)
-            print(f"d{d} {name:9s} fwd {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s  loops {[round(x, 3) for x in t]}",
-                  flush=True)
-        for name in ("MOD_BIAS", "SCORE_MOD"):
-            print(f"  max |{name} - cudnn| = {(outs[name] - outs['cudnn']).abs().max().item():.3e}", flush=True)
+        case(d)
