@@ -21,7 +21,7 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.mods import MAX_CAPTURES, capture_buffer, capture_inputs, captures_of
+from ..plan.mods import MAX_CAPTURES, MOD_DEFINES, capture_buffer, capture_inputs, captures_of
 from ..plan.tensors import (
     APPEND_TENSORS,
     CACHE_TENSORS,
@@ -320,7 +320,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args.append(np.float32(plan.softcap))
     if params.get("ALIBI"):  # ALiBi's slopes, after the softcap (common.cuh IOK_ALIBI_PARAM)
         args.append("alibi")
-    if params.get("MASK_MOD") or params.get("SCORE_MOD"):  # heads and captures, after ALiBi (IOK_MOD_PARAM)
+    if any(params.get(k) for k in MOD_DEFINES):  # heads and captures, after ALiBi (IOK_MOD_PARAM)
         caps = [capture_buffer(name) for name, _ in plan.mods.captures]
         args += [np.int32(plan.heads), *caps, *[np.uint64(0)] * (MAX_CAPTURES - len(caps))]
     if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from iokernels.kernels.sources import CompileVariant, build_source, compile_variants, list_sources
+from iokernels.plan.mods import MOD_DEFINES
 
 from ..plan.test_dropout_fast import dropout_variants as fast_dropout_variants
 from .nvrtc_variants import ALL_ARCHS, HAVE_NVRTC, ONE_ARCH, U64_ATOMIC, needs_nvrtc
@@ -189,7 +190,7 @@ def test_compiles_in_both_builds_without_spills(source: str, defines: tuple, arc
             for expr in instances:
                 launched = result.resources_of(expr).registers * threads
                 assert min(decs) * 128 + max(incs) * (threads - 128) <= launched, (build, expr, incs, decs, launched)
-        mods = any(k in dict(defines) for k in ("MASK_MOD", "SCORE_MOD", "MOD_BIAS"))
+        mods = any(k in dict(defines) for k in MOD_DEFINES)
         allowed = (SPILL_BYTES_ALLOWED_MODS if counting and mods
                    else SPILL_BYTES_ALLOWED if counting and spills_allowed(source, dict(defines))
                    else plain_spill_allowed(source, dict(defines)) if not counting else 0)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from iokernels.kernels import launch
 from iokernels.model.hbm import exact
 from iokernels.plan import Unsupported, make_plan
 from iokernels.plan.cexpr import ExprError
-from iokernels.plan.mods import MAX_CAPTURES, block_levels, check_mods, mod_block_mask
+from iokernels.plan.mods import MAX_CAPTURES, block_levels, capture_buffer, check_mods, mod_block_mask
 from iokernels.simulate import make_inputs, reference, reference_outputs, simulate
 
 from ..kernels.nvrtc_variants import needs_nvrtc
@@ -239,3 +240,25 @@ def test_fuzzed_expressions_simulate_as_the_model_and_reference(seed):
         for n, w in reference_outputs(plan, inputs).items():
             assert np.all(np.isfinite(run.outputs[n])), (exprs, n)
             assert np.max(np.abs(run.outputs[n] - w)) < 1e-12 * max(1, np.abs(w).max()), (exprs, n)
+
+
+@pytest.mark.parametrize("score_mod, ctype, mask_mod, want", [
+    ("score + mask[q_idx * 64 + kv_idx]", np.float16, None, "mask[q_idx * 64 + kv_idx]"),
+    ("  score+mask[h] ", np.float16, None, "mask[h]"),
+    ("score + mask[q_idx * 64 + kv_idx]", np.float32, None, None),  # not exact in half pairs
+    ("score + mask[kv_idx]", np.float16, "kv_idx <= q_idx", None),  # a mask_mod decides which it reads
+    ("mask[kv_idx] + score", np.float16, None, None),
+    ("score + mask[kv_idx] + 1.0f", np.float16, None, None),
+    ("score * mask[kv_idx]", np.float16, None, None),
+])
+def test_an_additive_float16_bias_is_loaded_early(score_mod, ctype, mask_mod, want):
+    """Mods.bias finds score + E with E one float16 read and no mask_mod: the forward's MOD_BIAS (E alone, no
+    SCORE_MOD), whose launch takes the captures as SCORE_MOD's does; the backward keeps SCORE_MOD."""
+    mods = check_mods(mask_mod, score_mod, captures={"mask": np.zeros(64 * 64, ctype)})
+    assert mods.bias() == want
+    fwd, bwd = dict(mods.defines("fwd")), dict(mods.defines("bwd"))
+    assert ("MOD_BIAS" in fwd, "SCORE_MOD" in fwd) == (want is not None, want is None)
+    assert "MOD_BIAS" not in bwd and "SCORE_MOD" in bwd
+    plan = make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=227 * 1024, heads=2, mods=mods)
+    args, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
+    assert capture_buffer("mask") in args
