@@ -425,7 +425,7 @@ __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsi
 // with them takes the heads per batch and four capture addresses after ALiBi's slopes (IOK_MOD_PARAM). Every element
 // of a computed tile is evaluated (a query or key past the problem's end with its last one's index): mask_mod first
 // (in a tile the block mask marks full, not at all), then score_mod and its gradient where the mask keeps it.
-#if defined(MASK_MOD) || defined(SCORE_MOD) || defined(MOD_BIAS)
+#if defined(MASK_MOD) || defined(SCORE_MOD)
 #define IOK_MODS 1
 #define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
     const void* __restrict__ cap2, const void* __restrict__ cap3,
@@ -485,15 +485,16 @@ __device__ __forceinline__ float iok_score_grad(IO& io, const IokMod& m, int z, 
     return static_cast<float>(SCORE_GRAD);
 }
 #endif
-#ifdef MOD_BIAS
-// MOD_BIAS: the forward's form of a score_mod `score + E` whose E is one read of a float16 capture and which no mask_mod
-// accompanies (iokernels/plan/modspec.py Mods.bias): E alone, which flash_tma.cu loads for a tile while the tile's
-// S = Q Kᵀ is computed, keeps as half pairs (exactly) and adds to the scores; the same reads as SCORE_MOD's
-template <typename IO>
-__device__ __forceinline__ float iok_mod_bias(IO& io, const IokMod& m, int z, int q_idx, int kv_idx)
+#ifdef MOD_PREFETCH
+// MOD_PREFETCH (iokernels/plan/modspec.py Mods.prefetch): the index, an expression of b, h, q_idx, kv_idx, n_q, n_k,
+// of the element of capture MOD_PREFETCH_SLOT (of C type MOD_PREFETCH_T) that the mods read first for an element of S:
+// its line prefetched into the L2 (prefetch.global.L2; not a read of the kernel's: not counted, the loads that follow
+// are)
+__device__ __forceinline__ void iok_mod_prefetch(const IokMod& m, int z, int q_idx, int kv_idx)
 {
-    IOK_MOD_VARS
-    return static_cast<float>(MOD_BIAS);
+    [[maybe_unused]] const int b = z / m.heads, h = z % m.heads, n_q = m.n_q, n_k = m.n_k;
+    const MOD_PREFETCH_T* p = static_cast<const MOD_PREFETCH_T*>(m.cap[MOD_PREFETCH_SLOT]) + (MOD_PREFETCH);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 #endif
 // s (an element of S in units of s, τ its scale, inv 1 / τ) through the mods, −inf where mask_mod hides it (`partial`:

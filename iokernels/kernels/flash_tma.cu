@@ -44,8 +44,8 @@
 //
 // MASK_MOD, SCORE_MOD (iokernels/plan/mods.py with_mods; common.cuh iok_mod_s): the user's expressions applied to
 // every element of a tile inside the problem after ALiBi's place, before the masks; with BLOCK_SPARSE mask_mod only in
-// the tiles the block mask marks partial. MOD_BIAS (a score_mod score + E, E one float16 read): E of tile j loaded
-// into half pairs right after S_j's product is issued (its latency under the product's), added in S_j's softmax.
+// the tiles the block mask marks partial. MOD_PREFETCH (the element the mods read first, one captured array's, at an
+// index of b, h, q_idx, kv_idx: an explicit mask's): tile j + 1's lines of it prefetched into the L2 in step j.
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -468,22 +468,18 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
                 wg_commit();
             };
-#ifdef MOD_BIAS
-            unsigned bias[BC / 4];  // tile j's MOD_BIAS as half pairs: elements 2n, 2n + 1 (one row, adjacent keys)
-#endif
-            auto bias_load = [&]([[maybe_unused]] int j) {
-#ifdef MOD_BIAS
+            // MOD_PREFETCH: tile j's elements of the captured array the mods read first, into the L2 while the step
+            // before runs (a line of 128 bytes per lane and 16 rows per warp; nothing past the item's last tile)
+            auto mod_prefetch = [&]([[maybe_unused]] int j) {
+#ifdef MOD_PREFETCH
+                if (j >= tiles) return;
                 const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys;
-                const int r0 = row0 + wg * 64 + warp * 16 + g;  // the lane's first row (+ 8: its second)
-                const int q_idx[2] = {min(r0, n_q - 1), min(r0 + 8, n_q - 1)};
+                const int q = min(row0 + wg * 64 + warp * 16 + (lane & 15), n_q - 1);
+                constexpr int LINE = 128 / static_cast<int>(sizeof(MOD_PREFETCH_T));  // elements of a line
 #pragma unroll
-                for (int n = 0; n < BC / 4; ++n) {
-                    const int k = key0 + (n >> 1) * 8 + 2 * t, q = q_idx[n & 1];
-                    bias[n] = wg_pack<__half>(iok_mod_bias(io, mod, z, q, min(k, keys - 1)),
-                                              iok_mod_bias(io, mod, z, q, min(k + 1, keys - 1)));
+                for (int c = (lane >> 4) * LINE; c < BC; c += 2 * LINE) {
+                    iok_mod_prefetch(mod, z, q, min(key0 + c, keys - 1));
                 }
-#pragma unroll
-                for (int n = 0; n < BC / 4; ++n) asm volatile("" : "+r"(bias[n]));  // loaded before the wait
 #endif
             };
             auto dropout_bits = [&]([[maybe_unused]] int j) {
@@ -535,17 +531,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     for (int i = 0; i < BC / 2; ++i) {
                         const int k = min(key0 + (i >> 2) * 8 + 2 * t + (i & 1), keys - 1);
                         s[i] = iok_mod_s(io, mod, z, q_idx[(i >> 1) & 1], k, s[i], scale, inv, partial);
-                    }
-                }
-#endif
-#ifdef MOD_BIAS
-                {
-                    const float inv = 1.0f / scale;  // (E is a logit: in units of s, E / τ)
-#pragma unroll
-                    for (int n = 0; n < BC / 4; ++n) {
-                        const float2 e = wg_unpack<__half>(bias[n]);
-                        s[2 * n] = fmaf(e.x, inv, s[2 * n]);
-                        s[2 * n + 1] = fmaf(e.y, inv, s[2 * n + 1]);
                     }
                 }
 #endif
@@ -636,13 +621,14 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // S_j's softmax while the second flies, then waits for it and rescales O. No branch around a product or
             // a wait (ptxas would serialize the products).
             float corr[2];
+            mod_prefetch(0);
             if (tiles > 0) {  // (a causal or window item whose rows see no key: O = 0)
                 iok_mbar_wait(&bar_q, nq & 1);
                 ++nq;
                 iok_mbar_wait(&full_k[ring & 1], (ring >> 1) & 1);
                 wg_fence();
                 issue_s(0);
-                bias_load(0);
+                mod_prefetch(1);
                 dropout_bits(0);
                 wg_wait<0>();
                 softmax(0, corr);
@@ -658,7 +644,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     issue_s(j);
                     issue_pv(j - 1);
                     if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
-                    bias_load(j);
+                    mod_prefetch(j + 1);
                     dropout_bits(j);
                     wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
                     softmax(j, corr);

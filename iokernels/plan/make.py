@@ -121,11 +121,9 @@ def make_plan(
         block_r, block_c = _block_sparse_tiles(algorithm, schedule, block_mask, block_r, block_c, args)
     capped = check_softcap(softcap) is not None
     # a softcap's backward and a variant's take the dropout tiles (B_r 64: at 128 the per-element 1 − tanh² or the
-    # user's expressions spill), and so does the forward of a variant with MOD_BIAS (Mods.bias: the tile's bias in
-    # half pairs, 32 registers at B_c 128, spill at d 128)
-    biased = mods is not None and direction == "fwd" and mods.bias() is not None
+    # user's expressions spill)
     plan = base_plan(algorithm, schedule, block_r=block_r, block_c=block_c,
-                     dropout=dropout is not None or ((capped or mods is not None) and direction == "bwd") or biased,
+                     dropout=dropout is not None or ((capped or mods is not None) and direction == "bwd"),
                      banded=normalize_window(window) is not None or capped,
                      per_item=block_mask is not None or alibi is not None or mods is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)

@@ -32,7 +32,7 @@ from .units import cdiv
 MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
 MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
-MOD_DEFINES = ("MASK_MOD", "SCORE_MOD", "MOD_BIAS")  # the expressions' defines: any of them makes a kernel take them
+MOD_DEFINES = ("MASK_MOD", "SCORE_MOD")  # the expressions' defines: either makes a kernel take the captures
 MOD_BLOCK_THREADS = 256  # kernels/mod_blocks.cu's threads per block
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
                   np.dtype(np.float16): "__half", np.dtype(np.float32): "float"}  # (a __half element reads as a float)
@@ -244,7 +244,7 @@ def block_levels(mods: Mods, values: Mapping[str, object], n_q: int, n_k: int, b
 
 def mod_blocks_defines(mods: Mods, block: int) -> dict[str, int | str]:
     """kernels/mod_blocks.cu's defines for a variant's mask_mod in blocks of ``block`` (its score_mod not read)."""
-    defines = {k: v for k, v in mods.defines("fwd") if k not in ("SCORE_MOD", "MOD_BIAS")}
+    defines = {k: v for k, v in mods.defines("fwd") if k == "MASK_MOD" or k == "MOD_CAPS"}
     return {**defines, "MOD_BLOCK": block, "THREADS": MOD_BLOCK_THREADS}
 
 

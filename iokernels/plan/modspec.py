@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cexpr import CExpr, _Binary, _Index, _Name, parse
+from .cexpr import CExpr, _Binary, _Index, _Name, _Num, parse
 
 VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")  # the ints an expression reads (and score, a float)
 
@@ -40,30 +40,46 @@ class Mods:
                 out[what] = parse(text, VARIABLES + (() if what == "mask_mod" else ("score",)), arrays, what)
         return out
 
-    def bias(self) -> str | None:
-        """E of a score_mod ``score + E`` whose E is one read of a float16 capture (an additive float16 mask or bias),
-        with no mask_mod: the forward's MOD_BIAS (common.cuh), which loads E for a tile while the tile's S is
-        computed; None for any other variant. E reads what the score_mod reads, element for element."""
-        if self.score_mod is None or self.mask_mod is not None:
+    def prefetch(self) -> tuple[int, str, str] | None:
+        """The read the forward prefetches into the L2 a tile ahead (MOD_PREFETCH, common.cuh), as (capture slot, C
+        type, index expression): that of a mask_mod ``X[i] != 0`` (or ``X[i]``), else, with no mask_mod, of a
+        score_mod ``score + X[i]``, i not reading score (an explicit mask's forms); None for any other variant."""
+        if self.mask_mod is not None:
+            what, tree = "mask_mod", self.parsed()["mask_mod"].tree
+            if isinstance(tree, _Binary) and tree.op == "!=" and tree.right == _Num(tree.right.col, 0, "int"):
+                tree = tree.left
+        elif self.score_mod is not None:
+            what, tree = "score_mod", self.parsed()["score_mod"].tree
+            if not (isinstance(tree, _Binary) and tree.op == "+" and tree.left == _Name(tree.left.col, "score")):
+                return None
+            tree = tree.right
+        else:
             return None
-        tree = self.parsed()["score_mod"].tree
-        half = {name for name, ctype in self.captures if ctype == "__half"}
-        if not (isinstance(tree, _Binary) and tree.op == "+" and tree.left == _Name(tree.left.col, "score")
-                and isinstance(tree.right, _Index) and tree.right.array in half):
+        if not isinstance(tree, _Index):
             return None
-        text = self.score_mod[tree.col:].strip()  # (the top "+" at 1-based column col: E follows it)
-        arrays = [n for n, _ in self.captures]
-        return None if "score" in parse(text, (*VARIABLES, "score"), arrays).names else text
+        text = getattr(self, what)
+        start = tree.col - 1 + len(tree.array)  # the "[" after the array's name (1-based col)
+        depth, end = 0, start
+        for end in range(start, len(text)):
+            depth += {"[": 1, "]": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        index = text[start + 1:end].strip()
+        if "score" in parse(index, (*VARIABLES, "score"), [n for n, _ in self.captures]).names:
+            return None
+        slot = [n for n, _ in self.captures].index(tree.array)
+        return slot, self.captures[slot][1], index
 
     def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
-        """The main stage's defines: each expression on one line (the forward's MOD_BIAS for a score_mod that
-        :meth:`bias` finds), the captures' declarations."""
-        bias = self.bias() if direction == "fwd" else None
+        """The main stage's defines: each expression on one line, the captures' declarations, and in the forward the
+        read :meth:`prefetch` finds."""
         out = [(name.upper(), " ".join(getattr(self, name).split()))
                for name in ("mask_mod", "score_mod") + (("score_grad",) if direction == "bwd" else ())
-               if getattr(self, name) is not None and not (bias and name == "score_mod")]
-        if bias:
-            out.append(("MOD_BIAS", " ".join(bias.split())))
+               if getattr(self, name) is not None]
+        prefetch = self.prefetch() if direction == "fwd" else None
+        if prefetch is not None:
+            out += [("MOD_PREFETCH", " ".join(prefetch[2].split())), ("MOD_PREFETCH_SLOT", str(prefetch[0])),
+                    ("MOD_PREFETCH_T", prefetch[1])]
         if self.captures:
             out.append(("MOD_CAPS", " ".join(f"IOK_CAP({ctype}, {name}, {i})"
                                              for i, (name, ctype) in enumerate(self.captures))))

@@ -1,11 +1,11 @@
 """NVRTC compile of the programmable variants' kernel variants (counting and plain builds), on the CPU.
 
 The kernels of :data:`iokernels.plan.mods.MOD_KERNELS` (the tma forward and the narrow tma backward) with a user's
-expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_BIAS``, ``MOD_CAPS``), six cases
+expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_PREFETCH``, ``MOD_CAPS``), six cases
 covering each define in each kernel: a document mask read from a captured int32 array with ALiBi as a score_mod
 reading captured float16 slopes (the forward at d 128); a softcap as a score_mod with its derivative and a band as the
 mask (the backward at d 128); a document mask with the block mask made from it (full blocks skip it; both kernels at
-d 64, the backward grouped-query); an additive float16 mask per head (the forward's MOD_BIAS, d 64 and 128,
+d 64, the backward grouped-query); an additive float16 mask per head (the forward's MOD_PREFETCH, d 64 and 128,
 grouped-query at 128). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills a
 user's expression may cause in the counting build are allowed there).
 """
@@ -32,7 +32,7 @@ SOFTCAP = check_mods(score_mod="30.0f * tanhf(score / 30.0f)",
                      score_grad="1.0f - tanhf(score / 30.0f) * tanhf(score / 30.0f)",
                      mask_mod="kv_idx <= q_idx && q_idx - kv_idx < 256")
 DOCS = check_mods(mask_mod="doc[q_idx] == doc[kv_idx]", captures={"doc": DOC})
-# an additive float16 mask per head (the explicit masks' form): the forward's MOD_BIAS, loaded while S is computed
+# an additive float16 mask per head (the explicit masks' form): the forward prefetches it a tile ahead (MOD_PREFETCH)
 BIAS = check_mods(score_mod="score + mask[(h * 1000 + q_idx) * 1000 + kv_idx]",
                   captures={"mask": np.zeros(4 * 1000 * 1000, np.float16)})
 
@@ -50,9 +50,8 @@ def mods_plans() -> list:
 def mods_variants() -> dict[str, list[CompileVariant]]:
     """source -> its programmable variants (the stages that take a SCORE_MOD or a MASK_MOD)."""
     out = plan_variants(mods_plans(), "SCORE_MOD")
-    for define in ("MASK_MOD", "MOD_BIAS"):
-        for source, vs in plan_variants(mods_plans(), define).items():
-            out.setdefault(source, []).extend(v for v in vs if v not in out.get(source, []))
+    for source, vs in plan_variants(mods_plans(), "MASK_MOD").items():
+        out.setdefault(source, []).extend(v for v in vs if v not in out.get(source, []))
     return out
 
 
@@ -61,7 +60,8 @@ def test_every_mod_kernel_has_a_variant():
     variants = mods_variants()
     assert set(variants) == {"flash_tma.cu", "flash_tma_bwd.cu"}
     assert sum(len(vs) for vs in variants.values()) == 6
-    assert [v.defines["MOD_BIAS"] for v in variants["flash_tma.cu"] if "MOD_BIAS" in v.defines] == [BIAS.bias()] * 2
+    assert [v.defines["MOD_PREFETCH"] for v in variants["flash_tma.cu"] if "MOD_PREFETCH" in v.defines] == \
+        [BIAS.prefetch()[2]] * 2
     for defines in (v.defines for vs in variants.values() for v in vs):
         assert ("BLOCK_SPARSE" in defines) == (defines.get("MASK_MOD") == DOCS.mask_mod)
     assert {"SCORE_GRAD", "MOD_CAPS"} <= {k for v in variants["flash_tma_bwd.cu"] for k in v.defines}

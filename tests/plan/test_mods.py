@@ -242,23 +242,27 @@ def test_fuzzed_expressions_simulate_as_the_model_and_reference(seed):
             assert np.max(np.abs(run.outputs[n] - w)) < 1e-12 * max(1, np.abs(w).max()), (exprs, n)
 
 
-@pytest.mark.parametrize("score_mod, ctype, mask_mod, want", [
-    ("score + mask[q_idx * 64 + kv_idx]", np.float16, None, "mask[q_idx * 64 + kv_idx]"),
-    ("  score+mask[h] ", np.float16, None, "mask[h]"),
-    ("score + mask[q_idx * 64 + kv_idx]", np.float32, None, None),  # not exact in half pairs
-    ("score + mask[kv_idx]", np.float16, "kv_idx <= q_idx", None),  # a mask_mod decides which it reads
-    ("mask[kv_idx] + score", np.float16, None, None),
-    ("score + mask[kv_idx] + 1.0f", np.float16, None, None),
-    ("score * mask[kv_idx]", np.float16, None, None),
+@pytest.mark.parametrize("mask_mod, score_mod, ctype, want", [
+    (None, "score + mask[q_idx * 64 + kv_idx]", np.float16, (0, "__half", "q_idx * 64 + kv_idx")),
+    (None, "  score+mask[h * (n_k + 1)] ", np.float32, (0, "float", "h * (n_k + 1)")),
+    ("mask[(q_idx * 64) + kv_idx] != 0", None, np.uint8, (0, "unsigned char", "(q_idx * 64) + kv_idx")),
+    ("mask[kv_idx]", "score * 2.0f", np.uint8, (0, "unsigned char", "kv_idx")),
+    ("kv_idx <= q_idx", "score + mask[kv_idx]", np.float16, None),  # the mask_mod reads first: nothing to fetch
+    (None, "mask[kv_idx] + score", np.float16, None),
+    (None, "score + mask[kv_idx] + 1.0f", np.float16, None),
+    (None, "score * mask[kv_idx]", np.float16, None),
+    ("mask[kv_idx] == 1", None, np.uint8, None),
 ])
-def test_an_additive_float16_bias_is_loaded_early(score_mod, ctype, mask_mod, want):
-    """Mods.bias finds score + E with E one float16 read and no mask_mod: the forward's MOD_BIAS (E alone, no
-    SCORE_MOD), whose launch takes the captures as SCORE_MOD's does; the backward keeps SCORE_MOD."""
-    mods = check_mods(mask_mod, score_mod, captures={"mask": np.zeros(64 * 64, ctype)})
-    assert mods.bias() == want
+def test_the_forward_prefetches_an_explicit_masks_read(mask_mod, score_mod, ctype, want):
+    """Mods.prefetch finds the read of a mask_mod X[i] != 0 (or X[i]), else of a score_mod score + X[i]: the forward's
+    MOD_PREFETCH (the L2 a tile ahead) beside the expressions, whose launch takes the captures; not the backward's."""
+    mods = check_mods(mask_mod, score_mod, captures={"mask": np.zeros(64 * 64, ctype)},
+                      **({"score_grad": "2.0f"} if score_mod == "score * 2.0f" else {}))
+    assert mods.prefetch() == want
     fwd, bwd = dict(mods.defines("fwd")), dict(mods.defines("bwd"))
-    assert ("MOD_BIAS" in fwd, "SCORE_MOD" in fwd) == (want is not None, want is None)
-    assert "MOD_BIAS" not in bwd and "SCORE_MOD" in bwd
+    assert ("MOD_PREFETCH" in fwd) == (want is not None) and "MOD_PREFETCH" not in bwd
+    if want is not None:
+        assert (fwd["MOD_PREFETCH"], fwd["MOD_PREFETCH_SLOT"], fwd["MOD_PREFETCH_T"]) == (want[2], "0", want[1])
     plan = make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=227 * 1024, heads=2, mods=mods)
     args, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
     assert capture_buffer("mask") in args
