@@ -60,8 +60,8 @@ def case(d, kind):
             times[name].append(loop(fn))
     for name, t in times.items():
         ms = statistics.median(t)
-        print(f"{kind} d{d} {name:9s} fwd {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s  loops {[round(x, 3) for x in t]}",
-              flush=True)
+        loops = [round(x, 3) for x in t]
+        print(f"{kind} d{d} {name:9s} fwd {ms:7.3f} ms {flops / ms / 1e9:6.1f} TFLOP/s  loops {loops}", flush=True)
     for name in ("prefetch", "none"):
         print(f"  max |{name} - cudnn| = {(outs[name] - outs['cudnn']).abs().max().item():.3e}", flush=True)
 
