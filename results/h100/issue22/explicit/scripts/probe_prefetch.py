@@ -1,7 +1,8 @@
-"""A/B of the forward's MOD_PREFETCH on an explicit mask per batch and head (B 4, H 16, N 4096, fp16, d 64 and 128):
-iokernels.torch.attention(attn_mask=) (explicit masks: ``score + mask[...]`` for an additive float16 mask, ``mask[...]
-!= 0`` for a boolean one; the mask's lines of the next tile prefetched into the L2), the same variant written so that
-Mods.prefetch finds nothing (``score + 0.0f + mask[...]``, ``0 != mask[...]``; the same reads) through
+"""A/B of the forward's MOD_PREFETCH (and, run e5 on, MOD_BIAS at d 64) on an explicit mask per batch and head (B 4,
+H 16, N 4096, fp16, d 64 and 128): iokernels.torch.attention(attn_mask=) (explicit masks: ``score + mask[...]`` for an
+additive float16 mask, ``mask[...] != 0`` for a boolean one; the mask's lines of the next tile prefetched into the L2;
+at d 64 an additive float16 one loaded a tile ahead and folded into S), the same variant written so that
+Mods.prefetch and Mods.bias find nothing (``score + 0.0f + mask[...]``, ``0 != mask[...]``; the same reads) through
 iokernels.torch.attention_mods, and SDPA CUDNN with the mask as attn_mask. Each: CUDA events around 10 back-to-back
 calls after 3 untimed, the median of 5 such loops, alternated A B C A B C; forward TFLOP/s at 4·N²·d per head; the
 outputs compared."""
