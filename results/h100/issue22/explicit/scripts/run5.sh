@@ -1,6 +1,7 @@
-# issue #22, MOD_BIAS at d <= 64 (a float16 bias loaded a tile ahead, folded into S's accumulator) beside MOD_PREFETCH; as run4: (MOD_BIAS
-# removed): the A/B probe, the GPU tests of the explicit masks and the mods, the tma forward's other builds, memcheck /
-# racecheck / synccheck on the explicit masks, then bench --attn-mask additive and bool. OUT=<dir>, COMMIT=<hash>; from the repository root. Lands in $OUT/e5.tgz.
+# issue #22, MOD_BIAS at d <= 64 (a float16 bias loaded a tile ahead and folded into S's accumulator) beside
+# MOD_PREFETCH: the A/B probe, the GPU tests of the explicit masks and the mods, the tma forward's other builds,
+# memcheck / racecheck / synccheck on the explicit masks, then bench --attn-mask additive and bool. OUT=<dir>,
+# COMMIT=<hash>; from the repository root. Lands in $OUT/e5.tgz.
 export PYTHONPATH=. PYTHONUNBUFFERED=1 IOKERNELS_COMMIT=${COMMIT:?give COMMIT}
 R=$OUT/e5; S=results/h100/issue22/explicit/scripts; L=$R/logs; mkdir -p $L
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u;
