@@ -425,7 +425,7 @@ __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsi
 // with them takes the heads per batch and four capture addresses after ALiBi's slopes (IOK_MOD_PARAM). Every element
 // of a computed tile is evaluated (a query or key past the problem's end with its last one's index): mask_mod first
 // (in a tile the block mask marks full, not at all), then score_mod and its gradient where the mask keeps it.
-#if defined(MASK_MOD) || defined(SCORE_MOD) || defined(MOD_BIAS)
+#if defined(MASK_MOD) || defined(SCORE_MOD)
 #define IOK_MODS 1
 #define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
     const void* __restrict__ cap2, const void* __restrict__ cap3,
@@ -483,17 +483,6 @@ __device__ __forceinline__ float iok_score_grad(IO& io, const IokMod& m, int z, 
 {
     IOK_MOD_VARS
     return static_cast<float>(SCORE_GRAD);
-}
-#endif
-#ifdef MOD_BIAS
-// MOD_BIAS (iokernels/plan/mods.py biased): the forward's form of a score_mod `score + E` with E one float16 read and no
-// mask_mod: E alone, loaded a tile ahead into half pairs and folded into S (the accumulator starts at E / τ); the same
-// reads as SCORE_MOD's
-template <typename IO>
-__device__ __forceinline__ float iok_mod_bias(IO& io, const IokMod& m, int z, int q_idx, int kv_idx)
-{
-    IOK_MOD_VARS
-    return static_cast<float>(MOD_BIAS);
 }
 #endif
 #ifdef MOD_PREFETCH

@@ -46,8 +46,6 @@
 // every element of a tile inside the problem after ALiBi's place, before the masks; with BLOCK_SPARSE mask_mod only in
 // the tiles the block mask marks partial. MOD_PREFETCH (the element the mods read first, one captured array's, at an
 // index of b, h, q_idx, kv_idx: an explicit mask's): tile j + 1's lines of it prefetched into the L2 in step j.
-// MOD_BIAS (a score_mod score + E, E one float16 read, d up to 64): E of tile j + 1 loaded into half pairs in step j,
-// while its products fly, and S_{j+1}'s accumulator starts at E / τ (the product adds Q K_{j+1}ᵀ to it).
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -120,11 +118,6 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(IOK_MODS) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) \
     || defined(SOFTCAP) || defined(ALIBI) || defined(DROPOUT) || defined(PACKED_CAUSAL))
 #error "MASK_MOD, SCORE_MOD: a block per item, no softcap, ALiBi or dropout (the mods express the first two)"
-#endif
-#ifdef MOD_BIAS
-#define IOK_S_ACC 1  // S's product adds to its accumulator (MOD_BIAS's E / τ)
-#else
-#define IOK_S_ACC 0
 #endif
 #ifdef IOK_MODS
 static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
@@ -462,7 +455,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
                     const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
                     wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
-                                     wg_desc(Kt + kkoff, 16, 1024), kk + IOK_S_ACC);
+                                     wg_desc(Kt + kkoff, 16, 1024), kk);
                 }
                 wg_commit();
             };
@@ -486,35 +479,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll
                 for (int c = (lane >> 4) * LINE; c < BC; c += 2 * LINE) {
                     iok_mod_prefetch(mod, z, q, min(key0 + c, keys - 1));
-                }
-#endif
-            };
-#ifdef MOD_BIAS
-            unsigned bias[BC / 4];  // tile j's E as half pairs: elements 2n, 2n + 1 (one row, adjacent keys)
-#endif
-            // MOD_BIAS: tile j's E into bias (nothing past the item's last tile); bias_into_s: S's accumulator set to it
-            auto bias_load = [&]([[maybe_unused]] int j) {
-#ifdef MOD_BIAS
-                if (j >= tiles) return;
-                const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys;
-                const int r0 = row0 + wg * 64 + warp * 16 + g;  // the lane's first row (+ 8: its second)
-                const int q_idx[2] = {min(r0, n_q - 1), min(r0 + 8, n_q - 1)};
-#pragma unroll
-                for (int n = 0; n < BC / 4; ++n) {
-                    const int k = key0 + (n >> 1) * 8 + 2 * t, q = q_idx[n & 1];
-                    bias[n] = wg_pack<__half>(iok_mod_bias(io, mod, z, q, min(k, keys - 1)),
-                                              iok_mod_bias(io, mod, z, q, min(k + 1, keys - 1)));
-                }
-#endif
-            };
-            auto bias_into_s = [&]() {
-#ifdef MOD_BIAS
-                const float inv = 1.0f / scale;  // (E is a logit: in units of s, E / τ)
-#pragma unroll
-                for (int n = 0; n < BC / 4; ++n) {
-                    const float2 e = wg_unpack<__half>(bias[n]);
-                    s[2 * n] = e.x * inv;
-                    s[2 * n + 1] = e.y * inv;
                 }
 #endif
             };
@@ -658,16 +622,13 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // a wait (ptxas would serialize the products).
             float corr[2];
             mod_prefetch(0);
-            bias_load(0);
             if (tiles > 0) {  // (a causal or window item whose rows see no key: O = 0)
                 iok_mbar_wait(&bar_q, nq & 1);
                 ++nq;
                 iok_mbar_wait(&full_k[ring & 1], (ring >> 1) & 1);
-                bias_into_s();
                 wg_fence();
                 issue_s(0);
                 mod_prefetch(1);
-                bias_load(1);
                 dropout_bits(0);
                 wg_wait<0>();
                 softmax(0, corr);
@@ -679,13 +640,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     if (!(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
                     iok_mbar_wait(&full_k[buf], ((ring + j) >> 1) & 1);  // K_j landed
                     iok_mbar_wait(&full_v[pbuf], ((ring + j - 1) >> 1) & 1);  // V_{j-1} landed
-                    bias_into_s();
                     wg_fence();
                     issue_s(j);
                     issue_pv(j - 1);
                     if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
                     mod_prefetch(j + 1);
-                    bias_load(j + 1);
                     dropout_bits(j);
                     wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
                     softmax(j, corr);

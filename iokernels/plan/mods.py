@@ -32,8 +32,7 @@ from .units import cdiv
 MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
 MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
-MOD_DEFINES = ("MASK_MOD", "SCORE_MOD", "MOD_BIAS")  # the expressions' defines: any makes a kernel take the captures
-MOD_BIAS_D_MAX = 64  # MOD_BIAS's head dims (biased)
+MOD_DEFINES = ("MASK_MOD", "SCORE_MOD")  # the expressions' defines: either makes a kernel take the captures
 MOD_BLOCK_THREADS = 256  # kernels/mod_blocks.cu's threads per block
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
                   np.dtype(np.float16): "__half", np.dtype(np.float32): "float"}  # (a __half element reads as a float)
@@ -102,14 +101,6 @@ def check_mods(mask_mod: str | None = None, score_mod: str | None = None, score_
     return mods
 
 
-def biased(mods: Mods | None, direction: str, d: int) -> bool:
-    """Whether the forward of ``mods`` at head dim d folds its score_mod's bias into S (MOD_BIAS, common.cuh): a
-    score_mod ``score + E`` with E one float16 read (:meth:`Mods.bias`) at d up to 64 (the tile's bias in half pairs,
-    loaded a tile ahead, takes 32 registers: past 64 the consumers would spill; the per-item tiles there are
-    128 x 128)."""
-    return mods is not None and direction == "fwd" and d <= MOD_BIAS_D_MAX and mods.bias() is not None
-
-
 def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None = None) -> Plan:
     """``plan`` with the variant (None: unchanged): the defines on the main stage of the sm_90 tma forward or narrow
     backward (d up to :data:`MOD_D_MAX`, a block per work item, no softcap, ALiBi, dropout, explicit mask or window);
@@ -126,10 +117,8 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
         raise Unsupported(f"score_mod and mask_mod run on the sm_90 tma kernels (flash/fast, a block per work item, d "
                           f"up to {MOD_D_MAX}) without a softcap, ALiBi, dropout, a window or an explicit mask, not "
                           f"{plan.label} at d={plan.d}" + (f" ({kernel})" if kernel else ""))
-    defines = mods.defines(plan.direction)
-    if biased(mods, plan.direction, plan.d):  # E folded into S: MOD_BIAS in SCORE_MOD's place
-        defines = tuple(("MOD_BIAS", mods.bias()) if k == "SCORE_MOD" else (k, v) for k, v in defines)
-    stages = tuple(replace(s, params=(*s.params, *defines)) if s.name == "main" else s for s in plan.stages)
+    stages = tuple(replace(s, params=(*s.params, *mods.defines(plan.direction))) if s.name == "main" else s
+                   for s in plan.stages)
     plan = replace(plan, mods=replace(mods, capture_bytes=None, values=()), stages=stages)
     if not mods.captures:
         return replace(plan, mods=replace(plan.mods, capture_bytes=0))

@@ -70,15 +70,6 @@ class Mods:
         slot = [n for n, _ in self.captures].index(tree.array)
         return slot, self.captures[slot][1], index
 
-    def bias(self) -> str | None:
-        """E of a score_mod ``score + E`` whose E is one read of a float16 capture (an additive float16 mask or bias)
-        with no mask_mod, else None: MOD_BIAS's expression (:func:`iokernels.plan.mods.with_mods`), which reads what
-        the score_mod reads, element for element."""
-        prefetch = self.prefetch()
-        if prefetch is None or self.mask_mod is not None or prefetch[1] != "__half":
-            return None
-        return f"{self.captures[prefetch[0]][0]}[{prefetch[2]}]"
-
     def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
         """The main stage's defines: each expression on one line, the captures' declarations, and in the forward the
         read :meth:`prefetch` finds."""

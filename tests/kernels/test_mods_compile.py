@@ -1,13 +1,13 @@
 """NVRTC compile of the programmable variants' kernel variants (counting and plain builds), on the CPU.
 
 The kernels of :data:`iokernels.plan.mods.MOD_KERNELS` (the tma forward and the narrow tma backward) with a user's
-expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_PREFETCH``, ``MOD_BIAS``, ``MOD_CAPS``),
-six cases covering each define in each kernel: a document mask read from a captured int32 array with ALiBi as a
-score_mod reading captured float16 slopes (the forward at d 128); a softcap as a score_mod with its derivative and a
-band as the mask (the backward at d 128); a document mask with the block mask made from it (full blocks skip it; both
-kernels at d 64, the backward grouped-query); an additive float16 mask per head (the forward's MOD_PREFETCH at d 64
-and 128, MOD_BIAS at 64, grouped-query at 128). Each compiled once by ``test_compile.py`` (no warnings, no serialized
-wgmma; the spills a user's expression may cause in the counting build are allowed there).
+expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_PREFETCH``, ``MOD_CAPS``), six cases
+covering each define in each kernel: a document mask read from a captured int32 array with ALiBi as a score_mod
+reading captured float16 slopes (the forward at d 128); a softcap as a score_mod with its derivative and a band as the
+mask (the backward at d 128); a document mask with the block mask made from it (full blocks skip it; both kernels at
+d 64, the backward grouped-query); an additive float16 mask per head (the forward's MOD_PREFETCH, d 64 and 128,
+grouped-query at 128). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills a
+user's expression may cause in the counting build are allowed there).
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ def mods_plans() -> list:
 def mods_variants() -> dict[str, list[CompileVariant]]:
     """source -> its programmable variants (the stages that take a SCORE_MOD or a MASK_MOD)."""
     out = plan_variants(mods_plans(), "SCORE_MOD")
-    for define in ("MASK_MOD", "MOD_BIAS"):
-        for source, vs in plan_variants(mods_plans(), define).items():
-            out.setdefault(source, []).extend(v for v in vs if v not in out.get(source, []))
+    for source, vs in plan_variants(mods_plans(), "MASK_MOD").items():
+        out.setdefault(source, []).extend(v for v in vs if v not in out.get(source, []))
     return out
 
 
@@ -63,7 +62,6 @@ def test_every_mod_kernel_has_a_variant():
     assert sum(len(vs) for vs in variants.values()) == 6
     assert [v.defines["MOD_PREFETCH"] for v in variants["flash_tma.cu"] if "MOD_PREFETCH" in v.defines] == \
         [BIAS.prefetch()[2]] * 2
-    assert [v.defines["MOD_BIAS"] for v in variants["flash_tma.cu"] if "MOD_BIAS" in v.defines] == [BIAS.bias()]
     for defines in (v.defines for vs in variants.values() for v in vs):
         assert ("BLOCK_SPARSE" in defines) == (defines.get("MASK_MOD") == DOCS.mask_mod)
     assert {"SCORE_GRAD", "MOD_CAPS"} <= {k for v in variants["flash_tma_bwd.cu"] for k in v.defines}

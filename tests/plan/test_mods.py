@@ -266,24 +266,3 @@ def test_the_forward_prefetches_an_explicit_masks_read(mask_mod, score_mod, ctyp
     plan = make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=227 * 1024, heads=2, mods=mods)
     args, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
     assert capture_buffer("mask") in args
-
-
-@pytest.mark.parametrize("d, ctype, folded", [(64, np.float16, True), (40, np.float16, True), (128, np.float16, False),
-                                              (64, np.float32, False)])
-def test_a_float16_bias_is_folded_into_s_up_to_d_64(d, ctype, folded):
-    """score + X[i] with X float16: the forward at d up to 64 takes MOD_BIAS (E folded into S, a tile ahead) in
-    SCORE_MOD's place; past 64, or with float32 values, SCORE_MOD; the backward always SCORE_MOD.
-    The model's bytes are the score_mod's either way."""
-    mods = check_mods(None, "score + mask[q_idx * 200 + kv_idx]", captures={"mask": np.zeros(200 * 200, ctype)})
-    assert (mods.bias() is not None) == (ctype == np.float16)
-    values = {"mask": np.ones(200 * 200, ctype)}
-    fwd = make_plan("flash", "fast", N_q=200, d=d, dtype="float16", sram=227 * KB, heads=2, mods=mods,
-                    capture_values=values)
-    main = dict(fwd.stage("main").params)
-    assert ("MOD_BIAS" in main, "SCORE_MOD" in main) == (folded, not folded)
-    tiles = dict(fwd.tiles)  # every element of every tile (past 200: the last row's or key's) reads one element
-    rows, cols = tiles["Tr"] * tiles["Br"], tiles["Tc"] * tiles["Bc"]
-    assert exact(fwd)["main"]["captures"] == (2 * rows * cols * np.dtype(ctype).itemsize, 0)
-    bwd = make_plan("flash", "fast", N_q=200, d=d, dtype="float16", sram=227 * KB, heads=2, mods=mods,
-                    direction="bwd")
-    assert "SCORE_MOD" in dict(bwd.stage("main").params) and "MOD_BIAS" not in dict(bwd.stage("main").params)
