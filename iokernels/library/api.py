@@ -276,9 +276,13 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
     mask: an explicit mask, a numpy or cupy array broadcastable to (..., N_q, N_k): boolean (False hides the
     key) or floating point (added to scale * q kᵀ; −inf hides the key). A numpy mask's values are checked (NaN
     and +inf are refused); a cupy mask stays on the device, unread by the host (NaN or +inf in it give NaN rows,
-    as in torch's SDPA). Flash "q_outer" (forward) and "kv_outer" (backward) read it, one element per computed
-    score and batch-head (counted and modelled); a mask with no leading dims (or all 1) is stored once and
-    shared. It combines with causal and block_mask. Rows that see no key give 0 and lse −inf.
+    as in torch's SDPA). On sm_90 GPUs a float16 (or bfloat16, through :mod:`iokernels.torch`) call with d a
+    multiple of 8 up to 128, flash with no schedule, no dropout, window, softcap or ALiBi runs the tma kernels
+    with the mask read where it lies, in its dtype (:mod:`iokernels.library.explicit`: a programmable variant,
+    ``mask[i] != 0`` or ``score + mask[i]``; its bytes are the variant's "captures"); elsewhere flash "q_outer"
+    (forward) and "kv_outer" (backward) read it as float32 or bytes, one element per computed score and
+    batch-head (counted and modelled; a mask with no leading dims, or all 1, stored once and shared). It combines
+    with causal and block_mask. Rows that see no key give 0 and lse −inf.
 
     dropout: dropout on the attention probabilities, ``softmax(...) ∘ Z`` with Z 0 where an element
     is dropped and 1/(1 − p) where kept (the paper's P^dropped): a probability p in [0, 1) (0, the
