@@ -366,6 +366,27 @@ class CExpr:
                 value = np.where(mask, value, np.zeros((), _DTYPES[kind]))
         return np.broadcast_to(value, shape), run.reads
 
+    def single_read(self) -> tuple[str, str, str] | None:
+        """The one captured-array read of an expression in the forms an explicit mask takes, as (form, array, the
+        index's text as written): ("bias", X, i) for ``score + X[i]``, ("mask", X, i) for ``X[i] != 0`` or ``X[i]``;
+        None for any other expression."""
+        tree = self.tree
+        if isinstance(tree, _Binary) and tree.op == "+" and isinstance(tree.left, _Name) and tree.left.name == "score":
+            form, tree = "bias", tree.right
+        elif isinstance(tree, _Binary) and tree.op == "!=" and tree.right == _Num(tree.right.col, 0, INT):
+            form, tree = "mask", tree.left
+        else:
+            form = "mask"
+        if not isinstance(tree, _Index):
+            return None
+        start = tree.col - 1 + len(tree.array)  # the "[" after the array's name (columns are 1-based)
+        depth = 0
+        for end in range(start, len(self.text)):
+            depth += {"[": 1, "]": -1}.get(self.text[end], 0)
+            if depth == 0:
+                return form, tree.array, self.text[start + 1:end].strip()
+        return None
+
 
 def parse(text: str, variables: Iterable[str], arrays: Iterable[str] = (), what: str = "expression") -> CExpr:
     """Parse one C expression over ``variables`` (ints, floats, named constants) and captured ``arrays``.

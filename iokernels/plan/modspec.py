@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cexpr import CExpr, _Binary, _Index, _Name, _Num, parse
+from .cexpr import CExpr, parse
 
 VARIABLES = ("b", "h", "q_idx", "kv_idx", "n_q", "n_k")  # the ints an expression reads (and score, a float)
 
@@ -43,32 +43,18 @@ class Mods:
     def prefetch(self) -> tuple[int, str, str] | None:
         """The read the forward prefetches into the L2 a tile ahead (MOD_PREFETCH, common.cuh), as (capture slot, C
         type, index expression): that of a mask_mod ``X[i] != 0`` (or ``X[i]``), else, with no mask_mod, of a
-        score_mod ``score + X[i]``, i not reading score (an explicit mask's forms); None for any other variant."""
-        if self.mask_mod is not None:
-            what, tree = "mask_mod", self.parsed()["mask_mod"].tree
-            if isinstance(tree, _Binary) and tree.op == "!=" and tree.right == _Num(tree.right.col, 0, "int"):
-                tree = tree.left
-        elif self.score_mod is not None:
-            what, tree = "score_mod", self.parsed()["score_mod"].tree
-            if not (isinstance(tree, _Binary) and tree.op == "+" and tree.left == _Name(tree.left.col, "score")):
-                return None
-            tree = tree.right
-        else:
+        score_mod ``score + X[i]``, i not reading score (an explicit mask's forms, :meth:`CExpr.single_read`); None
+        for any other variant."""
+        parsed = self.parsed()
+        what, form = ("mask_mod", "mask") if self.mask_mod is not None else ("score_mod", "bias")
+        read = parsed[what].single_read() if what in parsed else None
+        if read is None or read[0] != form:
             return None
-        if not isinstance(tree, _Index):
+        names = [n for n, _ in self.captures]
+        if "score" in parse(read[2], (*VARIABLES, "score"), names).names:
             return None
-        text = getattr(self, what)
-        start = tree.col - 1 + len(tree.array)  # the "[" after the array's name (1-based col)
-        depth, end = 0, start
-        for end in range(start, len(text)):
-            depth += {"[": 1, "]": -1}.get(text[end], 0)
-            if depth == 0:
-                break
-        index = text[start + 1:end].strip()
-        if "score" in parse(index, (*VARIABLES, "score"), [n for n, _ in self.captures]).names:
-            return None
-        slot = [n for n, _ in self.captures].index(tree.array)
-        return slot, self.captures[slot][1], index
+        slot = names.index(read[1])
+        return slot, self.captures[slot][1], read[2]
 
     def defines(self, direction: str) -> tuple[tuple[str, str], ...]:
         """The main stage's defines: each expression on one line, the captures' declarations, and in the forward the

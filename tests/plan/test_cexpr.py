@@ -349,3 +349,17 @@ def test_alibi_with_a_slope_per_head():
     for (h, q, k), s in np.ndenumerate(score):
         assert got[h, q, k] == pytest.approx(s - float(slopes[h]) * abs(q - k), rel=1e-14)
     assert reads == {"slopes": 3 * 5 * 7}
+
+
+@pytest.mark.parametrize("text, want", [
+    ("score + m[q_idx * 8 + kv_idx]", ("bias", "m", "q_idx * 8 + kv_idx")),
+    ("score+m[ (h * 2) ]", ("bias", "m", "(h * 2)")),
+    ("m[a[kv_idx]] != 0", ("mask", "m", "a[kv_idx]")),
+    ("m[kv_idx]", ("mask", "m", "kv_idx")),
+    ("m[kv_idx] + score", None),
+    ("score + m[kv_idx] * 2.0f", None),
+    ("m[kv_idx] != 1", None),
+    ("score * 2.0f", None),
+])
+def test_single_read_finds_an_explicit_masks_forms(text, want):
+    assert parse(text, ["b", "h", "q_idx", "kv_idx", "score"], ["m", "a"]).single_read() == want
