@@ -322,6 +322,17 @@ __device__ __forceinline__ void iok_cp_async16(IokCounters<Ts...>& c, X* smem_ds
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0));
 }
 
+// ... of the first `bytes` (0 to 16) of a 16-byte chunk, the rest zero-filled; counted as those bytes.
+template <int T, typename X, int... Ts>
+__device__ __forceinline__ void iok_cp_async_part(IokCounters<Ts...>& c, void* smem_dst, const X* gmem_src, int bytes)
+{
+    constexpr int slot = iok_slot<T, Ts...>();
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    if constexpr (IokCounters<Ts...>::counting) c.r[slot] += static_cast<unsigned>(bytes);
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(bytes));
+}
+
 __device__ __forceinline__ void iok_cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -425,7 +436,7 @@ __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsi
 // with them takes the heads per batch and four capture addresses after ALiBi's slopes (IOK_MOD_PARAM). Every element
 // of a computed tile is evaluated (a query or key past the problem's end with its last one's index): mask_mod first
 // (in a tile the block mask marks full, not at all), then score_mod and its gradient where the mask keeps it.
-#if defined(MASK_MOD) || defined(SCORE_MOD)
+#if defined(MASK_MOD) || defined(SCORE_MOD) || defined(MOD_STAGE)
 #define IOK_MODS 1
 #define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
     const void* __restrict__ cap2, const void* __restrict__ cap3,
@@ -483,6 +494,28 @@ __device__ __forceinline__ float iok_score_grad(IO& io, const IokMod& m, int z, 
 {
     IOK_MOD_VARS
     return static_cast<float>(SCORE_GRAD);
+}
+#endif
+#ifdef MOD_STAGE
+// MOD_STAGE (iokernels/plan/mods.py staging): an explicit mask's read X[R + kv_idx] in place of the expression that
+// holds it (MOD_STAGE_FORM 1: a score_mod score + X[...]; 2: a mask_mod X[...] != 0), X capture slot MOD_STAGE_SLOT
+// of C type MOD_STAGE_T, R the expression MOD_STAGE of b, h, q_idx (n_q, n_k): the offset of row q_idx's key 0
+__device__ __forceinline__ long long iok_stage_row(const IokMod& m, int z, int q_idx)
+{
+    [[maybe_unused]] const int b = z / m.heads, h = z % m.heads, n_q = m.n_q, n_k = m.n_k;
+    return static_cast<long long>(MOD_STAGE);
+}
+// two adjacent staged elements (a row's keys k, k + 1) as floats
+__device__ __forceinline__ float2 iok_stage_pair(const unsigned char* p)
+{
+    if constexpr (sizeof(MOD_STAGE_T) == 1) {
+        const uchar2 u = *reinterpret_cast<const uchar2*>(p);
+        return make_float2(u.x, u.y);
+    } else if constexpr (sizeof(MOD_STAGE_T) == 2) {
+        return __half22float2(*reinterpret_cast<const __half2*>(p));
+    } else {
+        return *reinterpret_cast<const float2*>(p);
+    }
 }
 #endif
 #ifdef MOD_PREFETCH

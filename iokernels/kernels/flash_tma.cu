@@ -46,6 +46,9 @@
 // every element of a tile inside the problem after ALiBi's place, before the masks; with BLOCK_SPARSE mask_mod only in
 // the tiles the block mask marks partial. MOD_PREFETCH (the element the mods read first, one captured array's, at an
 // index of b, h, q_idx, kv_idx: an explicit mask's): tile j + 1's lines of it prefetched into the L2 in step j.
+// MOD_STAGE (an explicit mask's read X[R + kv_idx], rows 16-byte aligned): in step j each warp copies its 16 rows of
+// tile j + 1's elements by cp.async into its rows of SMEM_STAGE (16-byte pieces; past N_q and the keys zero-filled,
+// not read), and step j + 1 reads them there in pairs (the bias added, or −inf where the byte is 0).
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -121,6 +124,11 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #endif
 #ifdef IOK_MODS
 static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
+#endif
+#ifdef MOD_STAGE
+constexpr int STAGE_PITCH = BC * static_cast<int>(sizeof(MOD_STAGE_T)) + 16;  // a query row in SMEM_STAGE (padded)
+constexpr int STAGE_CHUNKS = BC * static_cast<int>(sizeof(MOD_STAGE_T)) / 16;  // its 16-byte pieces
+static_assert(BC * sizeof(MOD_STAGE_T) % 16 == 0, "MOD_STAGE: whole 16-byte pieces a row");
 #endif
 #ifdef ALIBI
 static_assert(TILE_D <= 128, "ALIBI: d up to 128 (past it the counting build's consumers spill)");
@@ -482,6 +490,25 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
 #endif
             };
+            // MOD_STAGE: tile j's elements of the warp's 16 rows into its rows of SMEM_STAGE (one commit group)
+            auto stage_copy = [&]([[maybe_unused]] int j) {
+#ifdef MOD_STAGE
+                if (j >= tiles) return;
+                const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys, r0 = wg * 64 + warp * 16;
+                const MOD_STAGE_T* x = static_cast<const MOD_STAGE_T*>(mod.cap[MOD_STAGE_SLOT]);
+                constexpr int PER = 16 / static_cast<int>(sizeof(MOD_STAGE_T));  // elements a piece
+#pragma unroll
+                for (int c = lane; c < 16 * STAGE_CHUNKS; c += 32) {
+                    const int r = c / STAGE_CHUNKS, k = key0 + (c % STAGE_CHUNKS) * PER, q = row0 + r0 + r;
+                    const int inside = q < n_q ? max(0, min(PER, keys - k)) : 0;  // its elements inside
+                    const MOD_STAGE_T* src = inside ? x + iok_stage_row(mod, z, q) + k : x;
+                    iok_cp_async_part<IOK_T_captures>(io, smem + SMEM_STAGE + (r0 + r) * STAGE_PITCH
+                                                      + (c % STAGE_CHUNKS) * 16, src,
+                                                      inside * static_cast<int>(sizeof(MOD_STAGE_T)));
+                }
+                iok_cp_async_commit();
+#endif
+            };
             auto dropout_bits = [&]([[maybe_unused]] int j) {
 #ifdef DROPOUT
                 wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, z,
@@ -532,6 +559,28 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                         const int k = min(key0 + (i >> 2) * 8 + 2 * t + (i & 1), keys - 1);
                         s[i] = iok_mod_s(io, mod, z, q_idx[(i >> 1) & 1], k, s[i], scale, inv, partial);
                     }
+                }
+#endif
+#ifdef MOD_STAGE
+                {
+                    iok_cp_async_wait<0>();  // this lane's pieces of tile j landed ...
+                    __syncwarp();            // ... and the warp's
+                    const unsigned char* row = smem + SMEM_STAGE + (wg * 64 + warp * 16 + g) * STAGE_PITCH;
+                    [[maybe_unused]] const float inv = 1.0f / scale;  // (a bias is a logit: in units of s, / τ)
+#pragma unroll
+                    for (int n = 0; n < BC / 4; ++n) {  // elements 2n, 2n + 1: row g + 8 (n & 1), keys (n >> 1) 8 + 2t
+                        const int key = (n >> 1) * 8 + 2 * t;
+                        const float2 v = iok_stage_pair(row + (n & 1) * 8 * STAGE_PITCH
+                                                        + key * static_cast<int>(sizeof(MOD_STAGE_T)));
+#if MOD_STAGE_FORM == 1
+                        s[2 * n] = fmaf(v.x, inv, s[2 * n]);
+                        s[2 * n + 1] = fmaf(v.y, inv, s[2 * n + 1]);
+#else
+                        if (v.x == 0.0f) s[2 * n] = neg_inf();
+                        if (v.y == 0.0f) s[2 * n + 1] = neg_inf();
+#endif
+                    }
+                    __syncwarp();  // the warp's reads done before its next copies into these rows
                 }
 #endif
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf
@@ -622,6 +671,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // a wait (ptxas would serialize the products).
             float corr[2];
             mod_prefetch(0);
+            stage_copy(0);
             if (tiles > 0) {  // (a causal or window item whose rows see no key: O = 0)
                 iok_mbar_wait(&bar_q, nq & 1);
                 ++nq;
@@ -632,6 +682,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 dropout_bits(0);
                 wg_wait<0>();
                 softmax(0, corr);
+                stage_copy(1);
                 pack_p();
 #pragma unroll 1
                 for (int j = 1; j < tiles; ++j) {
@@ -648,6 +699,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     dropout_bits(j);
                     wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
                     softmax(j, corr);
+                    stage_copy(j + 1);
                     wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
                     wg_fence_regs(o);
                     wg_fence_regs(pa);

@@ -388,6 +388,17 @@ class CExpr:
         return None
 
 
+    def minus(self, name: str) -> str | None:
+        """L's text of an expression ``L + name`` whose L does not read ``name`` (an index that moves by one element
+        per key: ``b * 64 + q_idx * 8 + kv_idx``), else None."""
+        tree = self.tree
+        if not (isinstance(tree, _Binary) and tree.op == "+" and isinstance(tree.right, _Name)
+                and tree.right.name == name):
+            return None
+        left = self.text[:tree.col - 1].strip()  # (the top "+" at 1-based column col)
+        return None if re.search(rf"\b{re.escape(name)}\b", left) else left
+
+
 def parse(text: str, variables: Iterable[str], arrays: Iterable[str] = (), what: str = "expression") -> CExpr:
     """Parse one C expression over ``variables`` (ints, floats, named constants) and captured ``arrays``.
 

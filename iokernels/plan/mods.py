@@ -23,6 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from .cderiv import derivative
+from .cexpr import parse
 from .core import Plan, Unsupported
 from .fast_bwd import KERNEL_TMA
 from .masks import BlockMask
@@ -32,7 +33,7 @@ from .units import cdiv
 MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
 MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
 MAX_CAPTURES = 4  # capture addresses a kernel takes (common.cuh IOK_MOD_PARAM)
-MOD_DEFINES = ("MASK_MOD", "SCORE_MOD")  # the expressions' defines: either makes a kernel take the captures
+MOD_DEFINES = ("MASK_MOD", "SCORE_MOD", "MOD_STAGE")  # the variant's defines: any makes a kernel take the captures
 MOD_BLOCK_THREADS = 256  # kernels/mod_blocks.cu's threads per block
 CAPTURE_CTYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char",
                   np.dtype(np.float16): "__half", np.dtype(np.float32): "float"}  # (a __half element reads as a float)
@@ -117,7 +118,14 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
         raise Unsupported(f"score_mod and mask_mod run on the sm_90 tma kernels (flash/fast, a block per work item, d "
                           f"up to {MOD_D_MAX}) without a softcap, ALiBi, dropout, a window or an explicit mask, not "
                           f"{plan.label} at d={plan.d}" + (f" ({kernel})" if kernel else ""))
-    stages = tuple(replace(s, params=(*s.params, *mods.defines(plan.direction))) if s.name == "main" else s
+    defines, smem = mods.defines(plan.direction), ()
+    staged = staging(plan, mods)
+    if staged is not None:  # the read staged through shared memory in place of the expression and its prefetch
+        form, slot, ctype, row = staged
+        defines = (*((k, v) for k, v in defines if k in ("MOD_CAPS",)), ("MOD_STAGE", row),
+                   ("MOD_STAGE_SLOT", str(slot)), ("MOD_STAGE_T", ctype), ("MOD_STAGE_FORM", str(form)))
+        smem = (("STAGE", main.smem_bytes, stage_bytes(plan, ctype)),)
+    stages = tuple(replace(s, params=(*s.params, *defines), smem=(*s.smem, *smem)) if s.name == "main" else s
                    for s in plan.stages)
     plan = replace(plan, mods=replace(mods, capture_bytes=None, values=()), stages=stages)
     if not mods.captures:
@@ -127,6 +135,47 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
     arrays = host_captures(mods, values)
     kept = tuple((name, arrays[name].dtype.str, arrays[name].tobytes()) for name, _ in mods.captures)
     return replace(plan, mods=replace(plan.mods, capture_bytes=capture_bytes(plan, arrays), values=kept))
+
+
+STAGE_SMEM_LIMIT = 227 * 1024  # the sm_90 block's shared memory: a staged plan must fit it
+CTYPE_BYTES = {"int": 4, "long long": 8, "unsigned char": 1, "__half": 2, "float": 4}
+
+
+def stage_bytes(plan: Plan, ctype: str) -> int:
+    """MOD_STAGE's buffer: a row of B_c elements (and 16 bytes of padding: conflict-free reads) per query row."""
+    return plan.tile["Br"] * (plan.tile["Bc"] * CTYPE_BYTES[ctype] + 16)
+
+
+def staging(plan: Plan, mods: Mods) -> tuple[int, int, str, str] | None:
+    """How a forward reads an explicit mask's form through shared memory (MOD_STAGE, flash_tma.cu), as (form: 1 a
+    score_mod ``score + X[R + kv_idx]``, 2 a mask_mod ``X[R + kv_idx] != 0``, the capture's slot, its C type, R), or
+    None: the variant is not one of those forms alone, R reads kv_idx or score, R is not a multiple of 16 bytes for
+    every (b, h, q_idx) (cp.async's 16-byte copies), or the buffer does not fit beside the plan's. Its warps copy their
+    rows of the next key tile in 16-byte pieces (cp.async, past N_k and N_q zero-filled, not read) while a step runs;
+    every element of a computed tile inside (N_q, N_k) is read once."""
+    if plan.direction != "fwd" or (mods.mask_mod is None) == (mods.score_mod is None):
+        return None
+    what, form = ("mask_mod", 2) if mods.mask_mod is not None else ("score_mod", 1)
+    read = mods.parsed()[what].single_read()
+    if read is None or read[0] != ("mask" if form == 2 else "bias"):
+        return None
+    names = [n for n, _ in mods.captures]
+    index = parse(read[2], (*VARIABLES, "score"), names)
+    row = index.minus("kv_idx")
+    if row is None or {"score", "kv_idx"} & parse(row, (*VARIABLES, "score"), names).names or index.captures:
+        return None
+    slot = names.index(read[1])
+    ctype = mods.captures[slot][1]
+    per = 16 // CTYPE_BYTES[ctype]
+    main = plan.stage("main")
+    if main.smem_bytes + stage_bytes(plan, ctype) > STAGE_SMEM_LIMIT:
+        return None
+    b, h, q = np.meshgrid(np.arange(plan.bh // plan.heads), np.arange(plan.heads), np.arange(plan.N_q), indexing="ij")
+    env = {"b": b, "h": h, "q_idx": q, "n_q": plan.N_q, "n_k": plan.N_k}
+    starts, _ = parse(row, VARIABLES, names).evaluate({n: env[n] for n in parse(row, VARIABLES, names).names}, {})
+    if np.any(np.asarray(starts) % per):
+        return None
+    return form, slot, ctype, " ".join(row.split())
 
 
 def _levels(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
@@ -181,8 +230,14 @@ def capture_bytes(plan: Plan, values: Mapping[str, object]) -> int:
     captured elements an expression reads does not depend on the score."""
     mods = plan.mods
     arrays = host_captures(mods, values)
-    per_head = any({"b", "h"} & e.names for e in mods.parsed().values())
     computed, partial = _levels(plan)
+    main = dict(plan.stage("main").params)
+    if "MOD_STAGE" in main:  # every element of a computed tile inside (N_q, N_k), once
+        br, bc = plan.tile["Br"], plan.tile["Bc"]
+        rows = np.minimum(plan.N_q, (np.arange(computed.shape[0]) + 1) * br) - np.arange(computed.shape[0]) * br
+        cols = np.minimum(plan.N_k, (np.arange(computed.shape[1]) + 1) * bc) - np.arange(computed.shape[1]) * bc
+        return plan.bh * int((rows[:, None] * cols[None, :] * computed).sum()) * CTYPE_BYTES[main["MOD_STAGE_T"]]
+    per_head = any({"b", "h"} & e.names for e in mods.parsed().values())
     br, bc = plan.tile["Br"], plan.tile["Bc"]
     cols = np.minimum(np.arange(computed.shape[1] * bc), plan.N_k - 1)
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..plan import Plan
-from ..plan.mods import apply_mods, captures_of, host_captures
+from ..plan.mods import CTYPE_BYTES, apply_mods, captures_of, host_captures
 from .hbm import Hbm
 from .reference import Mods
 
@@ -32,8 +32,8 @@ def tile_mods(hbm: Hbm, arrays: Mapping[str, np.ndarray], rs: slice, cs: slice, 
               ) -> tuple[np.ndarray, np.ndarray]:
     """The pair's logits (BH, rows, cols) through the plan's variant as its kernel applies it (mask_mod only where the
     block mask does not mark the pair full), the captured elements read counted over the whole B_r x B_c tile (a
-    query or key past the end with the last one's index, its score 0: the zero-filled rows the kernels compute);
-    (x, d score_mod / d score) of the pair's elements."""
+    query or key past the end with the last one's index, its score 0: the zero-filled rows the kernels compute; a
+    staged read, MOD_STAGE: the pair's own elements once); (x, d score_mod / d score) of the pair's elements."""
     p = hbm.plan
     br, bc = p.tile["Br"], p.tile["Bc"]
     partial = True
@@ -46,5 +46,8 @@ def tile_mods(hbm: Hbm, arrays: Mapping[str, np.ndarray], rs: slice, cs: slice, 
     cols = np.minimum(np.arange(cs.start, cs.start + bc), p.N_k - 1)
     x, grad, reads = apply_mods(p.mods, arrays, p.heads, p.N_q, p.N_k, padded, rows, cols, partial=partial,
                                 grads=p.direction == "bwd")
+    staged = dict(p.stage("main").params).get("MOD_STAGE_T")
+    if staged is not None:  # a staged read (plan.mods.staging): each element inside (N_q, N_k) once
+        reads = logits.shape[0] * r * c * CTYPE_BYTES[staged]
     hbm.read_bytes("captures", reads)
     return x[:, :r, :c], grad[:, :r, :c]

@@ -82,6 +82,12 @@ VARIANTS = {
     "prefix_rect": (dict(mask_mod="kv_idx < 20 || kv_idx <= q_idx + (n_k - n_q)",
                          score_mod="score * 0.5f + bias[kv_idx]"), {"bias": np.linspace(-1, 1, 700, dtype=np.float32)},
                     {"n_q": 113, "n_k": 700, "causal": "top_left"}),
+    # an explicit mask's forms with 16-byte rows: read through shared memory in the forward (MOD_STAGE)
+    "staged_bias": (dict(score_mod="score + mask[h * 85544 + q_idx * 296 + kv_idx]"),
+                    {"mask": np.random.default_rng(1).standard_normal(4 * 289 * 296).astype(np.float16)}, {}),
+    "staged_bool": (dict(mask_mod="mask[q_idx * 304 + kv_idx] != 0"),
+                    {"mask": (np.random.default_rng(2).random(289 * 304) < 0.7).astype(np.uint8)},
+                    {"causal": "bottom_right"}),
 }
 
 
@@ -266,3 +272,29 @@ def test_the_forward_prefetches_an_explicit_masks_read(mask_mod, score_mod, ctyp
     plan = make_plan("flash", "fast", N_q=64, d=64, dtype="float16", sram=227 * 1024, heads=2, mods=mods)
     args, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
     assert capture_buffer("mask") in args
+
+
+@pytest.mark.parametrize("mask_mod, score_mod, ctype, staged", [
+    (None, "score + mask[h * 85544 + q_idx * 296 + kv_idx]", np.float16, ("h * 85544 + q_idx * 296", "__half", "1")),
+    ("mask[q_idx * 304 + kv_idx] != 0", None, np.uint8, ("q_idx * 304", "unsigned char", "2")),
+    (None, "score + mask[q_idx * 297 + kv_idx]", np.float16, None),  # rows not 16-byte aligned: prefetched instead
+    (None, "score + mask[kv_idx * 289 + q_idx]", np.float16, None),  # not contiguous along the keys
+    ("mask[q_idx * 304 + kv_idx] != 0", "score + 1.0f", np.uint8, None),  # two expressions
+])
+def test_an_explicit_masks_read_is_staged_in_the_forward(mask_mod, score_mod, ctype, staged):
+    """plan.mods.staging: the forward's MOD_STAGE in place of the expression (its launch takes the captures), the
+    staged bytes every element of a computed tile inside (N_q, N_k) once, by hand; the backward keeps the expression."""
+    mods = check_mods(mask_mod, score_mod, captures={"mask": np.zeros(4 * 289 * 304, ctype)})
+    values = {"mask": np.ones(4 * 289 * 304, ctype)}
+    plan = _plan("fwd", mods=mods, captures=values)
+    main = dict(plan.stage("main").params)
+    got = (main["MOD_STAGE"], main["MOD_STAGE_T"], main["MOD_STAGE_FORM"]) if "MOD_STAGE" in main else None
+    assert got == staged
+    if staged is not None:
+        assert "SCORE_MOD" not in main and "MASK_MOD" not in main and "STAGE" in dict((n, o) for n, o, _ in
+                                                                                         plan.stage("main").smem)
+        assert exact(plan)["main"]["captures"] == (plan.bh * 289 * 289 * np.dtype(ctype).itemsize, 0)
+        args, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
+        assert capture_buffer("mask") in args
+    bwd = dict(_plan("bwd", mods=mods, captures=values).stage("main").params)
+    assert "MOD_STAGE" not in bwd

@@ -1,6 +1,8 @@
 """Explicit masks on the tma kernels (iokernels/library/explicit.py) under compute-sanitizer: a shared boolean mask
-with causal and N_q != N_k, a per-head float16 one with grouped-query attention at d 128, a per-batch float32 one, and
-one whose batch dims the library copies; forward and backward, plain and counting builds. Prints one line per launch
+with causal and N_q != N_k, a per-head float16 one with grouped-query attention at d 128, a per-batch float32 one,
+one whose batch dims the library copies, and two whose rows are 16-byte multiples (the forward stages them through
+shared memory: a float16 one per batch and head with causal, a shared boolean one at d 128); forward and backward,
+plain and counting builds. Prints one line per launch
 pair; run as ``compute-sanitizer --tool memcheck python3 san_explicit.py`` from the repository root (PYTHONPATH=.)."""
 import cupy as cp
 import numpy as np
@@ -11,7 +13,10 @@ rng = np.random.default_rng(0)
 CASES = [((2, 3), 3, 200, 333, 64, (200, 333), "bool", "bottom_right"),
          ((1, 4), 2, 239, 239, 128, (4, 239, 239), "float16", ""),
          ((2, 2), 2, 113, 300, 64, (2, 1, 113, 300), "float32", "top_left"),
-         ((2, 3, 2), 2, 64, 129, 64, (2, 1, 2, 64, 129), "float16", "")]
+         ((2, 3, 2), 2, 64, 129, 64, (2, 1, 2, 64, 129), "float16", ""),
+         # rows of 16-byte multiples: staged through shared memory (MOD_STAGE)
+         ((2, 2), 2, 250, 512, 64, (2, 2, 250, 512), "float16", "bottom_right"),
+         ((1, 4), 4, 130, 384, 128, (130, 384), "bool", "")]
 for lead, kv, n_q, n_k, d, shape, kind, causal in CASES:
     kv_lead = (*lead[:-1], kv)
     q, do = (cp.asarray(rng.standard_normal((*lead, n_q, d)).astype(np.float16)) for _ in range(2))
