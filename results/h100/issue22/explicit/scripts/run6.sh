@@ -7,14 +7,14 @@ R=$OUT/e6; S=results/h100/issue22/explicit/scripts; L=$R/logs; mkdir -p $L
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u;
  python3 -c "import torch, cupy, triton; print('torch', torch.__version__, 'cupy', cupy.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())") > $R/env.txt
 echo "python3 $S/probe_stage.py" > $R/commands.txt
-timeout 150 python3 $S/probe_stage.py > $R/probe-bias.txt 2>&1; echo "rc $?" >> $R/probe-bias.txt
-cat $R/probe-bias.txt
+timeout 150 python3 $S/probe_stage.py > $R/probe-stage.txt 2>&1; echo "rc $?" >> $R/probe-stage.txt
+cat $R/probe-stage.txt
 T="timeout 280 python3 -m pytest -q --tb=short -p no:cacheprovider"
 ($T -n 4 tests/gpu/test_explicit_fast.py -k "not torch" > $L/t-explicit.log 2>&1; echo "rc $?" >> $L/t-explicit.log) &
 ($T tests/gpu/test_explicit_fast.py -k "torch" > $L/t-explicit-torch.log 2>&1; echo "rc $?" >> $L/t-explicit-torch.log) &
 ($T tests/gpu/test_mods.py > $L/t-mods.log 2>&1; echo "rc $?" >> $L/t-mods.log) &
 ($T -n 3 tests/gpu/test_tma.py tests/gpu/test_persistent.py tests/gpu/test_decode.py > $L/t-tma.log 2>&1; echo "rc $?" >> $L/t-tma.log) &
-(for tool in memcheck racecheck synccheck initcheck; do timeout 100 compute-sanitizer --tool $tool python3 $S/san_explicit.py > $L/san-explicit-$tool.txt 2>&1; echo "rc $?" >> $L/san-explicit-$tool.txt; done) &
+(for tool in memcheck racecheck synccheck initcheck; do timeout 80 compute-sanitizer --tool $tool python3 $S/san_explicit.py > $L/san-explicit-$tool.txt 2>&1; echo "rc $?" >> $L/san-explicit-$tool.txt; done) &
 wait
 for f in $L/*; do echo "== $f"; grep -aE "^FAILED|^ERROR|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|^E  " $f | head -14; tail -1 $f; done > $R/checks.txt
 cat $R/checks.txt
