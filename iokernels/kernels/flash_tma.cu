@@ -47,9 +47,8 @@
 // the tiles the block mask marks partial. MOD_PREFETCH (the element the mods read first, one captured array's, at an
 // index of b, h, q_idx, kv_idx: an explicit mask's): tile j + 1's lines of it prefetched into the L2 in step j.
 // MOD_STAGE (an explicit mask's read X[R + kv_idx], rows 16-byte aligned): in step j each warp copies its 16 rows of
-// tile j + MOD_STAGE_STAGES's elements by cp.async into its rows of buffer (j % MOD_STAGE_STAGES) of SMEM_STAGE
-// (16-byte pieces; past N_q and the keys zero-filled, not read), and step j reads tile j's there in pairs (the bias
-// added, or −inf where the element is 0).
+// tile j + 1's elements by cp.async into its rows of SMEM_STAGE (16-byte pieces; past N_q and the keys zero-filled,
+// not read), and step j + 1 reads them there in pairs (the bias added, or −inf where the byte is 0).
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -127,13 +126,9 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
 #endif
 #ifdef MOD_STAGE
-#define IOK_STAGES_AHEAD MOD_STAGE_STAGES  // tiles staged ahead: 1, or 2 where their buffers fit
-static_assert(MOD_STAGE_STAGES == 1 || MOD_STAGE_STAGES == 2, "MOD_STAGE_STAGES: one or two buffers");
 constexpr int STAGE_PITCH = BC * static_cast<int>(sizeof(MOD_STAGE_T)) + 16;  // a query row in SMEM_STAGE (padded)
 constexpr int STAGE_CHUNKS = BC * static_cast<int>(sizeof(MOD_STAGE_T)) / 16;  // its 16-byte pieces
 static_assert(BC * sizeof(MOD_STAGE_T) % 16 == 0, "MOD_STAGE: whole 16-byte pieces a row");
-#else
-#define IOK_STAGES_AHEAD 0
 #endif
 #ifdef ALIBI
 static_assert(TILE_D <= 128, "ALIBI: d up to 128 (past it the counting build's consumers spill)");
@@ -496,22 +491,20 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
             };
             // MOD_STAGE: tile j's elements of the warp's 16 rows into its rows of SMEM_STAGE (one commit group)
-            // (a commit group every call, empty past the item's last tile: a step's wait counts on them)
             auto stage_copy = [&]([[maybe_unused]] int j) {
 #ifdef MOD_STAGE
-                if (j < tiles) {
-                    const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys, r0 = wg * 64 + warp * 16;
-                    const MOD_STAGE_T* x = static_cast<const MOD_STAGE_T*>(mod.cap[MOD_STAGE_SLOT]);
-                    unsigned char* buf = smem + SMEM_STAGE + (j % MOD_STAGE_STAGES) * BR * STAGE_PITCH;
-                    constexpr int PER = 16 / static_cast<int>(sizeof(MOD_STAGE_T));  // elements a piece
+                if (j >= tiles) return;
+                const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys, r0 = wg * 64 + warp * 16;
+                const MOD_STAGE_T* x = static_cast<const MOD_STAGE_T*>(mod.cap[MOD_STAGE_SLOT]);
+                constexpr int PER = 16 / static_cast<int>(sizeof(MOD_STAGE_T));  // elements a piece
 #pragma unroll
-                    for (int c = lane; c < 16 * STAGE_CHUNKS; c += 32) {
-                        const int r = c / STAGE_CHUNKS, k = key0 + (c % STAGE_CHUNKS) * PER, q = row0 + r0 + r;
-                        const int inside = q < n_q ? max(0, min(PER, keys - k)) : 0;  // its elements inside
-                        const MOD_STAGE_T* src = inside ? x + iok_stage_row(mod, z, q) + k : x;
-                        iok_cp_async_part<IOK_T_captures>(io, buf + (r0 + r) * STAGE_PITCH + (c % STAGE_CHUNKS) * 16,
-                                                          src, inside * static_cast<int>(sizeof(MOD_STAGE_T)));
-                    }
+                for (int c = lane; c < 16 * STAGE_CHUNKS; c += 32) {
+                    const int r = c / STAGE_CHUNKS, k = key0 + (c % STAGE_CHUNKS) * PER, q = row0 + r0 + r;
+                    const int inside = q < n_q ? max(0, min(PER, keys - k)) : 0;  // its elements inside
+                    const MOD_STAGE_T* src = inside ? x + iok_stage_row(mod, z, q) + k : x;
+                    iok_cp_async_part<IOK_T_captures>(io, smem + SMEM_STAGE + (r0 + r) * STAGE_PITCH
+                                                      + (c % STAGE_CHUNKS) * 16, src,
+                                                      inside * static_cast<int>(sizeof(MOD_STAGE_T)));
                 }
                 iok_cp_async_commit();
 #endif
@@ -570,10 +563,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef MOD_STAGE
                 {
-                    iok_cp_async_wait<MOD_STAGE_STAGES - 1>();  // this lane's pieces of tile j landed ...
-                    __syncwarp();                               // ... and the warp's
-                    const unsigned char* row = smem + SMEM_STAGE + (j % MOD_STAGE_STAGES) * BR * STAGE_PITCH
-                                               + (wg * 64 + warp * 16 + g) * STAGE_PITCH;
+                    iok_cp_async_wait<0>();  // this lane's pieces of tile j landed ...
+                    __syncwarp();            // ... and the warp's
+                    const unsigned char* row = smem + SMEM_STAGE + (wg * 64 + warp * 16 + g) * STAGE_PITCH;
                     [[maybe_unused]] const float inv = 1.0f / scale;  // (a bias is a logit: in units of s, / τ)
 #pragma unroll
                     for (int n = 0; n < BC / 4; ++n) {  // elements 2n, 2n + 1: row g + 8 (n & 1), keys (n >> 1) 8 + 2t
@@ -679,8 +671,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // a wait (ptxas would serialize the products).
             float corr[2];
             mod_prefetch(0);
-#pragma unroll
-            for (int j = 0; j < IOK_STAGES_AHEAD; ++j) stage_copy(j);
+            stage_copy(0);
             if (tiles > 0) {  // (a causal or window item whose rows see no key: O = 0)
                 iok_mbar_wait(&bar_q, nq & 1);
                 ++nq;
@@ -691,7 +682,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 dropout_bits(0);
                 wg_wait<0>();
                 softmax(0, corr);
-                stage_copy(IOK_STAGES_AHEAD);
+                stage_copy(1);
                 pack_p();
 #pragma unroll 1
                 for (int j = 1; j < tiles; ++j) {
@@ -708,7 +699,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     dropout_bits(j);
                     wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
                     softmax(j, corr);
-                    stage_copy(j + IOK_STAGES_AHEAD);
+                    stage_copy(j + 1);
                     wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
                     wg_fence_regs(o);
                     wg_fence_regs(pa);
