@@ -46,10 +46,9 @@
 // every element of a tile inside the problem after ALiBi's place, before the masks; with BLOCK_SPARSE mask_mod only in
 // the tiles the block mask marks partial. MOD_PREFETCH (the element the mods read first, one captured array's, at an
 // index of b, h, q_idx, kv_idx: an explicit mask's): tile j + 1's lines of it prefetched into the L2 in step j.
-// MOD_STAGE (an explicit mask's read X[R + kv_idx], rows 16-byte aligned): the producer's warps 1-3 copy tile j's
-// elements by cp.async into buffer j % MOD_STAGE_STAGES of SMEM_STAGE (16-byte pieces; past N_q and the keys
-// zero-filled, not read), completing on full_m (an arrival per copying thread once its copies land); step j reads
-// them there in pairs (the bias added, or −inf where the element is 0) and releases the buffer on empty_m.
+// MOD_STAGE (an explicit mask's read X[R + kv_idx], rows 16-byte aligned): in step j each warp copies its 16 rows of
+// tile j + 1's elements by cp.async into its rows of SMEM_STAGE (16-byte pieces; past N_q and the keys zero-filled,
+// not read), and step j + 1 reads them there in pairs (the bias added, or −inf where the byte is 0).
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -127,8 +126,6 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
 #endif
 #ifdef MOD_STAGE
-static_assert(MOD_STAGE_STAGES == 1 || MOD_STAGE_STAGES == 2, "MOD_STAGE_STAGES: one or two buffers");
-constexpr int STAGE_COPIERS = 96;  // the producer's warps 1-3
 constexpr int STAGE_PITCH = BC * static_cast<int>(sizeof(MOD_STAGE_T)) + 16;  // a query row in SMEM_STAGE (padded)
 constexpr int STAGE_CHUNKS = BC * static_cast<int>(sizeof(MOD_STAGE_T)) / 16;  // its 16-byte pieces
 static_assert(BC * sizeof(MOD_STAGE_T) % 16 == 0, "MOD_STAGE: whole 16-byte pieces a row");
@@ -282,11 +279,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // wait: every warp of a warpgroup has finished reading). The rings run on across items: tile j of an item is
     // slot ring + j, ring the tiles of the block's earlier items
     __shared__ __align__(8) unsigned long long bar_q, empty_q, full_k[2], full_v[2], empty_k[2], empty_v[2];
-#ifdef MOD_STAGE
-    // per staging buffer: full_m (an arrival per copying thread, once its copies landed), empty_m (one per consumer
-    // thread once it has read the tile)
-    __shared__ __align__(8) unsigned long long full_m[MOD_STAGE_STAGES], empty_m[MOD_STAGE_STAGES];
-#endif
 #ifdef IOK_TAIL
     // bar_tail: the copy of the sequence's last V tile, which the producer's warp 1 completes on full_v once it has
     // zeroed the rows past the end
@@ -343,13 +335,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_mbar_init(&empty_k[st], CONSUMERS / 32);
             iok_mbar_init(&empty_v[st], CONSUMERS / 32);
         }
-#ifdef MOD_STAGE
-#pragma unroll
-        for (int st = 0; st < MOD_STAGE_STAGES; ++st) {
-            iok_mbar_init(&full_m[st], STAGE_COPIERS);
-            iok_mbar_init(&empty_m[st], CONSUMERS);
-        }
-#endif
         iok_mbar_fence_init();
     }
     __syncthreads();  // the last block-wide barrier before the roles part
@@ -437,30 +422,6 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 ring += tiles;
             }
         }
-#ifdef MOD_STAGE
-        else if (warp >= 1) {  // warps 1-3: the staged reads, tile j into buffer j % STAGES once step j - STAGES freed it
-            const Item w = block_item;
-            const int tid = threadIdx.x - CONSUMERS - 32, keys = w.keys, tiles = w.tiles, z = w.z, kt0 = w.kt0;
-            const IokMod mod{{cap0, cap1, cap2, cap3}, mod_heads, n_q, n_k};
-            const MOD_STAGE_T* x = static_cast<const MOD_STAGE_T*>(mod.cap[MOD_STAGE_SLOT]);
-            constexpr int PER = 16 / static_cast<int>(sizeof(MOD_STAGE_T));  // elements a piece
-#pragma unroll 1
-            for (int j = 0; j < tiles; ++j) {
-                const int st = j % MOD_STAGE_STAGES, key0 = IOK_KEY_TILE(j) * BC;
-                iok_mbar_wait(&empty_m[st], ((j / MOD_STAGE_STAGES) & 1) ^ 1);
-                unsigned char* buf = smem + SMEM_STAGE + st * BR * STAGE_PITCH;
-#pragma unroll 1
-                for (int c = tid; c < BR * STAGE_CHUNKS; c += STAGE_COPIERS) {
-                    const int r = c / STAGE_CHUNKS, k = key0 + (c % STAGE_CHUNKS) * PER, q = w.row0 + r;
-                    const int inside = q < n_q ? max(0, min(PER, keys - k)) : 0;  // its elements inside
-                    const MOD_STAGE_T* src = inside ? x + iok_stage_row(mod, z, q) + k : x;
-                    iok_cp_async_part<IOK_T_captures>(io, buf + r * STAGE_PITCH + (c % STAGE_CHUNKS) * 16, src,
-                                                      inside * static_cast<int>(sizeof(MOD_STAGE_T)));
-                }
-                iok_mbar_arrive_cp_async(&full_m[st]);
-            }
-        }
-#endif
 #ifdef IOK_TAIL
         else if (warp == 1 && block_item.zero_from < BC) {
             // the sequence's last V tile (stage (tiles - 1) % 2 of a block's one item): once copied, its rows past
@@ -529,6 +490,25 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 }
 #endif
             };
+            // MOD_STAGE: tile j's elements of the warp's 16 rows into its rows of SMEM_STAGE (one commit group)
+            auto stage_copy = [&]([[maybe_unused]] int j) {
+#ifdef MOD_STAGE
+                if (j >= tiles) return;
+                const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys, r0 = wg * 64 + warp * 16;
+                const MOD_STAGE_T* x = static_cast<const MOD_STAGE_T*>(mod.cap[MOD_STAGE_SLOT]);
+                constexpr int PER = 16 / static_cast<int>(sizeof(MOD_STAGE_T));  // elements a piece
+#pragma unroll
+                for (int c = lane; c < 16 * STAGE_CHUNKS; c += 32) {
+                    const int r = c / STAGE_CHUNKS, k = key0 + (c % STAGE_CHUNKS) * PER, q = row0 + r0 + r;
+                    const int inside = q < n_q ? max(0, min(PER, keys - k)) : 0;  // its elements inside
+                    const MOD_STAGE_T* src = inside ? x + iok_stage_row(mod, z, q) + k : x;
+                    iok_cp_async_part<IOK_T_captures>(io, smem + SMEM_STAGE + (r0 + r) * STAGE_PITCH
+                                                      + (c % STAGE_CHUNKS) * 16, src,
+                                                      inside * static_cast<int>(sizeof(MOD_STAGE_T)));
+                }
+                iok_cp_async_commit();
+#endif
+            };
             auto dropout_bits = [&]([[maybe_unused]] int j) {
 #ifdef DROPOUT
                 wg_dropout_rows<BC>(keep, dropout_threshold, dropout_seed, dropout_offset, z,
@@ -583,10 +563,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef MOD_STAGE
                 {
-                    const int st = j % MOD_STAGE_STAGES;
-                    iok_mbar_wait(&full_m[st], (j / MOD_STAGE_STAGES) & 1);  // tile j's elements landed
-                    const unsigned char* row = smem + SMEM_STAGE + st * BR * STAGE_PITCH
-                                               + (wg * 64 + warp * 16 + g) * STAGE_PITCH;
+                    iok_cp_async_wait<0>();  // this lane's pieces of tile j landed ...
+                    __syncwarp();            // ... and the warp's
+                    const unsigned char* row = smem + SMEM_STAGE + (wg * 64 + warp * 16 + g) * STAGE_PITCH;
                     [[maybe_unused]] const float inv = 1.0f / scale;  // (a bias is a logit: in units of s, / τ)
 #pragma unroll
                     for (int n = 0; n < BC / 4; ++n) {  // elements 2n, 2n + 1: row g + 8 (n & 1), keys (n >> 1) 8 + 2t
@@ -601,7 +580,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                         if (v.y == 0.0f) s[2 * n + 1] = neg_inf();
 #endif
                     }
-                    iok_mbar_arrive(&empty_m[st]);  // this thread has read them
+                    __syncwarp();  // the warp's reads done before its next copies into these rows
                 }
 #endif
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf
@@ -692,6 +671,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             // a wait (ptxas would serialize the products).
             float corr[2];
             mod_prefetch(0);
+            stage_copy(0);
             if (tiles > 0) {  // (a causal or window item whose rows see no key: O = 0)
                 iok_mbar_wait(&bar_q, nq & 1);
                 ++nq;
@@ -702,6 +682,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 dropout_bits(0);
                 wg_wait<0>();
                 softmax(0, corr);
+                stage_copy(1);
                 pack_p();
 #pragma unroll 1
                 for (int j = 1; j < tiles; ++j) {
@@ -718,6 +699,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     dropout_bits(j);
                     wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)
                     softmax(j, corr);
+                    stage_copy(j + 1);
                     wg_wait<0>();  // P_{j-1} V_{j-1} done: O and P's registers are free
                     wg_fence_regs(o);
                     wg_fence_regs(pa);

@@ -46,12 +46,6 @@ __device__ __forceinline__ void iok_mbar_arrive(unsigned long long* bar)
 {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(iok_smem_addr(bar)) : "memory");
 }
-// An arrival on `bar` once every cp.async this thread has issued so far has completed (the count not raised: the
-// barrier's expected arrivals include this one).
-__device__ __forceinline__ void iok_mbar_arrive_cp_async(unsigned long long* bar)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(iok_smem_addr(bar)) : "memory");
-}
 // Wait until the phase of `parity` has completed (try_wait may time out: loop).
 __device__ __forceinline__ void iok_mbar_wait(unsigned long long* bar, unsigned parity)
 {

@@ -122,11 +122,9 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
     staged = staging(plan, mods)
     if staged is not None:  # the read staged through shared memory in place of the expression and its prefetch
         form, slot, ctype, row = staged
-        stages = 2 if main.smem_bytes + 2 * stage_bytes(plan, ctype) <= STAGE_SMEM_LIMIT else 1
         defines = (*((k, v) for k, v in defines if k in ("MOD_CAPS",)), ("MOD_STAGE", row),
-                   ("MOD_STAGE_SLOT", str(slot)), ("MOD_STAGE_T", ctype), ("MOD_STAGE_FORM", str(form)),
-                   ("MOD_STAGE_STAGES", str(stages)))
-        smem = (("STAGE", main.smem_bytes, stages * stage_bytes(plan, ctype)),)
+                   ("MOD_STAGE_SLOT", str(slot)), ("MOD_STAGE_T", ctype), ("MOD_STAGE_FORM", str(form)))
+        smem = (("STAGE", main.smem_bytes, stage_bytes(plan, ctype)),)
     stages = tuple(replace(s, params=(*s.params, *defines), smem=(*s.smem, *smem)) if s.name == "main" else s
                    for s in plan.stages)
     plan = replace(plan, mods=replace(mods, capture_bytes=None, values=()), stages=stages)
@@ -152,10 +150,9 @@ def staging(plan: Plan, mods: Mods) -> tuple[int, int, str, str] | None:
     """How a forward reads an explicit mask's form through shared memory (MOD_STAGE, flash_tma.cu), as (form: 1 a
     score_mod ``score + X[R + kv_idx]``, 2 a mask_mod ``X[R + kv_idx] != 0``, the capture's slot, its C type, R), or
     None: the variant is not one of those forms alone, R reads kv_idx or score, R is not a multiple of 16 bytes for
-    every (b, h, q_idx) (cp.async's 16-byte copies), or the buffer does not fit beside the plan's. The producer's idle
-    warps copy each key tile's rows in 16-byte pieces (cp.async, past N_k and N_q zero-filled, not read) into one of
-    two buffers where they fit (MOD_STAGE_STAGES), else one, while the consumers compute; every element of a computed
-    tile inside (N_q, N_k) is read once."""
+    every (b, h, q_idx) (cp.async's 16-byte copies), or the buffer does not fit beside the plan's. Its warps copy their
+    rows of the next key tile in 16-byte pieces (cp.async, past N_k and N_q zero-filled, not read) while a step runs;
+    every element of a computed tile inside (N_q, N_k) is read once."""
     if plan.direction != "fwd" or (mods.mask_mod is None) == (mods.score_mod is None):
         return None
     what, form = ("mask_mod", 2) if mods.mask_mod is not None else ("score_mod", 1)
