@@ -367,36 +367,25 @@ class CExpr:
         return np.broadcast_to(value, shape), run.reads
 
     def single_read(self) -> tuple[str, str, str] | None:
-        """The one captured-array read of an expression in the forms an explicit mask takes, as (form, array, the
-        index's text as written): ("bias", X, i) for ``score + X[i]``, ("mask", X, i) for ``X[i] != 0`` or ``X[i]``;
-        None for any other expression."""
-        tree = self.tree
-        if isinstance(tree, _Binary) and tree.op == "+" and isinstance(tree.left, _Name) and tree.left.name == "score":
-            form, tree = "bias", tree.right
-        elif isinstance(tree, _Binary) and tree.op == "!=" and tree.right == _Num(tree.right.col, 0, INT):
-            form, tree = "mask", tree.left
-        else:
-            form = "mask"
-        if not isinstance(tree, _Index):
-            return None
-        start = tree.col - 1 + len(tree.array)  # the "[" after the array's name (columns are 1-based)
-        depth = 0
-        for end in range(start, len(self.text)):
+        """The one captured read of an explicit mask's forms, (form, array, the index's text): ("bias", X, i) for
+        ``score + X[i]``, ("mask", X, i) for ``X[i] != 0`` or ``X[i]``; None for any other expression."""
+        t = self.tree
+        form = "bias" if isinstance(t, _Binary) and t.op == "+" and t.left == _Name(t.left.col, "score") else "mask"
+        if isinstance(t, _Binary) and (form == "bias" or (t.op == "!=" and t.right == _Num(t.right.col, 0, INT))):
+            t = t.right if form == "bias" else t.left
+        start, depth = (t.col - 1 + len(t.array), 0) if isinstance(t, _Index) else (len(self.text), 0)
+        for end in range(start, len(self.text)):  # from the "[" after the array's name (columns are 1-based)
             depth += {"[": 1, "]": -1}.get(self.text[end], 0)
             if depth == 0:
-                return form, tree.array, self.text[start + 1:end].strip()
+                return form, t.array, self.text[start + 1:end].strip()
         return None
 
-
     def minus(self, name: str) -> str | None:
-        """L's text of an expression ``L + name`` whose L does not read ``name`` (an index that moves by one element
-        per key: ``b * 64 + q_idx * 8 + kv_idx``), else None."""
-        tree = self.tree
-        if not (isinstance(tree, _Binary) and tree.op == "+" and isinstance(tree.right, _Name)
-                and tree.right.name == name):
-            return None
-        left = self.text[:tree.col - 1].strip()  # (the top "+" at 1-based column col)
-        return None if re.search(rf"\b{re.escape(name)}\b", left) else left
+        """L of an expression ``L + name`` whose L does not read ``name`` (``q_idx * 8 + kv_idx``), else None."""
+        t = self.tree
+        ok = isinstance(t, _Binary) and t.op == "+" and t.right == _Name(t.right.col, name)
+        left = self.text[:t.col - 1].strip() if ok else ""  # (the top "+" at 1-based column col)
+        return left if ok and not re.search(rf"\b{re.escape(name)}\b", left) else None
 
 
 def parse(text: str, variables: Iterable[str], arrays: Iterable[str] = (), what: str = "expression") -> CExpr:
