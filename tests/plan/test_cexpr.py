@@ -365,8 +365,9 @@ def test_single_read_finds_an_explicit_masks_forms(text, want):
     assert parse(text, ["b", "h", "q_idx", "kv_idx", "score"], ["m", "a"]).single_read() == want
 
 
-@pytest.mark.parametrize("text, want", [("b * 64 + q_idx * 8 + kv_idx", "b * 64 + q_idx * 8"), ("q_idx*8+kv_idx", "q_idx*8"),
-                                        ("kv_idx", None), ("q_idx * 8 + kv_idx * 1", None),
-                                        ("(q_idx + kv_idx) + kv_idx", None), ("kv_idx + q_idx", None)])
+@pytest.mark.parametrize("text, want", [("b * 64 + q_idx * 8 + kv_idx", "b * 64 + q_idx * 8"),
+                                        ("q_idx*8+kv_idx", "q_idx*8"), ("kv_idx", None),
+                                        ("q_idx * 8 + kv_idx * 1", None), ("(q_idx + kv_idx) + kv_idx", None),
+                                        ("kv_idx + q_idx", None)])
 def test_minus_finds_a_row_plus_the_key(text, want):
     assert parse(text, ["b", "h", "q_idx", "kv_idx"]).minus("kv_idx") == want
