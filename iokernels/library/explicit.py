@@ -24,9 +24,11 @@ import numpy as np
 from ..kernels.runtime import require_cupy
 from ..plan.fast import default_kernel
 from ..plan.masks import explicit_mask, mask_layout
-from ..plan.mods import MOD_D_MAX
-from .fastpath import module_of
-from .mods import attention_mods, attention_mods_backward
+from ..plan.mods import MOD_D_MAX, capture_buffer
+from ..simulate.reference import default_scale
+from .dispatch import Dispatch
+from .fastpath import module_of, prepared
+from .mods import attention_mods, attention_mods_backward, checked_mods, variant_plan
 
 CAPTURE = "mask"  # the captured array's name in the expressions
 INT_MAX = 2**31 - 1
@@ -123,6 +125,40 @@ def forward(q: Any, k: Any, v: Any, mask: Any, *, causal: str, scale: float | No
                             captures={CAPTURE: capture}, causal=causal, block_mask=block_mask, scale=scale,
                             return_lse=True, bfloat16=bfloat16)
     return o.reshape(*lead, n_q, d), lse.reshape(*lead, n_q)
+
+
+def routed_call(direction: str, arrays: tuple[Any, ...], mask: Any, *, causal: str, scale: float | None,
+                block_mask: Any, bfloat16: bool) -> Dispatch | None:
+    """A :class:`Dispatch` whose fast path runs a routed call again on raw addresses (``torch_ops``' fast path: the
+    variant's prepared launches, the mask's own memory as the captured array, inputs in the library's order: q, k, v
+    and the mask; the backward's q, k, v, dO, O, lse and the mask), after the call ran once on the general path; None
+    where the mask is not read where it lies (not C-contiguous, float64, batch dims no single stride walks, an address
+    off 16 bytes): those take the general path every time."""
+    q, k = arrays[0], arrays[1]
+    lead, (n_q, d), n_k = tuple(q.shape[:-2]), q.shape[-2:], k.shape[-2]
+    full = (*lead, n_q, n_k)
+    if not mask.flags.c_contiguous or str(mask.dtype) not in ("bool", "float16", "float32") or mask.data.ptr % 16:
+        return None
+    strides = strides_of(mask, full)
+    if strides is None:
+        return None
+    spec, _ = mask_layout(mask.dtype, mask.shape, lead, n_q, n_k)
+    capture = (mask.view(np.uint8) if mask.dtype == np.bool_ else mask).reshape(-1)
+    mask_mod, score_mod = expressions(spec.kind, strides, capture.size > INT_MAX)
+    mods = checked_mods(mask_mod, score_mod, None, {CAPTURE: capture})
+    batch, heads = _heads(lead)
+    kv_heads = k.shape[-3] if k.ndim >= 3 else 1
+    plan = variant_plan(direction, batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
+                     causal, block_mask)
+    scale = default_scale(d) if scale is None else scale
+    if direction == "fwd":
+        names, shapes = ("Q", "K", "V", capture_buffer(CAPTURE)), {"O": (*lead, n_q, d), "lse": (*lead, n_q)}
+    else:
+        names = ("Q", "K", "V", "dO", "O", "lse", capture_buffer(CAPTURE))
+        shapes = {"dQ": tuple(q.shape), "dK": tuple(k.shape), "dV": tuple(arrays[2].shape)}
+    call = Dispatch("cupy", plan.dtype, lead, n_q, n_k, d, heads // kv_heads, False, (plan,), 0, scale, True)
+    call.fast, call.outputs = prepared(plan, scale, names, shapes, tuple(shapes))
+    return call
 
 
 def backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, mask: Any, *, causal: str, scale: float | None,

@@ -105,8 +105,9 @@ def _compiled(mods: Mods) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(direction: str, batch: int, heads: int, kv_heads: int, n_q: int, n_k: int, d: int, dtype: str, mods: Mods,
-          causal: str, block_mask: BlockMask | None) -> Any:
+def variant_plan(direction: str, batch: int, heads: int, kv_heads: int, n_q: int, n_k: int, d: int, dtype: str,
+                 mods: Mods, causal: str, block_mask: BlockMask | None) -> Any:
+    """The variant's plan of a call (its expressions through NVRTC first: :func:`_compiled`), once per signature."""
     _compiled(mods)
     return make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype=dtype, sram=227 * 1024, batch=batch,
                      heads=heads, kv_heads=kv_heads, direction=direction, causal=causal, block_mask=block_mask,
@@ -160,7 +161,7 @@ def attention_mods(q: Any, k: Any, v: Any, *, mask_mod: str | None = None, score
     """
     mods = checked_mods(mask_mod, score_mod, score_grad, captures)
     batch, heads, kv_heads, n_q, n_k, d = _check(q, k, v, bfloat16=bfloat16)
-    plan = _plan("fwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
+    plan = variant_plan("fwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
                  normalize_causal(causal), block_mask)
     out = _run(plan, default_scale(d) if scale is None else scale, _inputs(q, k, v, captures, mods),
                {"O": (batch, heads, n_q, d), "lse": (batch, heads, n_q)})
@@ -176,7 +177,7 @@ def attention_mods_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *
     narrow tma backward: dS times ``score_grad`` (d score_mod / d score; derived from score_mod where not given)."""
     mods = checked_mods(mask_mod, score_mod, score_grad, captures)
     batch, heads, kv_heads, n_q, n_k, d = _check(q, k, v, (("o", o), ("do", do)), bfloat16)
-    plan = _plan("bwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
+    plan = variant_plan("bwd", batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
                  normalize_causal(causal), block_mask)
     cp = require_cupy()
     inputs = _inputs(q, k, v, captures, mods)

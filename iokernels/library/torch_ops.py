@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from ..kernels import launch
-from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, Unsupported, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.masks import BlockMask
 from ..plan.variants import check_softcap
@@ -344,6 +344,30 @@ def dense_mask(mask: torch.Tensor, spec: Any, lead: tuple[int, ...], n_q: int, n
     return m.to(torch.float32).contiguous()
 
 
+DIRECT_MASKS = (torch.bool, torch.float16, torch.float32)  # masks the library reads as given (library_mask)
+
+
+def fast_mask(mask: torch.Tensor, call: Dispatch) -> torch.Tensor | None:
+    """The mask a fast call reads: a routed call's (explicit.routed_call: a variant's plan) its own memory, or None
+    where that is not 16-byte aligned (the general path then copies it); else :func:`dense_mask`'s."""
+    if call.chain[0].mods is not None:
+        return mask if mask.data_ptr() % 16 == 0 else None
+    return dense_mask(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
+
+
+def routed(direction: str, arrays: list[Any], mask: torch.Tensor, mask_array: Any, options: dict[str, Any],
+           block_mask: Any) -> Dispatch | None:
+    """The fast path's Dispatch of a call the explicit-mask route ran (:func:`explicit.routed_call`), None where it
+    has none (a mask the library converted, or one the variant's plan refused)."""
+    if mask.dtype not in DIRECT_MASKS:
+        return None
+    try:
+        return explicit.routed_call(direction, tuple(arrays), mask_array, causal=options["causal"],
+                                    scale=options["scale"], block_mask=block_mask, bfloat16=options["bfloat16"])
+    except Unsupported:
+        return None
+
+
 def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> TorchCall | None:
     """The fast path of a signature that has one, on the current device, else None."""
     if key is None or launch.counting_active():
@@ -368,9 +392,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     except AttributeError:  # not tensors: check_tensors says so
         key = None
     entry = None if key is None else fast_call(key, q.device)
-    if entry is not None:
+    m = None if entry is None or mask is None else fast_mask(mask, entry.call)
+    if entry is not None and (mask is None or m is not None):
         call = entry.call
-        m = None if mask is None else dense_mask(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
         given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if m is None else m.data_ptr())
         arrays = run_torch(entry, (q, k, v), given, dropout, keep_lse)
         out = call.outputs
@@ -387,7 +411,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         o, lse = api.attention_arrays(*arrays, schedule=schedule, return_lse=True, mask=mask_array,
                                       block_mask=block_mask, alibi_slopes=alibi, **options)
         result = allocator.tensor(o, q.dtype), allocator.tensor(lse, torch.float32)
-        call = None if explicit.takes(arrays[0], mask_array, schedule=schedule, alibi=alibi, **options) else \
+        call = routed("fwd", arrays, mask, mask_array, options, block_mask) \
+            if explicit.takes(arrays[0], mask_array, schedule=schedule, alibi=alibi, **options) else \
             api.forward_call(*arrays, schedule=schedule, block_mask=block_mask, mask=mask_array, alibi=alibi,
                              **options)
     if key is not None and call is not None and call.fast is not None and all(t.is_contiguous() for t in (q, k, v)):
@@ -411,9 +436,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     except AttributeError:
         key = None
     entry = None if key is None else fast_call(key, q.device)
-    if entry is not None:
+    m = None if entry is None or mask is None else fast_mask(mask, entry.call)
+    if entry is not None and (mask is None or m is not None):
         call = entry.call
-        m = None if mask is None else dense_mask(mask, call.chain[0].mask, call.lead, call.n_q, call.n_k)
         given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), out.data_ptr(), lse.data_ptr(),
                  0 if m is None else m.data_ptr())
         arrays = run_torch(entry, (q, k, v), given, dropout)
@@ -429,7 +454,8 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         grads = api.attention_backward_arrays(*arrays, mask=mask_array, block_mask=block_mask, alibi_slopes=alibi,
                                               **options)
         result = tuple(allocator.tensor(g, q.dtype) for g in grads)
-        call = None if explicit.takes(arrays[0], mask_array, schedule=None, alibi=alibi, **options) else \
+        call = routed("bwd", arrays, mask, mask_array, options, block_mask) \
+            if explicit.takes(arrays[0], mask_array, schedule=None, alibi=alibi, **options) else \
             api.backward_call(*arrays, block_mask=block_mask, mask=mask_array, alibi=alibi, **options)
     if key is not None and call is not None and call.fast is not None and dout.dtype == q.dtype and \
             all(t.is_contiguous() for t in (dout, q, k, v, out, lse)):

@@ -207,3 +207,31 @@ def test_a_block_mask_the_variant_refuses_runs_on_the_research_kernels():
     assert not any(r["kernel"].startswith("flash_tma") for r in records)
     want, _ = reference.forward(*(x.astype(np.float64) for x in (q, k, v)), mask=visible & blocks.element_mask())
     assert np.max(np.abs(cp.asnumpy(o) - want)) < 1e-2 * np.max(np.abs(want))
+
+
+def test_torch_masked_calls_take_the_fast_path():
+    """A routed signature's second call runs on raw addresses (torch_ops' fast path holds a variant's plan for it) and
+    gives the first call's O and gradients; a mask 2 bytes off 16-byte alignment (a view) takes the general path every
+    time (the library copies it), with the same values."""
+    torch = pytest.importorskip("torch")
+    import iokernels.torch as itorch
+    from iokernels.library import dispatch
+
+    dispatch.clear_dispatch_cache()
+    gen = torch.Generator(device="cuda").manual_seed(_seed("fast"))
+    q, k, v, do = (torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.float16, generator=gen) for _ in range(4))
+    mask = torch.randn(4, 256, 256, device="cuda", generator=gen).half()
+    off = torch.empty(4 * 256 * 256 + 1, device="cuda", dtype=torch.float16)[1:].view(4, 256, 256)
+    off.copy_(mask)
+    runs = []
+    for m in (mask, mask, off, off):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        o = itorch.attention(*leaves, attn_mask=m)
+        o.backward(do)
+        runs.append([o.detach(), *(t.grad for t in leaves)])
+    routed = [e.call for e in dispatch.TORCH_CALLS.entries.values() if e.call.chain[0].mods is not None]
+    assert sorted(c.chain[0].direction for c in routed) == ["bwd", "fwd"]  # the aligned mask's two signatures
+    for run in runs[1:]:
+        assert torch.equal(run[0], runs[0][0])
+        for g, g0 in zip(run[1:], runs[0][1:], strict=True):
+            assert torch.allclose(g, g0, atol=2e-3, rtol=1e-2)
