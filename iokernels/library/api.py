@@ -24,7 +24,7 @@ from typing import Any
 
 from ..kernels import launch
 from ..kernels.runtime import require_cupy
-from ..plan import D_MAX, D_MIN, D_MULTIPLE, Unsupported, normalize_causal, normalize_window
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.fast import FAST_DTYPES, FAST_HEAD_DIMS
 from ..plan.variants import check_softcap
@@ -361,18 +361,12 @@ def forward_call(q: Any, k: Any, v: Any, *, algorithm: str, schedule: str | None
     return CACHE.lookup(key, plan_call)
 
 
-def _explicit(run: Any, arrays: tuple[Any, ...], mask: Any, causal: Any, scale: Any, block_mask: Any,
-              bfloat16: bool) -> Any:
-    """An explicit mask's call on the tma kernels (:mod:`iokernels.library.explicit`), its inputs checked as any
-    call's; None where the variant's plan refuses it (the research kernels then run it)."""
+def _checked(arrays: tuple[Any, ...], causal: Any, scale: Any, bfloat16: bool) -> tuple[str, float | None]:
+    """A routed call's inputs checked as any call's (:func:`iokernels.library.explicit.run`); its causal and scale
+    normalized."""
     q, k, v = arrays[:3]
     _check({"q": q, "k": k, "v": v}, {"q": "q", "k": "k", "v": "k"}, _kv_group(q, k, v), bfloat16)
-    scale = _check_options(scale)
-    try:
-        return run(*arrays, mask, causal=normalize_causal(causal), scale=scale, block_mask=block_mask,
-                   bfloat16=bfloat16)
-    except Unsupported:
-        return None
+    return normalize_causal(causal), _check_options(scale)
 
 
 def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str | None = None,
@@ -386,7 +380,7 @@ def attention_arrays(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedu
     if not return_dropout and explicit.takes(q, mask, algorithm=algorithm, schedule=schedule, graph=graph,
                                              dropout=dropout, window=window, softcap=softcap, alibi=alibi,
                                              bfloat16=bfloat16):
-        routed = _explicit(explicit.forward, (q, k, v), mask, causal, scale, block_mask, bfloat16)
+        routed = explicit.run("fwd", (q, k, v), mask, causal, scale, block_mask, bfloat16, _checked)
         if routed is not None:
             return routed if return_lse else routed[0]
     memo = None  # a call with no mask, dropout or graph: its arguments as given find its fast path (CUPY_CALLS)
@@ -549,7 +543,7 @@ def attention_backward_arrays(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any,
     softcap, alibi = check_softcap(softcap), alibi_values(alibi_slopes)
     if explicit.takes(q, mask, algorithm=algorithm, schedule=None, graph=graph, dropout=dropout, window=window,
                       softcap=softcap, alibi=alibi, deterministic=deterministic, bfloat16=bfloat16):
-        routed = _explicit(explicit.backward, (q, k, v, o, do, lse), mask, causal, scale, block_mask, bfloat16)
+        routed = explicit.run("bwd", (q, k, v, o, do, lse), mask, causal, scale, block_mask, bfloat16, _checked)
         if routed is not None:
             return routed
     memo = None  # as attention_arrays's

@@ -166,6 +166,7 @@ def memo_key(arrays: tuple[Any, ...], options: tuple[Any, ...]) -> tuple[Any, ..
 CACHE = DispatchCache()
 TORCH_CALLS = DispatchCache()  # iokernels.torch: a torch call's signature -> the Dispatch its first call used
 CUPY_CALLS = DispatchCache()  # memo_key of a cupy call with no mask, dropout or graph -> its Dispatch with .fast
+ROUTED_CALLS = DispatchCache()  # call_key of a cupy call with an explicit mask on the tma kernels -> its fast Dispatch
 
 
 def clear_dispatch_cache() -> None:
@@ -173,6 +174,7 @@ def clear_dispatch_cache() -> None:
     CACHE.clear()
     TORCH_CALLS.clear()
     CUPY_CALLS.clear()
+    ROUTED_CALLS.clear()
 
 
 def check_scale(scale: Any) -> float | None:

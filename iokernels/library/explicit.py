@@ -21,13 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import launch
 from ..kernels.runtime import require_cupy
+from ..plan import Unsupported
 from ..plan.fast import default_kernel
 from ..plan.masks import explicit_mask, mask_layout
 from ..plan.mods import MOD_D_MAX, capture_buffer
 from ..simulate.reference import default_scale
-from .dispatch import Dispatch
-from .fastpath import module_of, prepared
+from .dispatch import ROUTED_CALLS, Dispatch, call_key
+from .fastpath import cupy_empty, module_of, prepared, run_fast
 from .mods import attention_mods, attention_mods_backward, checked_mods, variant_plan
 
 CAPTURE = "mask"  # the captured array's name in the expressions
@@ -159,6 +161,57 @@ def routed_call(direction: str, arrays: tuple[Any, ...], mask: Any, *, causal: s
     call = Dispatch("cupy", plan.dtype, lead, n_q, n_k, d, heads // kv_heads, False, (plan,), 0, scale, True)
     call.fast, call.outputs = prepared(plan, scale, names, shapes, tuple(shapes))
     return call
+
+
+def fast_call(direction: str, arrays: tuple[Any, ...], mask: Any, **options: Any) -> Dispatch | None:
+    """The fast path of a routed cupy call whose signature ran before (:func:`remember`), None without one, inside
+    count_io, or for a mask off 16-byte alignment (the general path copies it)."""
+    if launch.counting_active():
+        return None
+    key = call_key(direction, arrays, mask, **options)
+    call = None if key is None else ROUTED_CALLS.get(key)
+    return call if call is not None and mask.data.ptr % 16 == 0 else None
+
+
+def remember(direction: str, arrays: tuple[Any, ...], mask: Any, options: dict[str, Any], causal: str,
+             scale: float | None) -> None:
+    """After a routed cupy call ran on the general path: its signature's fast path (:func:`routed_call`, with causal
+    and scale normalized) stored under the key of its arguments as given (``options``: causal, scale, block_mask,
+    bfloat16), where it has one (contiguous arrays, a mask read where it lies)."""
+    key = call_key(direction, arrays, mask, **options)
+    if key is None or not all(x.flags.c_contiguous for x in arrays):
+        return
+    try:
+        call = routed_call(direction, arrays, mask, causal=causal, scale=scale, block_mask=options["block_mask"],
+                           bfloat16=options["bfloat16"])
+    except Unsupported:
+        return
+    if call is not None:
+        ROUTED_CALLS.put(key, call)
+
+
+def run(direction: str, arrays: tuple[Any, ...], mask: Any, causal: Any, scale: Any, block_mask: Any, bfloat16: bool,
+        checked: Any) -> Any:
+    """A call :func:`takes` routes, on cupy arrays (``arrays``: q, k, v, and the backward's o, do, lse, as the library
+    takes them): on its signature's fast path where it ran before; else checked (``checked(arrays, causal, scale,
+    bfloat16)``: the library's checks, giving causal and scale normalized), run by :func:`forward` or
+    :func:`backward` and remembered. (O, lse) or (dQ, dK, dV); None where the variant's plan refuses the problem (the
+    research kernels then run it)."""
+    options = {"causal": causal, "scale": scale, "block_mask": block_mask, "bfloat16": bfloat16}
+    fast = fast_call(direction, arrays, mask, **options)
+    if fast is not None:  # its prepared launches on raw addresses, inputs in routed_call's order
+        order = (0, 1, 2) if direction == "fwd" else (0, 1, 2, 4, 3, 5)
+        given = (*(arrays[i].data.ptr for i in order), mask.data.ptr)
+        out = run_fast(fast, given, cupy_empty(require_cupy()), launch.current_stream(), None)
+        return tuple(out[fast.outputs[n]] for n in (("O", "lse") if direction == "fwd" else ("dQ", "dK", "dV")))
+    causal, scale = checked(arrays, causal, scale, bfloat16)
+    try:
+        result = (forward if direction == "fwd" else backward)(*arrays, mask, causal=causal, scale=scale,
+                                                               block_mask=block_mask, bfloat16=bfloat16)
+    except Unsupported:
+        return None
+    remember(direction, arrays, mask, options, causal, scale)
+    return result
 
 
 def backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, mask: Any, *, causal: str, scale: float | None,

@@ -235,3 +235,26 @@ def test_torch_masked_calls_take_the_fast_path():
         assert torch.equal(run[0], runs[0][0])
         for g, g0 in zip(run[1:], runs[0][1:], strict=True):
             assert torch.allclose(g, g0, atol=2e-3, rtol=1e-2)
+
+
+def test_cupy_masked_calls_take_the_fast_path():
+    """iokernels.attention / attention_backward with mask=: a routed signature's second call runs its prepared
+    launches on raw addresses (dispatch.ROUTED_CALLS) with the first call's outputs; a mask 2 bytes off 16-byte
+    alignment takes the general path (which copies it), with the same values."""
+    from iokernels.library import dispatch
+
+    dispatch.clear_dispatch_cache()
+    rng = np.random.default_rng(_seed("cupy fast"))
+    q, k, v, do = (cp.asarray(rng.standard_normal((2, 4, 256, 64)).astype(np.float16)) for _ in range(4))
+    mask = cp.asarray(rng.standard_normal((4, 256, 256)).astype(np.float16))
+    off = cp.empty(4 * 256 * 256 + 1, cp.float16)[1:].reshape(4, 256, 256)
+    off[...] = mask
+    runs = []
+    for m in (mask, mask, off, off):
+        o, lse = iokernels.attention(q, k, v, mask=m, return_lse=True)
+        runs.append([o, lse, *iokernels.attention_backward(q, k, v, o, do, lse, mask=m)])
+    assert sorted(c.chain[0].direction for c in dispatch.ROUTED_CALLS.entries.values()) == ["bwd", "fwd"]
+    for run in runs[1:]:
+        assert cp.array_equal(run[0], runs[0][0]) and cp.array_equal(run[1], runs[0][1])
+        for g, g0 in zip(run[2:], runs[0][2:], strict=True):
+            assert cp.allclose(g, g0, atol=2e-3, rtol=1e-2)
