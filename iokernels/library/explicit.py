@@ -62,6 +62,12 @@ def _heads(lead: tuple[int, ...]) -> tuple[int, int]:
     return (math.prod(lead[:-1]), lead[-1]) if lead else (1, 1)
 
 
+def _dims(q: Any, k: Any) -> tuple[tuple[int, ...], int, int, int, int, int, int]:
+    """(lead, n_q, n_k, d, batch, heads, kv_heads) of a call's q (..., N_q, d) and k (..., H_kv, N_k, d)."""
+    lead = tuple(q.shape[:-2])
+    return (lead, q.shape[-2], k.shape[-2], q.shape[-1], *_heads(lead), k.shape[-3] if k.ndim >= 3 else 1)
+
+
 def variant(mask: Any, lead: tuple[int, ...], n_q: int, n_k: int) -> tuple[str | None, str | None, Any]:
     """(mask_mod, score_mod, the captured 1-d array) of a mask (module docstring). TypeError or ValueError for a dtype
     or shape that :func:`iokernels.plan.masks.mask_layout` refuses; a numpy mask is checked as the research path's
@@ -118,10 +124,8 @@ def forward(q: Any, k: Any, v: Any, mask: Any, *, causal: str, scale: float | No
             bfloat16: bool) -> tuple[Any, Any]:
     """(O, lse) of a masked call :func:`takes` accepts, in the caller's shapes (q (..., N_q, d), lse (..., N_q));
     Unsupported where the variant's plan refuses the problem (e.g. a block mask's blocks)."""
-    lead, (n_q, d), n_k = tuple(q.shape[:-2]), q.shape[-2:], k.shape[-2]
+    lead, n_q, n_k, d, batch, heads, kv_heads = _dims(q, k)
     mask_mod, score_mod, capture = variant(mask, lead, n_q, n_k)
-    batch, heads = _heads(lead)
-    kv_heads = k.shape[-3] if k.ndim >= 3 else 1
     o, lse = attention_mods(q.reshape(batch, heads, n_q, d), k.reshape(batch, kv_heads, n_k, d),
                             v.reshape(batch, kv_heads, n_k, d), mask_mod=mask_mod, score_mod=score_mod,
                             captures={CAPTURE: capture}, causal=causal, block_mask=block_mask, scale=scale,
@@ -134,24 +138,22 @@ def routed_call(direction: str, arrays: tuple[Any, ...], mask: Any, *, causal: s
     """A :class:`Dispatch` whose fast path runs a routed call again on raw addresses (``torch_ops``' fast path: the
     variant's prepared launches, the mask's own memory as the captured array, inputs in the library's order: q, k, v
     and the mask; the backward's q, k, v, dO, O, lse and the mask), after the call ran once on the general path; None
-    where the mask is not read where it lies (not C-contiguous, float64, batch dims no single stride walks, an address
-    off 16 bytes): those take the general path every time."""
+    where the mask is not read where it lies (:func:`variant` copies it: not C-contiguous, float64, batch dims no
+    single stride walks; a numpy one; an address off 16 bytes) or the variant's plan refuses the problem: those take
+    the general path every time."""
     q, k = arrays[0], arrays[1]
-    lead, (n_q, d), n_k = tuple(q.shape[:-2]), q.shape[-2:], k.shape[-2]
-    full = (*lead, n_q, n_k)
-    if not mask.flags.c_contiguous or str(mask.dtype) not in ("bool", "float16", "float32") or mask.data.ptr % 16:
+    lead, n_q, n_k, d, batch, heads, kv_heads = _dims(q, k)
+    if module_of(mask) != "cupy":  # (a numpy mask is checked and copied up at every call)
         return None
-    strides = strides_of(mask, full)
-    if strides is None:
+    mask_mod, score_mod, capture = variant(mask, lead, n_q, n_k)
+    if capture.data.ptr != mask.data.ptr or capture.data.ptr % 16:  # a copy, or off 16 bytes: not read where it lies
         return None
-    spec, _ = mask_layout(mask.dtype, mask.shape, lead, n_q, n_k)
-    capture = (mask.view(np.uint8) if mask.dtype == np.bool_ else mask).reshape(-1)
-    mask_mod, score_mod = expressions(spec.kind, strides, capture.size > INT_MAX)
     mods = checked_mods(mask_mod, score_mod, None, {CAPTURE: capture})
-    batch, heads = _heads(lead)
-    kv_heads = k.shape[-3] if k.ndim >= 3 else 1
-    plan = variant_plan(direction, batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16", mods,
-                     causal, block_mask)
+    try:
+        plan = variant_plan(direction, batch, heads, kv_heads, n_q, n_k, d, "bfloat16" if bfloat16 else "float16",
+                            mods, causal, block_mask)
+    except Unsupported:  # (the general path ran it on the research kernels)
+        return None
     scale = default_scale(d) if scale is None else scale
     if direction == "fwd":
         names, shapes = ("Q", "K", "V", capture_buffer(CAPTURE)), {"O": (*lead, n_q, d), "lse": (*lead, n_q)}
@@ -181,11 +183,8 @@ def remember(direction: str, arrays: tuple[Any, ...], mask: Any, options: dict[s
     key = call_key(direction, arrays, mask, **options)
     if key is None or not all(x.flags.c_contiguous for x in arrays):
         return
-    try:
-        call = routed_call(direction, arrays, mask, causal=causal, scale=scale, block_mask=options["block_mask"],
-                           bfloat16=options["bfloat16"])
-    except Unsupported:
-        return
+    call = routed_call(direction, arrays, mask, causal=causal, scale=scale, block_mask=options["block_mask"],
+                       bfloat16=options["bfloat16"])
     if call is not None:
         ROUTED_CALLS.put(key, call)
 
@@ -217,10 +216,8 @@ def run(direction: str, arrays: tuple[Any, ...], mask: Any, causal: Any, scale: 
 def backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, mask: Any, *, causal: str, scale: float | None,
              block_mask: Any, bfloat16: bool) -> tuple[Any, Any, Any]:
     """(dQ, dK, dV) of :func:`forward`'s call, in the shapes of q, k and v."""
-    lead, (n_q, d), n_k = tuple(q.shape[:-2]), q.shape[-2:], k.shape[-2]
+    lead, n_q, n_k, d, batch, heads, kv_heads = _dims(q, k)
     mask_mod, score_mod, capture = variant(mask, lead, n_q, n_k)
-    batch, heads = _heads(lead)
-    kv_heads = k.shape[-3] if k.ndim >= 3 else 1
     q4, o4, do4 = (x.reshape(batch, heads, n_q, d) for x in (q, o, do))
     k4, v4 = (x.reshape(batch, kv_heads, n_k, d) for x in (k, v))
     dq, dk, dv = attention_mods_backward(q4, k4, v4, o4, do4, lse.reshape(batch, heads, n_q), mask_mod=mask_mod,

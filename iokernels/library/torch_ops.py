@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from ..kernels import launch
-from ..plan import D_MAX, D_MIN, D_MULTIPLE, Unsupported, normalize_causal, normalize_window
+from ..plan import D_MAX, D_MIN, D_MULTIPLE, normalize_causal, normalize_window
 from ..plan.dropout import Dropout, next_dropout
 from ..plan.masks import BlockMask
 from ..plan.variants import check_softcap
@@ -344,9 +344,6 @@ def dense_mask(mask: torch.Tensor, spec: Any, lead: tuple[int, ...], n_q: int, n
     return m.to(torch.float32).contiguous()
 
 
-DIRECT_MASKS = (torch.bool, torch.float16, torch.float32)  # masks the library reads as given (library_mask)
-
-
 def fast_mask(mask: torch.Tensor, call: Dispatch) -> torch.Tensor | None:
     """The mask a fast call reads: a routed call's (explicit.routed_call: a variant's plan) its own memory, or None
     where that is not 16-byte aligned (the general path then copies it); else :func:`dense_mask`'s."""
@@ -358,14 +355,11 @@ def fast_mask(mask: torch.Tensor, call: Dispatch) -> torch.Tensor | None:
 def routed(direction: str, arrays: list[Any], mask: torch.Tensor, mask_array: Any, options: dict[str, Any],
            block_mask: Any) -> Dispatch | None:
     """The fast path's Dispatch of a call the explicit-mask route ran (:func:`explicit.routed_call`), None where it
-    has none (a mask the library converted, or one the variant's plan refused)."""
-    if mask.dtype not in DIRECT_MASKS:
+    has none (a mask library_mask converted, so that the fast path could not read the caller's)."""
+    if mask_array.data.ptr != mask.data_ptr():
         return None
-    try:
-        return explicit.routed_call(direction, tuple(arrays), mask_array, causal=options["causal"],
-                                    scale=options["scale"], block_mask=block_mask, bfloat16=options["bfloat16"])
-    except Unsupported:
-        return None
+    return explicit.routed_call(direction, tuple(arrays), mask_array, causal=options["causal"],
+                                scale=options["scale"], block_mask=block_mask, bfloat16=options["bfloat16"])
 
 
 def fast_call(key: tuple[Any, ...] | None, device: torch.device) -> TorchCall | None:

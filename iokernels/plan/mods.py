@@ -138,7 +138,7 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
 
 
 STAGE_SMEM_LIMIT = 227 * 1024  # the sm_90 block's shared memory: a staged plan must fit it
-CTYPE_BYTES = {"int": 4, "long long": 8, "unsigned char": 1, "__half": 2, "float": 4}
+CTYPE_BYTES = {ctype: dtype.itemsize for dtype, ctype in CAPTURE_CTYPES.items()}  # a captured element's bytes
 
 
 def stage_bytes(plan: Plan, ctype: str) -> int:
@@ -153,29 +153,21 @@ def staging(plan: Plan, mods: Mods) -> tuple[int, int, str, str] | None:
     every (b, h, q_idx) (cp.async's 16-byte copies), or the buffer does not fit beside the plan's. Its warps copy their
     rows of the next key tile in 16-byte pieces (cp.async, past N_k and N_q zero-filled, not read) while a step runs;
     every element of a computed tile inside (N_q, N_k) is read once."""
-    if plan.direction != "fwd" or (mods.mask_mod is None) == (mods.score_mod is None):
+    read = mods.prefetch()  # the form's one read (its index does not read score)
+    if plan.direction != "fwd" or read is None or (mods.mask_mod is None) == (mods.score_mod is None):
         return None
-    what, form = ("mask_mod", 2) if mods.mask_mod is not None else ("score_mod", 1)
-    read = mods.parsed()[what].single_read()
-    if read is None or read[0] != ("mask" if form == 2 else "bias"):
-        return None
+    slot, ctype, text = read
     names = [n for n, _ in mods.captures]
-    index = parse(read[2], (*VARIABLES, "score"), names)
-    row = index.minus("kv_idx")
-    if row is None or {"score", "kv_idx"} & parse(row, (*VARIABLES, "score"), names).names or index.captures:
+    index = parse(text, VARIABLES, names)
+    row = index.minus("kv_idx")  # (R, not reading kv_idx)
+    if row is None or index.captures or plan.stage("main").smem_bytes + stage_bytes(plan, ctype) > STAGE_SMEM_LIMIT:
         return None
-    slot = names.index(read[1])
-    ctype = mods.captures[slot][1]
-    per = 16 // CTYPE_BYTES[ctype]
-    main = plan.stage("main")
-    if main.smem_bytes + stage_bytes(plan, ctype) > STAGE_SMEM_LIMIT:
-        return None
+    starts = parse(row, VARIABLES, names)
     b, h, q = np.meshgrid(np.arange(plan.bh // plan.heads), np.arange(plan.heads), np.arange(plan.N_q), indexing="ij")
     env = {"b": b, "h": h, "q_idx": q, "n_q": plan.N_q, "n_k": plan.N_k}
-    starts, _ = parse(row, VARIABLES, names).evaluate({n: env[n] for n in parse(row, VARIABLES, names).names}, {})
-    if np.any(np.asarray(starts) % per):
+    if np.any(np.asarray(starts.evaluate({n: env[n] for n in starts.names}, {})[0]) % (16 // CTYPE_BYTES[ctype])):
         return None
-    return form, slot, ctype, " ".join(row.split())
+    return (2 if mods.mask_mod is not None else 1), slot, ctype, " ".join(row.split())
 
 
 def _levels(plan: Plan) -> tuple[np.ndarray, np.ndarray]:

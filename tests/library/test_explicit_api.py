@@ -86,3 +86,11 @@ def test_calls_the_route_leaves_to_the_research_kernels(change):
     assert not explicit.takes(q, mask, **options)
     assert not explicit.takes(q, None, algorithm="flash", schedule=None)
 
+
+
+def test_a_numpy_mask_has_no_fast_path():
+    """A numpy mask with cupy inputs is routed (takes() accepts it) but checked and copied up at every call: no fast
+    path is made for it, and none is looked for at its address (numpy arrays have no device pointer)."""
+    q = np.zeros((1, 2, 16, 64), np.float16)
+    assert explicit.routed_call("fwd", (q, q, q), np.ones((16, 16), bool), causal="", scale=None, block_mask=None,
+                                bfloat16=False) is None
