@@ -80,6 +80,21 @@ __device__ __forceinline__ float iok_tanh(float x)
 #define IOK_BAND 1
 #endif
 
+// The block's place in a grid (X, 1, Z) of a block per (X index, head): blockIdx.x and .z, or with HEAD_BAND
+// (iokernels/plan/fast.py head_band; it divides Z) the grid taken in bands of HEAD_BAND heads, the band's blocks in
+// order of x across its heads (x 0 of each head, then x 1, ...). The hardware hands blocks out in grid order: with the
+// longest blocks at x 0 (a causal grid's), the grid then ends on short blocks, where one head's blocks in order leave
+// the last head's longest block near its end, while the blocks in flight still share a few heads' tiles in the L2.
+#ifdef HEAD_BAND
+__device__ __forceinline__ int iok_band_block() { return blockIdx.x + blockIdx.z * gridDim.x; }
+#define IOK_GRID_X (iok_band_block() % (HEAD_BAND * static_cast<int>(gridDim.x)) / HEAD_BAND)
+#define IOK_GRID_Z                                                                                                    \
+    (iok_band_block() / (HEAD_BAND * static_cast<int>(gridDim.x)) * HEAD_BAND + iok_band_block() % HEAD_BAND)
+#else
+#define IOK_GRID_X static_cast<int>(blockIdx.x)
+#define IOK_GRID_Z static_cast<int>(blockIdx.z)
+#endif
+
 // A decode's cache (iokernels/plan/kvcache.py): a kernel compiled with RAGGED takes the sequences' lengths (int32, one
 // per sequence), the number of sequences and the keys appended to each (a sequence of length n attends to n +
 // seq_add keys) after the window (IOK_CACHE_PARAM) and names them in its counters (IOK_CACHE_T); with PAGED (the

@@ -19,6 +19,9 @@
 // the registers the next step's product reads; the last P V follows the loop. The warpgroups take turns issuing
 // (named barriers 1 .. BR / 64, each warpgroup releasing the next), so one's softmax overlaps another's products.
 //
+// CAUSAL without PERSISTENT runs a block per item, each head's rows last to first (the longest first), the heads in
+// turn or, with HEAD_BAND, in bands of heads (common.cuh IOK_GRID_X).
+//
 // SPLIT (the split-KV decode, iokernels/plan/decode.py): the host passes the g query heads of each K/V head as one
 // head of g·N_q packed rows (n_q, bh: the packed rows and the batch·K/V heads; kv_group 1); block (x, s, z) takes key
 // tiles [s c, s c + c) of its item, c = ⌈T_c / S⌉ (S = gridDim.y, a split count the plan made with none empty), and
@@ -117,6 +120,10 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #endif
 #if defined(ALIBI) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) || defined(SOFTCAP))
 #error "ALIBI: a block per item (its slope read first), no softcap"
+#endif
+#if defined(HEAD_BAND) && (!defined(CAUSAL) || defined(PERSISTENT) || defined(VARLEN) || defined(SPLIT) \
+    || defined(RAGGED))
+#error "HEAD_BAND: the causal grid of a block per item, (T_r, 1, BH)"
 #endif
 #if defined(IOK_MODS) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) \
     || defined(SOFTCAP) || defined(ALIBI) || defined(DROPOUT) || defined(PACKED_CAUSAL))
@@ -223,8 +230,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         w.row0 = (it % t_r) * BR;
         w.z = it / t_r;
 #elif defined(CAUSAL)
-        w.row0 = (gridDim.x - 1 - blockIdx.x) * BR;
-        w.z = blockIdx.z;
+        w.row0 = (gridDim.x - 1 - IOK_GRID_X) * BR;  // (HEAD_BAND: in bands of heads, common.cuh)
+        w.z = IOK_GRID_Z;
 #else
         w.row0 = blockIdx.x * BR;
         w.z = blockIdx.z;
@@ -323,7 +330,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef ALIBI
     __shared__ float alibi_slope;  // the block's head's (read once, by one thread)
-    if (threadIdx.x == 0) alibi_slope = iok_ld<IOK_T_alibi>(io, alibi + blockIdx.z);
+    if (threadIdx.x == 0) alibi_slope = iok_ld<IOK_T_alibi>(io, alibi + item_of(0).z);
 #endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);

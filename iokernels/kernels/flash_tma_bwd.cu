@@ -76,6 +76,9 @@
 #if defined(BLOCK_SPARSE) && (defined(VARLEN) || defined(WINDOW) || !defined(BLOCK_LIST))
 #error "BLOCK_SPARSE: causal or no mask, no VARLEN; BLOCK_LIST from the plan"
 #endif
+#if defined(HEAD_BAND) && (!defined(CAUSAL) || defined(VARLEN))
+#error "HEAD_BAND: the causal grid (T_c, 1, BH / kv_group)"
+#endif
 #if defined(ALIBI) && (defined(VARLEN) || defined(SOFTCAP) || (defined(HEAD_D_TILE) ? HEAD_D_TILE : HEAD_D) > 128)
 #error "ALIBI: the narrow tiles, no VARLEN, no softcap"
 #endif
@@ -191,7 +194,8 @@ __device__ __forceinline__ void tb_dq_box(IokCounters<Ts...>& io, const unsigned
 
 constexpr int TB_Q = TB_WIDE ? 32 : BR;  // queries of a step's block per warpgroup in Sᵀ and dPᵀ
 
-// Grid (ceil(n_k / BC), 1, BH / kv_group). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
+// Grid (ceil(n_k / BC), 1, BH / kv_group), block (x, 0, z) key block x of K/V head z (HEAD_BAND: the grid in bands
+// of heads, common.cuh IOK_GRID_X). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
 // K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q, HEAD_D) float32 in boxes of 64 rows
 // x 32 (tensormap.py; wide tiles: dQacc itself); lse, D: (BH, n_q) float32; dK, dV: as K. Query head z reads K/V
 // head z / kv_group.
@@ -242,7 +246,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef ALIBI
     __shared__ float alibi_slope[ALIBI];  // the slopes of the block's query heads (read once, a thread each)
     if (threadIdx.x < kv_group) {
-        alibi_slope[threadIdx.x] = iok_ld<IOK_T_alibi>(io, alibi + blockIdx.z * kv_group + threadIdx.x);
+        alibi_slope[threadIdx.x] = iok_ld<IOK_T_alibi>(io, alibi + IOK_GRID_Z * kv_group + threadIdx.x);
     }
 #endif
     if (threadIdx.x == 0) {
@@ -266,7 +270,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     n_k = seq_rows[3] - k_base;
 #endif
 
-    const int col0 = blockIdx.x * BC;
+    const int col0 = IOK_GRID_X * BC;
     const int cols = min(BC, n_k - col0);  // the last K/V block is ragged (VARLEN: <= 0 past the sequence's end)
     // the query blocks [first, first + span) per query head: those with a row that sees a key of the block (rows
     // col0 - hi .. col0 + cols - 1 - lo of the band, common.cuh; all of them without a band); the steps, (query
@@ -315,11 +319,11 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
         constexpr int round = 4;
 #endif
-        const int n = iok_kept_blocks<round>(io, block_mask + blockIdx.x, first, span, (n_k + BC - 1) / BC, kept, lane);
+        const int n = iok_kept_blocks<round>(io, block_mask + IOK_GRID_X, first, span, (n_k + BC - 1) / BC, kept, lane);
         if (lane == 0) kept_count = n;
     }
     __syncthreads();  // the list, before the roles part
-    // step s: query head blockIdx.z * kv_group + s / span, query block first + kept[s % span]
+    // step s: query head IOK_GRID_Z * kv_group + s / span, query block first + kept[s % span]
 #ifdef MASK_MOD
     auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span] & (IOK_PARTIAL - 1))) * BR; };
     [[maybe_unused]] auto step_partial = [&](int s) { return (kept[s % span] & IOK_PARTIAL) != 0; };
@@ -327,13 +331,13 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span])) * BR; };
 #endif
 #else
-    // step s: query head blockIdx.z * kv_group + s / span, query block first + s % span
+    // step s: query head IOK_GRID_Z * kv_group + s / span, query block first + s % span
     auto step_q0 = [&](int s) { return (first + s % span) * BR; };
 #endif
 #if !defined(BLOCK_SPARSE) || !defined(MASK_MOD)
     [[maybe_unused]] auto step_partial = [](int) { return true; };
 #endif
-    auto step_head = [&](int s) { return static_cast<int>(blockIdx.z) * kv_group + s / span; };
+    auto step_head = [&](int s) { return IOK_GRID_Z * kv_group + s / span; };
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
         iok_regs_dec<PRODUCER_REGS>();
@@ -352,8 +356,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_tma_prefetch_map(&tmQ);
                 iok_tma_prefetch_map(&tmdO);
                 iok_mbar_expect_tx(kv_bar, 2 * BC * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, blockIdx.z);
-                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, blockIdx.z);
+                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, IOK_GRID_Z);
+                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, IOK_GRID_Z);
             }
 #ifdef VARLEN
             if (kv_tail) {
@@ -439,10 +443,10 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
 #ifdef VARLEN
-        const size_t kv_off = iok_varlen_at(k_base + col0, blockIdx.z, k_extent, gridDim.z);  // packed rows
+        const size_t kv_off = iok_varlen_at(k_base + col0, IOK_GRID_Z, k_extent, gridDim.z);  // packed rows
         const int kv_stride = iok_varlen_step(gridDim.z);
 #else
-        const size_t kv_off = static_cast<size_t>(blockIdx.z) * n_k + col0;
+        const size_t kv_off = static_cast<size_t>(IOK_GRID_Z) * n_k + col0;
         constexpr int kv_stride = 1;
 #endif
         [[maybe_unused]] const float scale2 = scale * WG_LOG2E;  // (SOFTCAP: wgb_probs_softcap)

@@ -54,6 +54,14 @@ TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128
 # block per item (the hardware hands the next item to the first SM free): persistent, causal d 128 N 16384 ran 1.98 ms
 # against 1.73 (results/h100/issue22/persist-1a15069/probe-persist.txt); a window's items are all alike
 TMA_FWD_CTAS = 132
+# a causal tma grid of a block per (query or key block, head) is taken in bands of heads (kernels/common.cuh IOK_GRID_X:
+# each band's blocks longest first across its heads), a band at least this many waves of TMA_FWD_CTAS blocks: the grid
+# then ends on short blocks (one head after another ends on the last head's longest), and the blocks in flight share a
+# few heads' tiles in the L2 (every head's longest first, one band, ran the causal backward 25 % slower:
+# results/h100/issue21/README.md). A list schedule of the items (steps + 2 each, 132 SMs) puts one head after another
+# at 0.94 of the ideal at N 4096 (B 4, H 16, 128 rows), bands of 8 at 0.997; 0.999 either way at N 16384
+HEAD_BAND_WAVES = 1.5
+TMA_KERNEL = "flash_tma_fwd"
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
 # kernel -> (stage kernel name, default (B_r, B_c) per d; tma's per (tile width, causal)); wgmma and mma run
@@ -61,7 +69,7 @@ SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
 _KERNELS = {
     "wgmma": ("flash_wgmma_fwd", {64: (128, 64), 128: (128, 128)}),
     "mma": ("flash_tc_fwd", {64: (64, 64), 128: (64, 64)}),
-    "tma": ("flash_tma_fwd", TMA_TILES),
+    "tma": (TMA_KERNEL, TMA_TILES),
 }
 # (d, B_r, B_c) tile variants that compile without spills, timed by scripts/fast_probe.py
 FAST_TUNING = ((64, 128, 64), (128, 128, 64), (64, 128, 128), (64, 64, 128))
@@ -212,3 +220,11 @@ class NoFastTilingFits(ValueError):
         super().__init__(detail)
         self.plan, self.detail = plan, detail
 
+
+
+def head_band(blocks_per_head: int, heads: int) -> int:
+    """Heads per band of a causal tma grid (:data:`HEAD_BAND_WAVES`): the smallest divisor of ``heads`` (the grid's
+    batch·heads) whose bands hold HEAD_BAND_WAVES · TMA_FWD_CTAS blocks or more, else ``heads``. 1: one head after
+    another (the kernels' order without bands)."""
+    need = HEAD_BAND_WAVES * TMA_FWD_CTAS
+    return next(b for b in range(1, heads + 1) if heads % b == 0 and (b * blocks_per_head >= need or b == heads))

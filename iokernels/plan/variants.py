@@ -21,8 +21,9 @@ from dataclasses import replace
 import numpy as np
 
 from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
-from .core import Plan, Unsupported
+from .core import Plan, Stage, Unsupported
 from .dropout import Dropout
+from .fast import TMA_KERNEL, head_band
 from .fast_bwd import KERNEL_TMA, KERNEL_TMA_WIDE, SM90_BWD_KERNEL_NAMES
 from .masks import BlockMask, ExplicitMask
 
@@ -214,9 +215,20 @@ def with_causal(plan: Plan, causal: bool | str) -> Plan:
     if key == ("flash", "fast", "bwd") and plan.stage("main").kernel not in SM90_BWD_KERNEL_NAMES:
         raise Unsupported("the causal tensor-core backward is the sm_90 kernels (tma, wgmma); the mma.sync backward "
                           "kernels (flash_tc_bwd.cu, and deterministic=True) have no causal mask")
-    stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]))) if s.name in masked else s
-                   for s in plan.stages)
+    stages = tuple(replace(s, params=(*s.params, ("CAUSAL", CAUSAL_CODES[causal]), *band_params(s)))
+                   if s.name in masked else s for s in plan.stages)
     return replace(plan, causal=causal, stages=stages)
+
+
+def band_params(stage: Stage) -> tuple[tuple[str, int], ...]:
+    """A causal tma stage's ``HEAD_BAND`` (:func:`iokernels.plan.fast.head_band`): a grid of a block per (query or
+    key block, head), not persistent; none where the band is one head."""
+    params = dict(stage.params)
+    if stage.kernel not in (TMA_KERNEL, KERNEL_TMA, KERNEL_TMA_WIDE) or stage.grid[0] == 1 or stage.grid[1] != 1 or \
+            {"PERSISTENT", "VARLEN"} & set(params):
+        return ()
+    band = head_band(stage.grid[0], stage.grid[2])
+    return (("HEAD_BAND", band),) if band > 1 else ()
 
 
 

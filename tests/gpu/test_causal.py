@@ -282,3 +282,44 @@ def test_count_io_causal_matches_the_model():
     want = {(stage, t): rw for stage, tensors in model.exact(plan).items() for t, rw in tensors.items()}
     got = {(r["stage"], r["tensor"]): (r["read_bytes"], r["write_bytes"]) for r in records}
     assert got == want
+
+
+def _with_band(plan, band):
+    """``plan`` with its stages' HEAD_BAND set to ``band`` (None: removed)."""
+    from dataclasses import replace
+
+    def params(s):
+        kept = tuple(p for p in s.params if p[0] != "HEAD_BAND")
+        return kept if band is None or "HEAD_BAND" not in dict(s.params) else (*kept, ("HEAD_BAND", band))
+    return replace(plan, stages=tuple(replace(s, params=params(s)) for s in plan.stages))
+
+
+@pytest.mark.parametrize("causal", CAUSAL_ALIGNMENTS)
+@pytest.mark.parametrize("direction, d", [("fwd", 64), ("fwd", 128), ("bwd", 64), ("bwd", 128), ("bwd", 256)])
+def test_head_bands_change_the_order_only(direction, d, causal):
+    """A causal tma grid in bands of heads (HEAD_BAND: the plan's 6, and 2 and 3 of the 6 heads) against the same
+    plan without them: every block computes the same item, so O, lse, dK and dV are bitwise equal and dQ (added by a
+    head's blocks in another order) within float32 rounding; the counters equal the model each time, the outputs the
+    float64 reference."""
+    plan = _plan(("flash", "fast", direction), (517, 700, d, "bfloat16", 227 * KB, 2, 3), causal)
+    if "HEAD_BAND" not in dict(plan.stage("main").params):
+        pytest.skip(f"no bands in this plan ({plan.stage('main').kernel}: not the sm_90 tma kernels)")
+    assert dict(plan.stage("main").params)["HEAD_BAND"] == 6  # 5 or 6 blocks a head, 6 heads: one band
+    inputs, host = launch.make_device_inputs(plan, seed=_seed("bands", direction, d, causal))
+    names = ("O", "lse") if direction == "fwd" else OUTPUTS["bwd"]
+
+    def run(band):
+        p = _with_band(plan, band)
+        r = launch.run_plan(p, inputs, counting=True)
+        assert r.counts == model.exact(plan), band
+        return {n: launch.to_float64(r.buffers[n], "float32" if n == "lse" else plan.dtype) for n in names}
+
+    ref = run(None)
+    for band in (6, 2, 3):
+        got = run(band)
+        for name in names:
+            if name == "dQ":
+                assert np.allclose(got[name], ref[name], rtol=1e-2, atol=1e-3 * np.abs(ref[name]).max()), band
+            else:
+                assert np.array_equal(got[name], ref[name]), (name, band)
+    _check_outputs(plan, host, {n: got[n] for n in OUTPUTS[direction]})

@@ -425,3 +425,38 @@ def test_fast_forward_causal_plan_and_bytes(n_q, n_k, causal):
     mma = with_causal(make_fast_plan(N_q=n_q, N_k=n_k, d=64, dtype="float16", kernel="mma"), causal)
     assert mma.stages[0].kernel == "flash_tc_fwd" and dict(mma.stages[0].params)["CAUSAL"] in (1, 2)
     assert sim.simulate(mma, sim.make_inputs(mma, seed=2)).counts == model.exact(mma)
+
+
+def test_head_band_is_the_smallest_divisor_filling_the_waves():
+    from iokernels.plan.fast import HEAD_BAND_WAVES, TMA_FWD_CTAS, head_band
+
+    need = HEAD_BAND_WAVES * TMA_FWD_CTAS  # 198 blocks on the 132 SMs
+    assert need == 198
+    assert head_band(32, 64) == 8  # 4 heads: 128 blocks, short of 198; 8: 256
+    assert head_band(64, 32) == 4  # 2: 128; 4: 256
+    assert head_band(128, 16) == 2  # 1: 128; 2: 256
+    assert head_band(256, 4) == 1  # one head fills the waves: each head's blocks in turn
+    assert head_band(47, 48) == 6  # divisors only: 5 heads would fill them (235) but leave a short last band
+    assert head_band(3, 8) == 8  # a small grid: every head in one band
+    assert head_band(5, 7) == 7
+
+
+def test_band_params_go_to_the_causal_tma_grids_of_a_block_per_item():
+    from iokernels.plan import with_causal
+    from iokernels.plan.fast import make_fast_plan
+    from iokernels.plan.fast_bwd import make_fast_backward_plan
+
+    def band(plan):
+        return dict(plan.stage("main").params).get("HEAD_BAND")
+
+    kw = dict(N_q=4096, d=128, dtype="float16", batch=4, heads=16)
+    assert band(with_causal(make_fast_plan(**kw, kernel="tma", causal=True), True)) == 8  # (32, 1, 64): 8 heads
+    assert band(with_causal(make_fast_backward_plan(**kw, kernel="tma"), True)) == 8
+    assert band(make_fast_plan(**kw, kernel="tma")) is None  # not causal: persistent, no band
+    assert band(with_causal(make_fast_plan(**kw, kernel="tma", causal=True, persistent=True), True)) is None
+    assert band(with_causal(make_fast_plan(**kw, kernel="wgmma", causal=True), True)) is None  # tma kernels only
+    assert band(with_causal(make_fast_backward_plan(**kw, kernel="wgmma"), True)) is None
+    long = dict(kw, N_q=65536, batch=1, heads=4)  # 512 blocks a head: one head after another
+    assert band(with_causal(make_fast_plan(**long, kernel="tma", causal=True), True)) is None
+    one_row = dict(kw, N_q=100)  # a block per head: nothing to order
+    assert band(with_causal(make_fast_plan(**one_row, kernel="tma", causal=True), True)) is None
