@@ -1,7 +1,7 @@
 """Causal tma forward and backward (main stage), plan alone in CUDA-graph replays (kernels.timing.time_plan, median of
 10 replays): the grid in bands of heads (HEAD_BAND, the plan's) against one head after another (the same plan without
-it), interleaved A B A B A B on the same inputs. B·H·N = 262,144, 16 heads, fp16 (and bf16 at d 128, N 4096); TFLOP/s at 2·N²·d per head
-forward (causal: the visible half), 2.5× that backward."""
+it), interleaved A B A B A B on the same inputs. B·H·N = 262,144, 16 heads, fp16 (and bf16 at d 128, N 4096);
+TFLOP/s at 2·N²·d per head forward (causal: the visible half), 2.5× that backward."""
 import statistics
 from dataclasses import replace
 
