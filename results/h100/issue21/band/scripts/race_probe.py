@@ -1,7 +1,7 @@
-"""Which launch of san_band.py's forward racecheck flags (run2.sh): the d 128 bfloat16 causal tma forward, both
-alignments, without bands and with bands of 6 and 2 heads, counting and plain builds, each launch labelled and
-synchronized; compiled with -lineinfo (a fresh cubin cache, CUPY_CACHE_DIR set by the caller) and the generated
-sources written to $OUT so that the report's lines can be read."""
+"""Which launch of san_band.py's forward racecheck flags (run2.sh): the causal tma forward (RACE_D, RACE_DTYPE: d 128
+bfloat16 by default), both alignments, without bands and with bands of 6 and 2 heads (RACE_BANDS), counting and plain
+builds, each launch labelled and synchronized; compiled with -lineinfo (a fresh cubin cache, CUPY_CACHE_DIR set by the
+caller) and the generated sources written to $SRC_OUT so that the report's lines can be read."""
 import os
 import sys
 from dataclasses import replace
@@ -22,10 +22,10 @@ def with_lineinfo(*args, extra_options=(), **kwargs):
 nvrtc.compile_to_cubin = with_lineinfo
 out = os.environ.get("SRC_OUT", "/tmp")
 for causal, (n_q, n_k) in (("bottom_right", (300, 517)), ("top_left", (517, 300))):
-    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=128, dtype="bfloat16", sram=227 * 1024, batch=2, heads=3,
-                     causal=causal)
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=int(os.environ.get("RACE_D", 128)),
+                     dtype=os.environ.get("RACE_DTYPE", "bfloat16"), sram=227 * 1024, batch=2, heads=3, causal=causal)
     inputs, _ = launch.make_device_inputs(plan, seed=1)
-    for band in (None, 6, 2):
+    for band in [None if b == "none" else int(b) for b in os.environ.get("RACE_BANDS", "none,6,2").split(",")]:
         def params(s, band=band):
             kept = tuple(p for p in s.params if p[0] != "HEAD_BAND")
             return kept if band is None else (*kept, ("HEAD_BAND", band))
