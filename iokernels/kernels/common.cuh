@@ -630,11 +630,6 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
 #else
     constexpr bool wide = false;
 #endif
-    // each warp whole again first: __syncthreads is an aligned barrier, counted a warp at a time, and a warp whose
-    // lanes come apart (a producer warp with one lane issuing the copies) would otherwise arrive once per part and
-    // open the barrier early for the others (racecheck's scratch hazards in the tma forward, run r3 of
-    // results/h100/issue21/band/)
-    __syncwarp(mask);
     __syncthreads();  // the kernel may still be reading the shared memory used as scratch
     if constexpr (wide) {
 #pragma unroll
