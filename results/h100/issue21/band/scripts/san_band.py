@@ -1,6 +1,7 @@
 """The causal tma forward and backward with HEAD_BAND under compute-sanitizer: bands of 2, 3 and 6 of 6 heads, both
 alignments, N_q != N_k, fp16 and bf16, d 64, 128 (forward and backward) and 256 (wide backward), counting and plain
-builds. SAN_BANDS: the bands to run, comma-separated ("none": HEAD_BAND removed); 2,3,6 by default."""
+builds. SAN_BANDS: the bands to run, comma-separated ("none": HEAD_BAND removed); 2,3,6 by default. SAN_REPEAT: runs of
+each launch (1); SAN_COUNTING_ONLY=1: the counting builds only."""
 import os
 from dataclasses import replace
 
@@ -23,8 +24,9 @@ for d in (64, 128, 256):
                 def params(s, band=band):
                     return tuple((k, band if k == "HEAD_BAND" else v) for k, v in s.params if band or k != "HEAD_BAND")
                 p = replace(plan, stages=tuple(replace(s, params=params(s)) for s in plan.stages))
-                for counting in (True, False):
-                    launch.run_plan(p, inputs, counting=counting)
-                    n += 1
+                for counting in (True,) if os.environ.get("SAN_COUNTING_ONLY") == "1" else (True, False):
+                    for _ in range(int(os.environ.get("SAN_REPEAT", "1"))):
+                        launch.run_plan(p, inputs, counting=counting)
+                        n += 1
 cp.cuda.runtime.deviceSynchronize()
 print("ran", n)
