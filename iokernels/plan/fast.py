@@ -61,6 +61,7 @@ TMA_FWD_CTAS = 132
 # results/h100/issue21/README.md). A list schedule of the items (steps + 2 each, 132 SMs) puts one head after another
 # at 0.94 of the ideal at N 4096 (B 4, H 16, 128 rows), bands of 8 at 0.997; 0.999 either way at N 16384
 HEAD_BAND_WAVES = 1.5
+HEAD_BAND_MAX_WAVES = 4  # a band past this (no divisor of B·H between): one head after another instead
 TMA_KERNEL = "flash_tma_fwd"
 FAST_KERNELS = ("tma", "wgmma", "mma")
 SM90_KERNELS = ("tma", "wgmma")  # the kernels with dropout (sm_90a)
@@ -224,7 +225,8 @@ class NoFastTilingFits(ValueError):
 
 def head_band(blocks_per_head: int, heads: int) -> int:
     """Heads per band of a causal tma grid (:data:`HEAD_BAND_WAVES`): the smallest divisor of ``heads`` (the grid's
-    batch·heads) whose bands hold HEAD_BAND_WAVES · TMA_FWD_CTAS blocks or more, else ``heads``. 1: one head after
-    another (the kernels' order without bands)."""
+    batch·heads) whose bands hold HEAD_BAND_WAVES · TMA_FWD_CTAS blocks or more, else ``heads``; 1 (one head after
+    another, the kernels' order without bands) where that band would hold more than HEAD_BAND_MAX_WAVES waves."""
     need = HEAD_BAND_WAVES * TMA_FWD_CTAS
-    return next(b for b in range(1, heads + 1) if heads % b == 0 and (b * blocks_per_head >= need or b == heads))
+    band = next(b for b in range(1, heads + 1) if heads % b == 0 and (b * blocks_per_head >= need or b == heads))
+    return band if band * blocks_per_head <= HEAD_BAND_MAX_WAVES * TMA_FWD_CTAS else 1

@@ -439,6 +439,8 @@ def test_head_band_is_the_smallest_divisor_filling_the_waves():
     assert head_band(47, 48) == 6  # divisors only: 5 heads would fill them (235) but leave a short last band
     assert head_band(3, 8) == 8  # a small grid: every head in one band
     assert head_band(5, 7) == 7
+    assert head_band(16, 25) == 25  # no divisor between 1 and 25: one band of 400 blocks, 3.0 waves
+    assert head_band(16, 67) == 1  # a prime: one band would be 1072 blocks, 8.1 waves (the L2 lost): no bands
 
 
 def test_band_params_go_to_the_causal_tma_grids_of_a_block_per_item():
