@@ -105,7 +105,8 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
               help="an explicit mask per batch and head, (B, H, N, N) made once per problem with the same values for "
                    "every implementation, given as attn_mask (issue #22): additive (standard normal, the problem's "
                    "dtype) on ours, SDPA and FlexAttention (a score_mod reading it), or bool (keys kept with "
-                   "probability 0.9) on ours and SDPA; combines with --causal only; FLOPs as without")
+                   f"probability {configs.ATTN_MASK_KEEP:g}) on ours and SDPA; combines with --causal only; FLOPs as "
+                   "without")
 @click.option("--block-sparse", "block_sparse", type=float, default=None, metavar="DENSITY",
               help="block-sparse attention (the paper's Algorithm 5; issue #22): a block mask of 128x128 blocks "
                    "keeping about this fraction, in (0, 1], made once per N; ours (block_mask=), FlexAttention (a "

@@ -44,7 +44,7 @@ def takes(q: Any, mask: Any, *, algorithm: str, schedule: str | None, graph: boo
     do not combine with (the call's other options, causal, scale, sram, do not matter)."""
     if mask is None or algorithm != "flash" or schedule not in (None, "fast") or graph or deterministic:
         return False
-    if (dropout not in (None, 0, 0.0) or window is not None or softcap is not None or alibi is not None):
+    if dropout not in (None, 0, 0.0) or window is not None or softcap is not None or alibi is not None:
         return False
     try:
         if module_of(q) != "cupy" or module_of(mask) not in ("cupy", "numpy"):
@@ -145,8 +145,10 @@ def routed_call(direction: str, arrays: tuple[Any, ...], mask: Any, *, causal: s
     lead, n_q, n_k, d, batch, heads, kv_heads = _dims(q, k)
     if module_of(mask) != "cupy":  # (a numpy mask is checked and copied up at every call)
         return None
+    if not mask.flags.c_contiguous or mask.dtype == np.float64 or mask.data.ptr % 16:  # variant would copy it, or
+        return None  # off 16 bytes (checked before variant: no copy made only to be dropped)
     mask_mod, score_mod, capture = variant(mask, lead, n_q, n_k)
-    if capture.data.ptr != mask.data.ptr or capture.data.ptr % 16:  # a copy, or off 16 bytes: not read where it lies
+    if capture.data.ptr != mask.data.ptr:  # a copy (batch dims no single stride walks): not read where it lies
         return None
     mods = checked_mods(mask_mod, score_mod, None, {CAPTURE: capture})
     try:
