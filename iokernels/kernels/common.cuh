@@ -601,6 +601,17 @@ __device__ __forceinline__ unsigned long long iok_warp_sum(unsigned long long x,
     return a + (static_cast<unsigned long long>(b) << 27) + (static_cast<unsigned long long>(c) << 54);
 }
 
+// The flush's block-wide barrier: barrier.sync without .aligned. bar.sync (__syncthreads) is barrier.sync.aligned,
+// whose behaviour PTX leaves undefined unless every thread of a warp executes the same barrier instruction together;
+// in a warp-specialized kernel a warp may come to the flush diverged (a producer lane that issued the copies behind
+// its warp's others). With the aligned form compute-sanitizer's racecheck reported, in some runs, one warp's partial
+// stored against thread i's read of the scratch across the barrier (results/h100/issue21/band/README.md); this form
+// waits for every thread of the block, converged or not. The counting build only: the plain build has no flush.
+__device__ __forceinline__ void iok_flush_barrier()
+{
+    asm volatile("barrier.sync 0;\n" ::: "memory");
+}
+
 // Adds the block's bytes to its slot of global_counters: [slot][2*T] (read) and [slot][2*T+1]
 // (written), slot = linear block index % IOK_COUNTER_SLOTS. Blocks spread over the slots so that
 // tens of thousands of them do not serialise on one address (the launcher sums the slots).
@@ -608,7 +619,8 @@ __device__ __forceinline__ unsigned long long iok_warp_sum(unsigned long long x,
 // kernel's own shared memory, reused (the first barrier waits until the block is done with it); it
 // must be 16-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes. When the kernel
 // declares (SMEM_BYTES) room for every warp's partials of every tensor, all tensors reduce behind one
-// barrier; otherwise one tensor at a time through the minimal scratch (2 barriers per tensor).
+// barrier; otherwise one tensor at a time through the minimal scratch (2 barriers per tensor). Its barriers are
+// iok_flush_barrier's, which count threads rather than warps: a warp may arrive diverged.
 template <int... Ts>
 __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long long* global_counters,
                                           void* scratch_smem)
@@ -630,14 +642,14 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
 #else
     constexpr bool wide = false;
 #endif
-    __syncthreads();  // the kernel may still be reading the shared memory used as scratch
+    iok_flush_barrier();  // the kernel may still be reading the shared memory used as scratch
     if constexpr (wide) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
             const unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
             if (lane == 0) scratch[warp * NT + i] = make_ulonglong2(r, w);
         }
-        __syncthreads();  // every warp's partials of every tensor visible
+        iok_flush_barrier();  // every warp's partials of every tensor visible
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
             if (tid == static_cast<unsigned>(i)) {  // one thread per tensor; static indices stay in registers
@@ -656,7 +668,7 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
         for (int i = 0; i < NT; ++i) {
             unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
             if (lane == 0) scratch[warp] = make_ulonglong2(r, w);
-            __syncthreads();  // per-warp partials visible to thread 0
+            iok_flush_barrier();  // per-warp partials visible to thread 0
             if (tid == 0) {
                 for (unsigned k = 1; k < nwarps; ++k) {
                     r += scratch[k].x;
@@ -666,7 +678,7 @@ __device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long l
                 if (r != 0) atomicAdd(slot + 2 * ids[i], r);
                 if (w != 0) atomicAdd(slot + 2 * ids[i] + 1, w);
             }
-            __syncthreads();  // thread 0 has read scratch before the next tensor overwrites it
+            iok_flush_barrier();  // thread 0 has read scratch before the next tensor overwrites it
         }
     }
 }
