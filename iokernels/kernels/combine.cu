@@ -120,5 +120,5 @@ flash_combine(const float* __restrict__ Opart, const float* __restrict__ lse_par
         }
         if (lane == 0) iok_st<IOK_T_lse>(io, lse + row, sum == 0.0f ? cb_neg_inf() : total);
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }

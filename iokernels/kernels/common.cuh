@@ -10,7 +10,7 @@
 //     [s][2*T+1]; the launcher sums the slots), may be null in the plain build;
 //   - `IokCounters<IOK_T_Q, IOK_T_O> c;` names the tensors the kernel moves;
 //   - every global load, store and atomic on them goes through iok_ld / iok_st / iok_atomic_add<IOK_T_x>;
-//   - all threads of the block call iok_flush(c, iok_counters, smem) once, last.
+//   - every thread of the block calls iok_flush(c, iok_counters) once, after its last counted access.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -241,9 +241,6 @@ __device__ __forceinline__ void iok_drop_row(float* p, int cols, unsigned int bh
 #if defined(CAUSAL) || defined(BLOCK_SPARSE) || defined(MASK)
 #define IOK_EMPTY_ROWS 1
 #endif
-
-// Scratch iok_flush needs: one (read, written) pair of u64 per warp.
-#define IOK_FLUSH_SCRATCH_BYTES(nthreads) ((((nthreads) + 31) / 32) * 16)
 
 // Position of tensor T in the pack Ts, or -1.
 template <int T, int... Ts>
@@ -601,93 +598,39 @@ __device__ __forceinline__ unsigned long long iok_warp_sum(unsigned long long x,
     return a + (static_cast<unsigned long long>(b) << 27) + (static_cast<unsigned long long>(c) << 54);
 }
 
-// The flush's block-wide barrier: barrier.sync without .aligned. bar.sync (__syncthreads) is barrier.sync.aligned,
-// whose behaviour PTX leaves undefined unless every thread of a warp executes the same barrier instruction together;
-// in a warp-specialized kernel a warp may come to the flush diverged (a producer lane that issued the copies behind
-// its warp's others). With the aligned form compute-sanitizer's racecheck reported, in some runs, one warp's partial
-// stored against thread i's read of the scratch across the barrier (results/h100/issue21/band/README.md); this form
-// waits for every thread of the block, converged or not. The counting build only: the plain build has no flush.
-__device__ __forceinline__ void iok_flush_barrier()
-{
-    asm volatile("barrier.sync 0;\n" ::: "memory");
-}
-
-// Adds the block's bytes to its slot of global_counters: [slot][2*T] (read) and [slot][2*T+1]
-// (written), slot = linear block index % IOK_COUNTER_SLOTS. Blocks spread over the slots so that
-// tens of thousands of them do not serialise on one address (the launcher sums the slots).
-// Every thread of the block calls it once, after its last counted access. scratch_smem is the
-// kernel's own shared memory, reused (the first barrier waits until the block is done with it); it
-// must be 16-byte aligned and hold IOK_FLUSH_SCRATCH_BYTES(threads per block) bytes. When the kernel
-// declares (SMEM_BYTES) room for every warp's partials of every tensor, all tensors reduce behind one
-// barrier; otherwise one tensor at a time through the minimal scratch (2 barriers per tensor). Its barriers are
-// iok_flush_barrier's, which count threads rather than warps: a warp may arrive diverged.
+// Adds the block's bytes to its slot of global_counters: [slot][2*T] (read) and [slot][2*T+1] (written), slot = linear
+// block index % IOK_COUNTER_SLOTS, so that tens of thousands of blocks do not serialise on one address (the launcher
+// sums the slots). Each warp sums its lanes' counts (iok_warp_sum) and its lane 0 adds them, a read and a written
+// atomic per tensor that moved bytes: at most 2 · tensors · warps per block, never one per element (DESIGN.md's rule
+// 5), and no shared memory or barrier, so a kernel's warps may come to it in any order and state (a warp-specialized
+// kernel's roles, a diverged warp). A block-wide sum through shared memory behind __syncthreads, this flush until
+// issue #21, drew an intermittent racecheck report in the tma forward whatever its barrier's form
+// (results/h100/issue21/band/README.md). Every thread of the block calls it once, after its last counted access.
 template <int... Ts>
-__device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long long* global_counters,
-                                          void* scratch_smem)
+__device__ __forceinline__ void iok_flush(IokCounters<Ts...>& c, unsigned long long* global_counters)
 {
     constexpr int NT = static_cast<int>(sizeof...(Ts));
     constexpr int ids[] = {Ts...};
     const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
-    const unsigned nwarps = (nthreads + 31u) >> 5;
     const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const unsigned lane = tid & 31u, warp = tid >> 5;
-    const unsigned lanes = min(32u, nthreads - (tid & ~31u));
+    const unsigned lane = tid & 31u;
+    const unsigned lanes = min(32u, nthreads - (tid & ~31u));  // the last warp of a block may be partial
     const unsigned mask = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
     const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     unsigned long long* slot = global_counters + (block % IOK_COUNTER_SLOTS) * (2 * IOK_NUM_TENSORS);
-    ulonglong2* scratch = static_cast<ulonglong2*>(scratch_smem);
-
-#if defined(SMEM_BYTES) && defined(THREADS)
-    constexpr bool wide = SMEM_BYTES >= (THREADS + 31) / 32 * 16 * NT;
-#else
-    constexpr bool wide = false;
-#endif
-    iok_flush_barrier();  // the kernel may still be reading the shared memory used as scratch
-    if constexpr (wide) {
 #pragma unroll
-        for (int i = 0; i < NT; ++i) {
-            const unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
-            if (lane == 0) scratch[warp * NT + i] = make_ulonglong2(r, w);
-        }
-        iok_flush_barrier();  // every warp's partials of every tensor visible
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-            if (tid == static_cast<unsigned>(i)) {  // one thread per tensor; static indices stay in registers
-                unsigned long long r = 0, w = 0;
-                for (unsigned k = 0; k < nwarps; ++k) {
-                    r += scratch[k * NT + i].x;
-                    w += scratch[k * NT + i].y;
-                }
-                // Rule 5: once per block, not per element.
-                if (r != 0) atomicAdd(slot + 2 * ids[i], r);
-                if (w != 0) atomicAdd(slot + 2 * ids[i] + 1, w);
-            }
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < NT; ++i) {
-            unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
-            if (lane == 0) scratch[warp] = make_ulonglong2(r, w);
-            iok_flush_barrier();  // per-warp partials visible to thread 0
-            if (tid == 0) {
-                for (unsigned k = 1; k < nwarps; ++k) {
-                    r += scratch[k].x;
-                    w += scratch[k].y;
-                }
-                // Rule 5: once per block, not per element.
-                if (r != 0) atomicAdd(slot + 2 * ids[i], r);
-                if (w != 0) atomicAdd(slot + 2 * ids[i] + 1, w);
-            }
-            iok_flush_barrier();  // thread 0 has read scratch before the next tensor overwrites it
-        }
+    for (int i = 0; i < NT; ++i) {  // static indices: the counts stay in registers
+        const unsigned long long r = iok_warp_sum(c.r[i], mask), w = iok_warp_sum(c.w[i], mask);
+        if (lane == 0 && r != 0) atomicAdd(slot + 2 * ids[i], r);
+        if (lane == 0 && w != 0) atomicAdd(slot + 2 * ids[i] + 1, w);
     }
 }
 
 #else
 
-// No barrier either: kernels must not rely on iok_flush to synchronize.
+// Nothing: the plain build has no counters.
 template <int... Ts>
-__device__ __forceinline__ void iok_flush(IokCounters<Ts...>&, unsigned long long*, void*)
+__device__ __forceinline__ void iok_flush(IokCounters<Ts...>&, unsigned long long*)
 {
 }
 

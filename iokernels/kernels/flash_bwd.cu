@@ -31,7 +31,6 @@
 #endif
 
 static_assert(HEAD_D % 8 == 0 && BR >= 1 && BC >= 1, "d is a multiple of 8, tiles are positive");
-static_assert(IOK_FLUSH_SCRATCH_BYTES(THREADS) <= SMEM_BYTES, "iok_flush reuses the tiles' shared memory");
 
 // ---------------------------------------------------------------------------------------------
 // Shared-memory layout: the plan's buffers, checked to be aligned, disjoint and inside SMEM_BYTES.
@@ -635,7 +634,7 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
             iok_st<IOK_T_dK>(c, reinterpret_cast<uint4*>(dk) + kv_base + x, make_uint4(0u, 0u, 0u, 0u));
             iok_st<IOK_T_dV>(c, reinterpret_cast<uint4*>(dv) + kv_base + x, make_uint4(0u, 0u, 0u, 0u));
         }
-        iok_flush(c, iok_counters, smem);
+        iok_flush(c, iok_counters);
         return;
     }
 #endif
@@ -728,5 +727,5 @@ flash_bwd_kv_outer(const T* __restrict__ q, const T* __restrict__ k, const T* __
         iok_st<IOK_T_dV>(c, reinterpret_cast<uint4*>(dv) + kv_base + x, fb_pack<T>(dv_s + x * C::VEC));
     }
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }

@@ -170,7 +170,7 @@ flash_q_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __restr
 #endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
     for (int r = threadIdx.x; r < rows; r += THREADS) iok_st<IOK_T_lse>(io, lse + q_off + r, m_i[r] + logf(l_i[r]));
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 
 // Algorithm 1 literally. Grid (1, 1, BH); Oacc = 0, l = 0, m = -inf in HBM beforehand (flash_init).
@@ -317,5 +317,5 @@ flash_kv_outer(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
             __syncthreads();  // done with S, O_i, M, L (and K_j, V_j) before the next loads overwrite them
         }
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }

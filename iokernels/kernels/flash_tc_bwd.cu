@@ -395,7 +395,7 @@ flash_tc_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
     extern __shared__ __align__(128) unsigned char smem[];
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV> io;
     ftb_kv_outer<T>(io, Q, K, V, dO, lse, D, dQacc, dK, dV, n_q, n_k, scale, smem);
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 #else
 template <typename T>
@@ -408,7 +408,7 @@ flash_tc_bwd_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __r
     extern __shared__ __align__(128) unsigned char smem[];
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dK, IOK_T_dV> io;
     ftb_kv_outer<T>(io, Q, K, V, dO, lse, D, nullptr, dK, dV, n_q, n_k, scale, smem);
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 #endif
 
@@ -549,7 +549,7 @@ flash_tc_bwd_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             }
         }
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 
 #else

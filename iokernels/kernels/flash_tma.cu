@@ -11,8 +11,7 @@
 // columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a time, so rows past N are zero-filled,
 // never read) that land 128-byte swizzled as wgmma reads them. Stage s has a "full" barrier (the producer's
 // expect_tx plus the copies' bytes) and an "empty" one (one arrival per consumer warp, after its product has read
-// the stage). No block-wide barrier runs between the roles: every thread meets again only in iok_flush (the
-// counting build).
+// the stage). No block-wide barrier runs between the roles (the counting build's iok_flush has none either).
 //
 // A consumer warpgroup's step j issues S_j = Q K_jᵀ and then O += P_{j-1} V_{j-1} (P from registers), waits for
 // the first, masks and exponentiates S_j while the second runs, then waits for it, rescales O and rounds P_j into
@@ -787,5 +786,5 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             }
         }
     }
-    iok_flush(io, iok_counters, smem);  // one call site for both roles: its barriers are the same instructions
+    iok_flush(io, iok_counters);  // one call site for both roles
 }

@@ -14,7 +14,7 @@
 // 0 adds the boxes to dQacc with the bulk tensor reduction (cp.reduce.async.bulk.tensor ... add.f32: the copy
 // engine reads and writes dQacc, no atomic instruction per element), waits until the engine has read the buffer
 // and hands it back (DQ_EMPTY). The consumers exchange dSᵀ through a double buffer and one named barrier (DS) per
-// step; no block-wide barrier runs between the roles, every thread meets again only in iok_flush.
+// step; no block-wide barrier runs between the roles (the counting build's iok_flush has none either).
 //
 // Wide tiles (TILE_D 192 or 256, kernel flash_tma_bwd_wide in the plan; BR = BC = 64): a warpgroup's dK and dV of
 // 64 keys x TILE_D would not fit its registers, so both consumer warpgroups own the block's 64 keys and split the
@@ -784,5 +784,5 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         iok_bar_arrive(BAR_REGS, THREADS);
 #endif
     }
-    iok_flush(io, iok_counters, smem);  // one call site for every role: its barriers are the same instructions
+    iok_flush(io, iok_counters);  // one call site for every role
 }

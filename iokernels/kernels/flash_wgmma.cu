@@ -242,5 +242,5 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
             if (t == 0) iok_st<IOK_T_lse>(io, lse + q_off + r, (m[h] + __log2f(l[h])) * 0.6931471805599453f);
         }
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }

@@ -234,6 +234,5 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #else
     wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, 1.0f);
 #endif
-    __syncthreads();  // shared memory is reused by iok_flush
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }

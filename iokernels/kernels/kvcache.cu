@@ -21,7 +21,6 @@ __global__ void __launch_bounds__(THREADS)
 kv_append(const T* __restrict__ Knew, const T* __restrict__ Vnew, T* __restrict__ K, T* __restrict__ V, int n_new,
           int n_k, IOK_CACHE_PARAM unsigned long long* __restrict__ iok_counters)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_Knew, IOK_T_Vnew, IOK_T_K, IOK_T_V IOK_CACHE_T> io;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = blockIdx.x * (THREADS / 32) + warp;  // the new row
@@ -50,5 +49,5 @@ kv_append(const T* __restrict__ Knew, const T* __restrict__ Vnew, T* __restrict_
             iok_st<IOK_T_V>(io, reinterpret_cast<uint4*>(V + dst * HEAD_D) + lane, iok_ld<IOK_T_Vnew>(io, vn));
         }
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }

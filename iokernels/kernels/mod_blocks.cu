@@ -15,7 +15,6 @@ __global__ void __launch_bounds__(THREADS)
 mod_blocks(unsigned char* __restrict__ levels, const int n_q, const int n_k, IOK_MOD_PARAM
            unsigned long long* __restrict__ iok_counters)
 {
-    __shared__ __align__(16) unsigned char scratch[IOK_FLUSH_SCRATCH_BYTES(THREADS)];
     IokCounters<IOK_T_block_mask IOK_MOD_T> io;
     const IokMod mod{{cap0, cap1, cap2, cap3}, mod_heads, n_q, n_k};
     const int q0 = blockIdx.y * MOD_BLOCK, k0 = blockIdx.x * MOD_BLOCK;
@@ -32,5 +31,5 @@ mod_blocks(unsigned char* __restrict__ levels, const int n_q, const int n_k, IOK
         iok_st<IOK_T_block_mask>(io, levels + static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x,
                                  static_cast<unsigned char>(all ? 2 : seen ? 1 : 0));
     }
-    iok_flush(io, iok_counters, scratch);
+    iok_flush(io, iok_counters);
 }

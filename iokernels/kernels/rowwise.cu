@@ -44,7 +44,6 @@ static_assert(THREADS % 32 == 0, "whole warps");
 static_assert(SMEM_PARTIALS % 16 == 0 && SMEM_PARTIALS + ROW_WARPS * 16 <= SMEM_BYTES,
               "PARTIALS ends within SMEM_BYTES");
 static_assert((ROW_WARPS + 2) * 4 <= ROW_WARPS * 16, "PARTIALS holds the warp partials and two scalars");
-static_assert(SMEM_BYTES >= IOK_FLUSH_SCRATCH_BYTES(THREADS), "iok_flush reuses PARTIALS");
 
 __device__ __forceinline__ float row_neg_inf()
 {
@@ -186,7 +185,7 @@ rowmax(const T* __restrict__ S, float* __restrict__ m, int n, int n_rows, unsign
         __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // l = sum_j exp(S[row, j] - m)
@@ -241,7 +240,7 @@ rowsum(const T* __restrict__ S, const float* __restrict__ m, float* __restrict__
         __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // P = exp(S - m) / l
@@ -298,7 +297,7 @@ normalize(const T* __restrict__ S, const float* __restrict__ m, const float* __r
         __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // D = sum_j P[row, j] dP[row, j] (DROPOUT: P[row, j] Z[row, j] dP[row, j])
@@ -347,7 +346,7 @@ rowdot(const T* __restrict__ P, const T* __restrict__ dP, float* __restrict__ D,
         __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // dS = P (dP - D) (DROPOUT: P (Z dP - D))
@@ -408,7 +407,7 @@ ds(const T* __restrict__ P, const T* __restrict__ dP, const float* __restrict__ 
         __syncthreads();  // PARTIALS and the broadcast scalars are reused by the next row
     }
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // The flash set-up and finishing kernels move rows of d <= 256 elements: a block's ROWS_PER_BLOCK
@@ -481,7 +480,7 @@ flash_init(float* __restrict__ Oacc, float* __restrict__ m, float* __restrict__ 
         iok_st<IOK_T_m>(c, m + b.first + r, row_neg_inf());
         iok_st<IOK_T_l>(c, l + b.first + r, 0.0f);
     }
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // O = Oacc, rounded to T
@@ -494,7 +493,7 @@ flash_finalize(const float* __restrict__ Oacc, T* __restrict__ O, int d, int n_r
     IokCounters<IOK_T_O, IOK_T_Oacc> c;
     const RowBlock b = row_block(n_rows);
     flat_round<IOK_T_Oacc, IOK_T_O>(c, Oacc + b.first * d, O + b.first * d, b.rows * d);
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // D = sum_j dO[row, j] O[row, j]; dQacc rows = 0.
@@ -548,7 +547,7 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
         if (r < b.rows && sub == 0) iok_st<IOK_T_D>(c, D + b.first + r, x);
     }
     flat_zero<IOK_T_dQacc>(c, dQacc + b.first * d, b.rows * d);
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // dQ = dQacc, rounded to T
@@ -561,5 +560,5 @@ flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_r
     IokCounters<IOK_T_dQ, IOK_T_dQacc> c;
     const RowBlock b = row_block(n_rows);
     flat_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }

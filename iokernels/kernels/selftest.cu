@@ -1,11 +1,11 @@
 // Self-test of common.cuh, used the way the attention kernels use it: a ragged tile staged through
-// shared memory, a float atomic, and the counter flush reusing the tile's shared memory.
+// shared memory, a float atomic, and the counter flush.
 //
 //   O[r, j] = scale * Q[r, cols - 1 - j]    (each row reversed, so a thread stores what another loaded)
 //   dQacc[0] += sum(Q)                       (one atomic per warp that loaded anything)
 //
 // Launch: grid = ceil(rows / BLOCK_ROWS), block = a multiple of 32 threads,
-// dynamic shared memory = max(BLOCK_ROWS * cols * 4, IOK_FLUSH_SCRATCH_BYTES(threads)) bytes.
+// dynamic shared memory = BLOCK_ROWS * cols * 4 bytes.
 // Expected bytes: Q read = O written = rows * cols * sizeof(T); dQacc 4 read + 4 written per atomic.
 #include "common.cuh"
 
@@ -46,7 +46,7 @@ __global__ void iok_selftest(const T* __restrict__ q, T* __restrict__ o, float* 
     const bool warp_loaded = __any_sync(0xffffffffu, static_cast<int>(threadIdx.x) < n);
     if ((threadIdx.x & 31u) == 0 && warp_loaded) iok_atomic_add<IOK_T_dQacc>(c, dqacc, partial);
 
-    iok_flush(c, iok_counters, smem);
+    iok_flush(c, iok_counters);
 }
 
 // Dropout's stream on the device (common.cuh iok_keep16, iok_dropout) for n given elements (bh[x], i[x], j[x]):

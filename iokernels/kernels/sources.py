@@ -237,16 +237,6 @@ def compile_variants(name: str) -> list[CompileVariant]:
     return COMPILE_VARIANTS[name]()
 
 
-def flush_scratch_bytes(threads: int) -> int:
-    """Shared memory ``iok_flush`` reuses in a counting build: a (read, written) pair of u64 per warp.
-
-    The counting build needs at least this much dynamic shared memory; the plain build none.
-    """
-    if threads < 1:
-        raise ValueError(f"threads per block must be >= 1, got {threads}")
-    return (threads + 31) // 32 * 16
-
-
 def _define_line(key: str, value: int | str) -> str:
     if not _IDENTIFIER.fullmatch(key):
         raise ValueError(f"define name {key!r} is not a C identifier")

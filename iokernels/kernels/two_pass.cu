@@ -163,7 +163,7 @@ two_pass_stats(const T* __restrict__ Q, const T* __restrict__ K, T* __restrict__
         iok_st<IOK_T_m>(io, m + q_off + r, m_i[r]);
         iok_st<IOK_T_l>(io, l + q_off + r, l_i[r]);
     }
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 #endif
 
@@ -258,7 +258,7 @@ two_pass_store_output(const T* __restrict__ S, const float* __restrict__ m, cons
     __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, l before this
 #endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 #endif
 
@@ -366,6 +366,6 @@ two_pass_recompute_output(const T* __restrict__ Q, const T* __restrict__ K, cons
     __syncthreads();  // with no key block the loop's barriers never ordered the set-up of O, l before this
 #endif
     store_rows_divided<IOK_T_O>(io, O + q_off * HEAD_D, Oacc, l_i, rows);
-    iok_flush(io, iok_counters, smem);
+    iok_flush(io, iok_counters);
 }
 #endif

@@ -274,8 +274,8 @@ class Plan:
 
 
 def rowwise_buffers() -> list[tuple[str, int]]:
-    # 16 bytes per warp and per counted tensor (a row kernel moves at most 4): block reductions, and
-    # room for the counting build to flush all its counters behind a single barrier
+    # 16 bytes per warp and per counted tensor (a row kernel moves at most 4): block reductions (a float per warp and
+    # two broadcast scalars, rowwise.cu's PARTIALS)
     return [("partials", ROWWISE_THREADS // 32 * 16 * 4)]
 
 

@@ -121,9 +121,8 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     first: tuple[Stage, ...] = ()
     if kv_cache is not None and kv_cache.append:
         rows_per_block = APPEND_THREADS // 32
-        flush = [("flush", rows_per_block * 16 * 6)]  # the counting build's flush of its six counters at once
         first = (Stage("append", "kv_append", (cdiv(kv_cache.append, rows_per_block), 1, bh_kv), APPEND_THREADS,
-                       layout(flush), cache),)
+                       (), cache),)  # no shared memory
     if used > 1:
         stages: tuple[Stage, ...] = (
             Stage("main", "flash_tma_split", (t_m, used, bh_kv), threads, layout(buffers),

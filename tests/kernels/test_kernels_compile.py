@@ -4,6 +4,7 @@ ptxas report. (Every kernel variant is compiled by ``test_compile.py``.)"""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -18,7 +19,6 @@ from iokernels.kernels.nvrtc import (
 from iokernels.kernels.sources import (
     build_source,
     compile_variants,
-    flush_scratch_bytes,
     list_sources,
     read_source,
 )
@@ -46,20 +46,18 @@ HELPERS_KERNEL = r"""
 template <typename X>
 __global__ void iok_helpers(const X* __restrict__ a, X* __restrict__ b, unsigned long long* iok_counters)
 {
-    extern __shared__ __align__(16) unsigned char scratch[];
     IokCounters<IOK_T_K, IOK_T_V> c;
     iok_st<IOK_T_V>(c, b + threadIdx.x, iok_ld<IOK_T_K>(c, a + threadIdx.x));
-    iok_flush(c, iok_counters, scratch);
+    iok_flush(c, iok_counters);
 }
 
 __global__ void iok_atomics(float* f, double* d, __half2* h, unsigned long long* iok_counters)
 {
-    extern __shared__ __align__(16) unsigned char scratch[];
     IokCounters<IOK_T_dQacc> c;
     iok_atomic_add<IOK_T_dQacc>(c, f, 1.0f);
     iok_atomic_add<IOK_T_dQacc>(c, d, 1.0);
     iok_atomic_add<IOK_T_dQacc>(c, h, __floats2half2_rn(1.0f, 2.0f));
-    iok_flush(c, iok_counters, scratch);
+    iok_flush(c, iok_counters);
 }
 """
 ELEMENT_TYPES = ("float", "__half", "__nv_bfloat16", "float2", "float4", "__half2", "__nv_bfloat162", "uint4")
@@ -119,20 +117,6 @@ def test_build_source_rejects_bad_defines(defines: dict, error: type[Exception])
 def test_read_source_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match=r"selftest\.cu"):
         read_source("../tensors.py")
-
-
-def test_flush_scratch_bytes() -> None:
-    assert [flush_scratch_bytes(t) for t in (1, 32, 33, 128, 1024)] == [16, 16, 32, 64, 512]
-    with pytest.raises(ValueError):
-        flush_scratch_bytes(0)
-
-
-@needs_nvrtc
-def test_flush_scratch_bytes_matches_the_header() -> None:
-    checks = "".join(
-        f"static_assert(IOK_FLUSH_SCRATCH_BYTES({t}) == {flush_scratch_bytes(t)});\n" for t in (1, 31, 32, 33, 96, 1024)
-    )
-    compile_to_cubin(build_source("selftest.cu", {"BLOCK_ROWS": 1}, True) + checks)
 
 
 def test_import_is_cheap() -> None:
@@ -201,3 +185,18 @@ def test_forced_tiles_of_the_block_study_are_compiled():
         plan = make_plan(N_q=1000, **problem)
         assert (plan.tile["Br"], plan.tile["Bc"]) in tiles, problem
     assert {(41, 512), (512, 13)} <= tiles  # B_c = 512 with B_r shrunk to fit; B_r = 512 with B_c shrunk
+
+
+@needs_nvrtc
+def test_the_flush_adds_no_barrier_and_no_shared_memory() -> None:
+    """iok_flush sums per warp and adds with atomics (common.cuh): the counting build of a kernel has the plain build's
+    barriers and shared memory, no more (a barrier-free flush: warps may reach it diverged, in any order)."""
+    source = build_source("selftest.cu", {"BLOCK_ROWS": 2}, True)
+    built = {counting: compile_to_cubin(build_source("selftest.cu", {"BLOCK_ROWS": 2}, counting),
+                                        name_expressions=("iok_selftest<float>",))
+             for counting in (True, False)}
+    assert "iok_flush" in source
+    barriers = {k: len(re.findall(r"\b(?:bar|barrier)\.(?:sync|cta\.sync)\b", r.ptx)) for k, r in built.items()}
+    assert barriers[True] == barriers[False] >= 1, barriers  # the kernel's own __syncthreads, once in each
+    assert (built[True].resources_of("iok_selftest<float>").shared
+            == built[False].resources_of("iok_selftest<float>").shared)

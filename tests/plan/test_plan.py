@@ -5,7 +5,6 @@ import math
 import pytest
 
 from iokernels import model
-from iokernels.kernels.sources import flush_scratch_bytes
 from iokernels.model.specs import list_specs
 from iokernels.plan import SCHEDULES, SramTooSmall, Unsupported, all_plans, make_plan, min_sram
 
@@ -33,8 +32,6 @@ def test_smem_never_exceeds_m(algorithm, schedule, direction, dtype, d, sram):
         assert all(off % 16 == 0 for off, _ in spans)
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
         assert stage.threads % 32 == 0 and stage.blocks >= 1
-        # the counting build flushes its counters through the stage's own shared memory
-        assert stage.smem_bytes >= flush_scratch_bytes(stage.threads)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
