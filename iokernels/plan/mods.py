@@ -29,7 +29,6 @@ from .fast_bwd import KERNEL_TMA
 from .masks import BlockMask
 from .modspec import VARIABLES, Mods
 from .units import cdiv
-from .variants import without_band
 
 MOD_KERNELS = ("flash_tma_fwd", KERNEL_TMA)
 MOD_D_MAX = 128  # the narrow backward's tiles, and the forward's consumers' registers
@@ -126,7 +125,7 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
         defines = (*((k, v) for k, v in defines if k in ("MOD_CAPS",)), ("MOD_STAGE", row),
                    ("MOD_STAGE_SLOT", str(slot)), ("MOD_STAGE_T", ctype), ("MOD_STAGE_FORM", str(form)))
         smem = (("STAGE", main.smem_bytes, stage_bytes(plan, ctype)),)
-    stages = tuple(replace(s, params=(*without_band(s.params), *defines), smem=(*s.smem, *smem))
+    stages = tuple(replace(s, params=(*s.params, *defines), smem=(*s.smem, *smem))
                    if s.name == "main" else s for s in plan.stages)
     plan = replace(plan, mods=replace(mods, capture_bytes=None, values=()), stages=stages)
     if not mods.captures:

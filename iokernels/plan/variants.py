@@ -72,7 +72,7 @@ def with_dropout(plan: Plan, dropout: Dropout | None) -> Plan:
                                                                      *SM90_BWD_KERNEL_NAMES):
         raise Unsupported(f"dropout in flash/fast is implemented by the wgmma kernels (sm_90); the mma.sync kernel "
                           f"{plan.stage('main').kernel} has none")
-    stages = tuple(replace(s, params=(*without_band(s.params), ("DROPOUT", 1))) if s.name in DROPOUT_STAGES[key]
+    stages = tuple(replace(s, params=(*s.params, ("DROPOUT", 1))) if s.name in DROPOUT_STAGES[key]
                    else s for s in plan.stages)
     return replace(plan, dropout=dropout, stages=stages)
 
@@ -229,12 +229,6 @@ def band_params(stage: Stage) -> tuple[tuple[str, int], ...]:
         return ()
     band = head_band(stage.grid[0], stage.grid[2])
     return (("HEAD_BAND", band),) if band > 1 else ()
-
-
-def without_band(params: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
-    """Stage parameters less ``HEAD_BAND``: the variants whose kernels have not yet run with bands on a GPU (dropout,
-    programmable variants and explicit masks; results/h100/issue21/band/README.md) keep one head after another."""
-    return tuple(p for p in params if p[0] != "HEAD_BAND")
 
 
 
