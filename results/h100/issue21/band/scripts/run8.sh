@@ -15,6 +15,7 @@ t mods-tc -n 3 $G/test_mods.py $G/test_flash_tc.py $G/test_flash_tc_bwd.py $G/te
 t sparse-mask -n 3 $G/test_sparse.py $G/test_mask.py $G/test_dropout.py $G/test_standard_masks.py $G/test_forced_tiles.py
 t variants -n 3 $G/test_block_sparse_fast.py $G/test_dropout_fast.py $G/test_window.py $G/test_alibi.py $G/test_documents.py $G/test_variants_dropout.py $G/test_library_window.py $G/test_library_dropout.py
 t explicit -n 2 $G/test_explicit_fast.py $G/test_library.py -k "'not torch'"
+t torch $G/test_explicit_fast.py $G/test_torch.py -k torch
 export SAN_COUNTING_ONLY=1
 for i in 1 2 3 4; do
   SAN_BANDS=2,3,6 timeout 150 compute-sanitizer --tool racecheck python3 $S/san_band.py > $L/racecheck-bands-$i.txt 2>&1
