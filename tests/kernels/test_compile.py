@@ -87,7 +87,8 @@ CASES = [pytest.param(*key, id=_case_id(*key)) for key in merged()]
 # The counting builds allowed a small spill (the kernels' comments on their register splits say why): the split-KV
 # decode with a cache of per-sequence lengths and the causal mask on packed rows, in a tile past 128 columns; the
 # variable-length backward at d 64; the variable-length forward with three consumer warpgroups (B_r 192, 160
-# registers each: 40 bytes)
+# registers each: 40 bytes); the block-sparse backward with dropout at d 128 (36 bytes since the per-warp iok_flush;
+# its plain build none)
 SPILL_BYTES_ALLOWED = 40
 # ... and a programmable variant's counting build (MASK_MOD, SCORE_MOD: a user's expressions take the registers they
 # take; the forward at d 128 with a document mask and ALiBi read from two captured arrays spills 204 bytes, the plain
@@ -96,12 +97,15 @@ SPILL_BYTES_ALLOWED_MODS = 256
 
 
 def spills_allowed(source: str, defines: dict) -> bool:
-    if source == "flash_tma_bwd.cu":  # the variable-length backward's counting build at d 64 (its register split)
-        return "VARLEN" in defines and defines.get("HEAD_D_TILE", defines["HEAD_D"]) == 64
+    width = defines.get("HEAD_D_TILE", defines.get("HEAD_D"))
+    if source == "flash_tma_bwd.cu":  # counting builds: the variable-length backward at d 64 (its register split), the
+        # block-sparse one with dropout at d 128
+        return ("VARLEN" in defines and width == 64) or ("BLOCK_SPARSE" in defines and "DROPOUT" in defines
+                                                          and width == 128)
     if source == "flash_tma.cu" and "VARLEN" in defines:  # B_r 192: three consumer warpgroups
         return defines["BR"] == 192
     return (source == "flash_tma.cu" and all(k in defines for k in ("SPLIT", "RAGGED", "PACKED_CAUSAL"))
-            and defines.get("HEAD_D_TILE", defines["HEAD_D"]) > 128)
+            and width > 128)
 
 
 def plain_spill_allowed(source: str, defines: dict) -> int:
