@@ -5,8 +5,9 @@
 // products are issued differ:
 //
 // A block is BR / 64 consumer warpgroups (query rows [64 w, 64 w + 64) each) and one producer warpgroup
-// (THREADS = 2 BR + 128). The producer gives up registers (setmaxnreg.dec: 24 with two consumer warpgroups, 40 in
-// the counting build, 32 with three; the consumers take 240, 232 or 160) and one of its threads issues every copy:
+// (THREADS = 2 BR + 128; BR 64, one consumer warpgroup, in the decode's tile of few packed rows). The producer gives
+// up registers (setmaxnreg.dec: 24 with one or two consumer warpgroups, 40 in the counting build, 32 with three; the
+// consumers take 240, 232 or 160) and one of its threads issues every copy:
 // Q_i once, then K_0, and K_{j+1} before V_j, into two-stage rings, each tile as TILE_D / 64 TMA boxes of 64
 // columns (kernels/tma.cuh; the maps from kernels/tensormap.py, one head at a time, so rows past N are zero-filled,
 // never read) that land 128-byte swizzled as wgmma reads them. Stage s has a "full" barrier (the producer's
@@ -75,7 +76,8 @@
 #error "flash_tma.cu needs BR, BC, HEAD_D and THREADS from the plan"
 #endif
 constexpr int CONSUMERS = 2 * BR;  // threads of the consumer warpgroups
-static_assert((BR == 128 || BR == 192) && THREADS == CONSUMERS + 128, "a warpgroup per 64 rows, and the producer's");
+static_assert((BR == 64 || BR == 128 || BR == 192) && THREADS == CONSUMERS + 128,
+              "a warpgroup per 64 rows, and the producer's");
 constexpr int WGS = BR / 64;  // consumer warpgroups
 // registers per thread after setmaxnreg: the producer keeps what issuing copies needs
 // (its counting build keeps 40: it adds the bytes of every copy in 64-bit counters; 56 across the items of a
@@ -89,9 +91,9 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 #elif defined(RAGGED) || (defined(IOK_COUNT) && defined(PERSISTENT))  // (RAGGED: the page table's, the tail's state)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
 #elif defined(IOK_COUNT)  // (VARLEN with three consumer warpgroups: their 160 spill 40 bytes, the counting build only)
-constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32, CONSUMER_REGS = WGS == 2 ? 232 : 160;
+constexpr int PRODUCER_REGS = WGS <= 2 ? 40 : 32, CONSUMER_REGS = WGS <= 2 ? 232 : 160;
 #else
-constexpr int PRODUCER_REGS = WGS == 2 ? 24 : 32, CONSUMER_REGS = WGS == 2 ? 240 : 160;
+constexpr int PRODUCER_REGS = WGS <= 2 ? 24 : 32, CONSUMER_REGS = WGS <= 2 ? 240 : 160;
 #endif
 // setmaxnreg moves registers within the block's allocation at launch (65536 / THREADS per thread, a multiple of
 // 8): an increase beyond it waits forever
@@ -693,14 +695,15 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #pragma unroll 1
                 for (int j = 1; j < tiles; ++j) {
                     const int buf = (ring + j) & 1, pbuf = buf ^ 1;
-                    // the warpgroups take turns issuing (named barrier 1 + wg; warpgroup 0 has the first turn)
-                    if (!(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
+                    // the warpgroups take turns issuing (named barrier 1 + wg; warpgroup 0 has the first turn); one
+                    // (BR 64, the decode's tile of few packed rows) has no turns to take
+                    if (WGS > 1 && !(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
                     iok_mbar_wait(&full_k[buf], ((ring + j) >> 1) & 1);  // K_j landed
                     iok_mbar_wait(&full_v[pbuf], ((ring + j - 1) >> 1) & 1);  // V_{j-1} landed
                     wg_fence();
                     issue_s(j);
                     issue_pv(j - 1);
-                    if (!(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // the next's turn
+                    if (WGS > 1 && !(wg == WGS - 1 && j == tiles - 1)) iok_bar_arrive(1 + (wg + 1) % WGS, 256);  // next
                     mod_prefetch(j + 1);
                     dropout_bits(j);
                     wg_wait<1>();  // S_j done (P_{j-1} V_{j-1} may still fly)

@@ -62,8 +62,11 @@ def split_ranges(key_tiles: int, splits: int) -> list[tuple[int, int]]:
 
 
 # the query rows of a packed tile (the g query heads of a K/V head times N_q): flash_tma.cu's tile, two consumer
-# warpgroups of 64 rows (a decode call is bound by K/V bytes, not by the products of the rows left empty)
+# warpgroups of 64 rows; one of 64 rows (DECODE_BLOCK_R_SMALL) where the packed rows fit it, d ≤ 128 and the grid is
+# not the persistent one (which keeps two): the products of the rows left empty cost as much time as reading the
+# tile's K and V on an H200 (docs/notes/issue23-inference.md)
 DECODE_BLOCK_R = 128
+DECODE_BLOCK_R_SMALL = 64
 DECODE_SMS = 132  # the SMs the split count is chosen for by default (an H100 SXM's, an H200's)
 COMBINE_THREADS = 256  # the combine kernel: a warp per output row
 APPEND_THREADS = 256  # the append kernel: a warp per new row
@@ -99,7 +102,8 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
                           f"from 16 to 256; got d={d}, {dtype}")
     rows = heads // kv_heads * N_q  # packed query rows per K/V head
     tile_d = tile_head_dim(d)
-    block_r, block_c = DECODE_BLOCK_R, 128 if tile_d <= 128 else 64
+    block_c = 128 if tile_d <= 128 else 64
+    block_r = DECODE_BLOCK_R_SMALL if rows <= DECODE_BLOCK_R_SMALL and tile_d <= 128 else DECODE_BLOCK_R
     t_m, t_c = cdiv(rows, block_r), cdiv(N_k, block_c)
     bh_kv = batch * kv_heads
     if splits is None:  # one split's partials (float32 O and lse, written and read), over the SMs, in tile pairs
@@ -110,6 +114,9 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
     # the splits with a key tile (none empty): c = ⌈T_c / S⌉ tiles each, the last the rest; S := ⌈T_c / c⌉, for which
     # ⌈T_c / S⌉ is c again (the kernel's split s takes tiles [s c, s c + c))
     used = len(split_ranges(t_c, splits))
+    if used == 1 and kv_cache is None:  # the persistent grid: two consumer warpgroups
+        block_r = DECODE_BLOCK_R
+        t_m = cdiv(rows, block_r)
     buffers = fast_buffers(tile_d, itemsize(dtype), block_r, block_c)
     threads = 2 * block_r + 128  # and the producer warpgroup
     params = tile_params(d)

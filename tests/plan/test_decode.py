@@ -107,11 +107,11 @@ def test_decode_launch_arguments():
     S."""
     plan = make_decode_plan(N_q=2, N_k=5000, d=96, dtype="bfloat16", batch=3, heads=16, kv_heads=4, splits=5)
     main, combine = plan.stages
-    assert (main.kernel, main.grid, main.threads, combine.kernel) == ("flash_tma_split", (1, 5, 12), 384,
-                                                                      "flash_combine")
+    assert (main.kernel, main.grid, main.threads, combine.kernel) == ("flash_tma_split", (1, 5, 12), 256,
+                                                                      "flash_combine")  # B_r 64: 8 packed rows
     args, dropout = launch.stage_arg_layout(plan, main, 0.5)
     q_map = args[0]
-    assert (q_map.buffer, q_map.bh, q_map.n, q_map.d, q_map.rows) == ("Q", 12, 8, 96, 128)
+    assert (q_map.buffer, q_map.bh, q_map.n, q_map.d, q_map.rows) == ("Q", 12, 8, 96, 64)
     assert args[3:] == ("Opart", "lse_part", 8, 5000, 0.5, 1, 12) and not dropout
     assert args[1].bh == 12 and args[1].n == 5000 and args[1].rows == 128  # K: a box of B_c rows per K/V head
     assert launch.stage_arg_layout(plan, combine, 0.5) == (("Opart", "lse_part", "O", "lse", 3 * 16 * 2, 5, 5000),
@@ -133,3 +133,23 @@ def test_one_split_is_the_persistent_forward_on_the_packed_rows():
 def test_decode_plans_run_on_the_tma_kernels_only():
     with pytest.raises(Unsupported, match="tma"):
         make_decode_plan(N_q=1, N_k=64, d=64, dtype="float32")
+
+
+def test_decode_row_tile():
+    """B_r 64 (one consumer warpgroup) where the packed rows fit it, d ≤ 128, and the grid is split or a block per item;
+    B_r 128 past 64 rows, past d 128, and in the persistent grid (one split, no cache)."""
+    from iokernels.plan.kvcache import make_kv_cache
+
+    def br(**kw):
+        plan = make_decode_plan(**{"N_k": 65536, "d": 128, "dtype": "float16", "batch": 1, "heads": 64, **kw})
+        main = plan.stage("main")
+        assert main.threads == 2 * dict(plan.tiles)["Br"] + 128
+        return dict(plan.tiles)["Br"], main.kernel
+
+    assert br(N_q=1, kv_heads=8) == (64, "flash_tma_split")  # 8 packed rows
+    assert br(N_q=8, kv_heads=8) == (64, "flash_tma_split")  # 64
+    assert br(N_q=9, kv_heads=8) == (128, "flash_tma_split")  # 72
+    assert br(N_q=1, kv_heads=8, d=256) == (128, "flash_tma_split")
+    assert br(N_q=1, kv_heads=64, N_k=128, splits=1) == (128, "flash_tma_fwd")  # persistent
+    cache = make_kv_cache(batch=1, n_k=4096)
+    assert br(N_q=1, kv_heads=64, N_k=4096, splits=1, kv_cache=cache) == (64, "flash_tma_fwd")  # a block per item

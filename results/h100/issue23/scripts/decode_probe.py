@@ -87,7 +87,7 @@ def main() -> None:
                         f"{'' if isinstance(e, float) and e < 1e-2 else ' ERR ' + str(e)}"
                         for n, (t, e) in row.items())
         stage_text = " ".join(f"{n} {t * 1e6:.1f}" for n, t in stages.items())
-        print(f"B{b} H{h}/{hkv} N_q {nq} N_k {nk} {plan.label} S={plan.tile.get('S', 1)} rot {rot}: {text} | "
+        print(f"B{b} H{h}/{hkv} N_q {nq} N_k {nk} {plan.label} Br={plan.tile.get('Br')} S={plan.tile.get('S', 1)} rot {rot}: {text} | "
               f"stages(us, one cache) {stage_text}", flush=True)
 
 
