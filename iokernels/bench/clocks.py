@@ -1,6 +1,7 @@
 """How ``iokernels bench`` times a call, every implementation's alike, and how it reads a failure (out of
-memory, unsupported, too slow). :func:`time_runner` is the one timing method (modes "call" and "graph");
-:func:`host_seconds` the host overhead of ``bench --overhead``."""
+memory, unsupported, too slow). :func:`time_runner` is the one timing method (modes "call" and "graph";
+:func:`interleave` takes the samples of several implementations in turn); :func:`host_seconds` the host overhead
+of ``bench --overhead``."""
 
 from __future__ import annotations
 
@@ -76,7 +77,11 @@ def classify(exc: BaseException) -> tuple[str, str]:
 # mode "graph": the same call captured once in a CUDA graph (torch.cuda.graph for torch callables,
 #   cupy's stream capture for cupy ones) and ``loop`` replays timed by the same events.
 # Each measurement is the median of ``repeats`` loops after ``warmup`` calls (or replays); ``loop`` is
-# chosen per configuration from one call, so that a loop lasts about LOOP_TARGET_SECONDS.
+# chosen per configuration from one call, so that a loop lasts about LOOP_TARGET_SECONDS. ``bench`` sets up every
+# implementation of a configuration and pass, each mode, and takes their loops in turn (:func:`interleave`): one
+# loop of each, ``repeats`` rounds. Timed one after another instead, each over about 50 ms, the same implementation
+# read 565 and 486 TFLOP/s in two neighbouring measurements on an H200 (cuDNN, causal d 128, N 4096,
+# results/h200/issue21/full-d1f5647/), the GPU's clocks moving under its power limit between them.
 
 MODES = ("call", "graph")
 IN_FLIGHT = 1  # untimed calls enqueued before each timed loop's start event
@@ -253,11 +258,36 @@ def loop_length(once: float) -> int:
     return max(1, min(MAX_LOOP, math.ceil(LOOP_TARGET_SECONDS / max(once, 1e-9))))
 
 
-def time_runner(runner: Runner, timing: Timing, mode: str = "call", *, cold: bool = False) -> Measured:
-    """The one timing method of ``iokernels bench`` (see above). Raises TooSlow after one call over
-    the limit (``cold``: the first call of an implementation may compile, so a slow one is retried
-    once); in mode "graph" whatever the capture raises. A runner whose calls rotate among ``cycle`` > 1
-    inputs is captured as one graph of ``cycle`` calls, replayed ceil(loop / cycle) times per timed loop."""
+@dataclass
+class Prepared:
+    """One implementation, configuration and mode ready to time (:func:`prepare`): ``fn`` is one call or one replay of
+    its graph (``per`` calls), timed ``loop`` times back to back per sample; ``times`` its samples, seconds per call."""
+
+    runner: Runner
+    fn: Callable[[], Any]
+    loop: int
+    per: int
+    method: str
+    times: list[float]
+
+    def sample(self) -> float:
+        """Time one loop (in the runner's context, as every sample) and keep its seconds per call."""
+        with self.runner.active():
+            seconds = self.runner.clock.loop_seconds(self.fn, self.loop) / self.per
+        self.times.append(seconds)
+        return seconds
+
+    def measured(self) -> Measured:
+        return Measured(statistics.median(self.times), len(self.times) * self.loop * self.per, self.loop * self.per,
+                        self.method)
+
+
+def prepare(runner: Runner, timing: Timing, mode: str = "call", *, cold: bool = False) -> Prepared:
+    """The set-up of :func:`time_runner`'s method: one call sets the loop's length (raising TooSlow after one call
+    over the limit; ``cold``: the first call of an implementation may compile, so a slow one is retried once); in mode
+    "graph" the calls are captured (whatever the capture raises propagates); then ``timing.warmup`` calls or replays.
+    A runner whose calls rotate among ``cycle`` > 1 inputs is captured as one graph of ``cycle`` calls, replayed
+    ceil(loop / cycle) times per timed loop."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if runner.cycle < 1:
@@ -281,11 +311,61 @@ def time_runner(runner: Runner, timing: Timing, mode: str = "call", *, cold: boo
             fn = runner.call
         for _ in range(timing.warmup):
             fn()
-        times = [clock.loop_seconds(fn, loop) / per for _ in range(timing.repeats)]
     what = "calls" if mode == "call" else "replays of a CUDA graph of " + ("one call" if per == 1 else f"{per} calls")
     method = (f"{clock.name} events around {loop} back-to-back {what}"
               + (f", rotating among {cycle} inputs" if cycle > 1 else ""))
-    return Measured(statistics.median(times), timing.repeats * loop * per, loop * per, method)
+    return Prepared(runner, fn, loop, per, method, [])
+
+
+def time_runner(runner: Runner, timing: Timing, mode: str = "call", *, cold: bool = False) -> Measured:
+    """The one timing method of ``iokernels bench`` (see above) for one runner alone: :func:`prepare`, then
+    ``timing.repeats`` samples. ``bench`` itself samples the implementations of a configuration in turn
+    (:func:`interleave`)."""
+    prepared = prepare(runner, timing, mode, cold=cold)
+    for _ in range(timing.repeats):
+        prepared.sample()
+    return prepared.measured()
+
+
+def prepare_modes(runner: Runner, timing: Timing, rows: Sequence[dict], *, cold: bool,
+                  failed: Callable[[dict, BaseException], None]) -> list[tuple[dict, Prepared]]:
+    """:func:`prepare` for each row's ``"mode"`` (rows whose status is already set are left), the first call ``cold``;
+    a failure is the row's (``failed(row, exc)``), and after TooSlow every later mode is "skipped" with its note.
+    The (row, Prepared) pairs ready for :func:`interleave`."""
+    ready = []
+    for i, row in enumerate(rows):
+        if row.get("status") is not None:
+            continue
+        try:
+            ready.append((row, prepare(runner, timing, row["mode"], cold=cold)))
+        except Exception as exc:
+            failed(row, exc)
+            if isinstance(exc, TooSlow):  # every later mode would be as slow
+                for later in rows[i + 1:]:
+                    later.update(status="skipped", note=row["note"])
+                break
+        finally:
+            cold = False
+    return ready
+
+
+def interleave(prepared: Sequence[Prepared], repeats: int,
+               failed: Callable[[int, BaseException], None] | None = None) -> None:
+    """``repeats`` samples of each of ``prepared``, taken in turn: round r times one loop of each, starting from
+    the r-th (so that no implementation always follows the same one), so that the GPU's clock and power state, which
+    drift within a second of sustained attention, fall alike on every implementation of a configuration. A sample
+    that raises drops that implementation from the rounds (``failed(index, exception)``; re-raised without it)."""
+    live = list(range(len(prepared)))
+    for r in range(repeats):
+        n = len(live)
+        for i in [live[(r + k) % n] for k in range(n)] if n else []:
+            try:
+                prepared[i].sample()
+            except Exception as exc:
+                if failed is None:
+                    raise
+                failed(i, exc)
+                live.remove(i)
 
 
 def host_seconds(runner: Runner, calls: int = 200, warmup: int = 20, chunk: int = OVERHEAD_CHUNK) -> list[float]:

@@ -1,6 +1,7 @@
 """``iokernels bench --decode`` (issue #23): decoding attention, N_q new query tokens against a long K/V cache, ours
-beside torch SDPA's backends, every implementation timed by :func:`iokernels.bench.clocks.time_runner` (the one timing
-method, modes "call" and "graph") on the same inputs, in the same run.
+beside torch SDPA's backends, every implementation timed the one way of :mod:`iokernels.bench.clocks` (modes "call"
+and "graph"; a case's implementations and modes set up, then their loops taken in turn) on the same inputs, in the same
+run.
 
 Inputs, per case and shared by every implementation: q (B, H, N_q, d) and ``caches`` distinct K/V caches k, v
 (B, H_kv, N_k, d), random normal, made once with torch on the device. Each call takes the next cache, and the caches
@@ -291,41 +292,51 @@ def _failed(row: dict, exc: BaseException) -> None:
         row.update(status=status, note=note)
 
 
-def measure(impl: DecodeImpl, problem: DecodeProblem, inputs: DecodeInputs, timing: clocks.Timing,
-            modes: Sequence[str] = ("call",), warmed: set | None = None) -> list[dict]:
-    """One row per mode: "ok" (seconds, kv_tbps), or "not available", "unsupported", "oom", "skipped", "error" with
-    the reason. One setup serves every mode; each mode is timed by :func:`clocks.time_runner`."""
-    warmed = warmed if warmed is not None else set()
+def _prepare(impl: DecodeImpl, problem: DecodeProblem, inputs: DecodeInputs, timing: clocks.Timing,
+             modes: Sequence[str], warmed: set) -> tuple[list[dict], Any, list[tuple[dict, clocks.Prepared]]]:
+    """``impl`` set up on the shared caches once for every mode (its rows, runner and the modes ready to time), or its
+    rows' status: "not available", "unsupported", "oom", "skipped", "error" with the reason."""
     rows = [_row(problem, impl, mode, len(inputs.caches)) for mode in modes]
     reason = impl.unavailable()
     if reason is not None:
         for row in rows:
             row.update(status="not available", note=reason)
-        return rows
-    runner = None
+        return rows, None, []
     try:
         runner = impl.setup(problem, inputs)
         backend = impl.backend_choice(problem, inputs)
-        for i, row in enumerate(rows):
+        for row in rows:
             row["backend"] = backend
-            try:
-                got = clocks.time_runner(runner, timing, row["mode"], cold=impl.name not in warmed)
-            except Exception as exc:
-                _failed(row, exc)
-                if isinstance(exc, TooSlow):  # every later mode would be as slow
-                    for later in rows[i + 1:]:
-                        later.update(status="skipped", note=row["note"])
-                    break
-                continue
-            finally:
-                warmed.add(impl.name)
-            row.update(status="ok", seconds=got.seconds, kv_tbps=problem.kv_bytes / got.seconds / 1e12,
-                       timed_calls=got.calls, loop=got.loop, method=got.method)
+        try:
+            return rows, runner, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
+                                                      failed=_failed)
+        finally:
+            warmed.add(impl.name)
     except Exception as exc:
         for row in rows:
             _failed(row, exc)
+        return rows, None, []
+
+
+def _time(problem: DecodeProblem, timed: list[tuple[dict, clocks.Prepared]], timing: clocks.Timing) -> None:
+    """Every prepared mode of a case's implementations timed in turn (:func:`clocks.interleave`): "ok" rows."""
+    clocks.interleave([prepared for _, prepared in timed], timing.repeats, lambda i, exc: _failed(timed[i][0], exc))
+    for row, prepared in timed:
+        if row["status"] is None:
+            got = prepared.measured()
+            row.update(status="ok", seconds=got.seconds, kv_tbps=problem.kv_bytes / got.seconds / 1e12,
+                       timed_calls=got.calls, loop=got.loop, method=got.method)
+
+
+def measure(impl: DecodeImpl, problem: DecodeProblem, inputs: DecodeInputs, timing: clocks.Timing,
+            modes: Sequence[str] = ("call",), warmed: set | None = None) -> list[dict]:
+    """One row per mode of ``impl`` alone: "ok" (seconds, kv_tbps), or "not available", "unsupported", "oom",
+    "skipped", "error" with the reason. One setup serves every mode; the modes' loops are taken in turn."""
+    rows, runner, timed = _prepare(impl, problem, inputs, timing, modes, warmed if warmed is not None else set())
+    try:
+        _time(problem, timed, timing)
     finally:
-        runner = None  # drop the outputs before giving the memory back
+        del runner, timed  # drop the outputs and graphs before giving the memory back
         free_device_memory()
     return rows
 
@@ -428,19 +439,28 @@ def run(problems: Sequence[DecodeProblem], impls: Sequence[DecodeImpl], timing: 
             device.release()
             every(problem, caches, *clocks.classify(exc))
             continue
-        try:
+        runners: list[Any] = []
+        timed: list[tuple[dict, clocks.Prepared]] = []
+        try:  # every implementation set up on the case's caches, then their loops taken in turn
+            got = []
             for impl in order:
                 why = timing.spent(started)
                 if why is not None:
-                    got = [_row(problem, impl, mode, caches) for mode in modes]
-                    for r in got:
+                    skipped = [_row(problem, impl, mode, caches) for mode in modes]
+                    for r in skipped:
                         r.update(status="skipped", note=why)
-                else:
-                    got = measure(impl, problem, inputs, timing, modes, warmed)
-                rows.extend(got)
-                report(problem, got)
+                    got += skipped
+                    continue
+                impl_rows, runner, ready = _prepare(impl, problem, inputs, timing, modes, warmed)
+                got += impl_rows
+                runners.append(runner)
+                timed += ready
+            _time(problem, timed, timing)
+            rows.extend(got)
+            report(problem, got)
         finally:
-            inputs = None
+            inputs = runners = timed = None
+            free_device_memory()
             device.release()
     if copy_bw:
         for r in rows:
@@ -496,7 +516,8 @@ def render(doc: dict) -> str:
              f"mode{'s' if len(modes) > 1 else ''} {', '.join(modes)}: "
              + "; ".join({"call": "CUDA events around back-to-back calls of each public function, host time included",
                           "graph": "the calls captured in a CUDA graph, replays timed the same way"}[m] for m in modes)
-             + f"; median of {h['repeats']} timed loops after {h['warmup']} warm-ups",
+             + f"; median of {h['repeats']} timed loops after {h['warmup']} warm-ups, the implementations' and modes' "
+               "loops taken in turn",
              "cells: n/a = not available, unsup = unsupported, OOM = out of memory, skip = skipped, err = error "
              "(reasons under notes)"]
     impls = [(i["name"], i["label"], i["ours"]) for i in h["impls"]]

@@ -56,63 +56,96 @@ def _failed(row: dict, exc: BaseException, problem: Problem, key: tuple, history
         history.stopped[key] = f"out of memory at N={problem.n}"
 
 
-def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, history: _History | None = None,
-            warmed: set | None = None, modes: Sequence[str] = ("call",)) -> list[dict]:
-    """One row per mode: status "ok" (seconds, tflops), "oom", "unsupported", "not available", "skipped"
-    or "error". One setup serves every mode; each mode is timed by :func:`clocks.time_runner`."""
-    history = history if history is not None else _History()
-    warmed = warmed if warmed is not None else set()
+@dataclass
+class _Pending:
+    """An implementation set up for a configuration and pass (:func:`_prepare`): its rows (one per mode, each with a
+    status once it failed or was skipped), its runner, and the modes ready to time."""
+
+    key: tuple
+    rows: list[dict]
+    runner: object = None
+    timed: list[tuple[dict, clocks.Prepared]] = field(default_factory=list)
+
+
+def _prepare(impl: Impl, problem: Problem, direction: str, timing: Timing, history: _History, warmed: set,
+             modes: Sequence[str]) -> _Pending:
+    """``impl`` on ``problem`` set up once for every mode (:func:`clocks.prepare` each), or its rows' status: "not
+    available", "skipped" (stopped at a smaller N, or too slow by estimate or after one call), "oom", "unsupported" or
+    "error"."""
     rows = [_row(problem, impl, direction, mode) for mode in modes]
-    key = (problem.table, impl.name, direction, problem.d, problem.dtype, problem.causal)
+    pending = _Pending((problem.table, impl.name, direction, problem.d, problem.dtype, problem.causal), rows)
     flops = rows[0]["flops"]  # what this implementation computes (Impl.workload)
 
-    def every(**values: object) -> list[dict]:
+    def every(**values: object) -> _Pending:
         for r in rows:
             r.update(values)
-        return rows
+        return pending
 
     reason = impl.unavailable(direction)
     if reason is not None:
         return every(status="not available", note=reason)
-    if key in history.stopped:
-        return every(status="skipped", note=history.stopped[key])
-    rate = history.rates.get(key)
+    if pending.key in history.stopped:
+        return every(status="skipped", note=history.stopped[pending.key])
+    rate = history.rates.get(pending.key)
     if rate:
         estimate = flops / rate
         if estimate > timing.max_call_seconds:
             if problem.table == "long":
-                history.stopped[key] = f"too slow at N={problem.n}"
+                history.stopped[pending.key] = f"too slow at N={problem.n}"
             return every(status="skipped", note=f"estimated {estimate * 1e3:.0f} ms per call (from its rate at a "
                                                  f"smaller N) > --max-call-ms {timing.max_call_seconds * 1e3:g}")
-    runner = None
     try:
-        runner = impl.setup(problem, direction)
-        for row in rows:
-            try:
-                got = clocks.time_runner(runner, timing, row["mode"], cold=impl.name not in warmed)
-            except Exception as exc:
-                _failed(row, exc, problem, key, history)
-                if isinstance(exc, TooSlow):  # every later mode would be as slow
-                    for later in rows[rows.index(row) + 1:]:
-                        later.update(status="skipped", note=row["note"])
-                    break
-                continue
-            finally:
-                warmed.add(impl.name)
-            row.update(status="ok", seconds=got.seconds, tflops=flops / got.seconds / 1e12,
-                       timed_calls=got.calls, loop=got.loop, method=got.method)
-            if row is rows[0]:  # the first mode's rate estimates the next N's time
-                history.rates[key] = flops / got.seconds
+        pending.runner = impl.setup(problem, direction)
+        try:
+            pending.timed = clocks.prepare_modes(
+                pending.runner, timing, rows, cold=impl.name not in warmed,
+                failed=lambda row, exc: _failed(row, exc, problem, pending.key, history))
+        finally:
+            warmed.add(impl.name)
     except Exception as exc:
         for row in rows:
-            _failed(row, exc, problem, key, history)
+            _failed(row, exc, problem, pending.key, history)
+        pending.runner, pending.timed = None, []
+    return pending
+
+
+def _measure(group: Sequence[_Pending], problem: Problem, timing: Timing, history: _History) -> list[dict]:
+    """Time every prepared mode of ``group`` in turn (:func:`clocks.interleave`), release the runners, and return the
+    rows: status "ok" (seconds, tflops) where every sample ran, else the failure's."""
+    timed = [(p, row, prepared) for p in group for row, prepared in p.timed]
+
+    def failed(i: int, exc: BaseException) -> None:
+        p, row, _ = timed[i]
+        _failed(row, exc, problem, p.key, history)
+
+    try:
+        clocks.interleave([prepared for _, _, prepared in timed], timing.repeats, failed)
+        for p, row, prepared in timed:
+            if row["status"] is None:
+                got = prepared.measured()
+                row.update(status="ok", seconds=got.seconds, tflops=row["flops"] / got.seconds / 1e12,
+                           timed_calls=got.calls, loop=got.loop, method=got.method)
+                if row is p.rows[0]:  # the first mode's rate estimates the next N's time
+                    history.rates[p.key] = row["flops"] / got.seconds
     finally:
-        runner = None  # drop the inputs and outputs before giving the memory back
+        timed.clear()
+        for p in group:  # drop the inputs, outputs and graphs before giving the memory back
+            p.runner, p.timed = None, []
         free_device_memory()
+    rows = [row for p in group for row in p.rows]
     for row in rows:
         if problem.table == "long" and row["status"] == "oom":
             row["tflops"] = -1.0
     return rows
+
+
+def measure(impl: Impl, problem: Problem, direction: str, timing: Timing, history: _History | None = None,
+            warmed: set | None = None, modes: Sequence[str] = ("call",)) -> list[dict]:
+    """One row per mode of ``impl`` alone on ``problem``: status "ok" (seconds, tflops), "oom", "unsupported",
+    "not available", "skipped" or "error". One setup serves every mode; the modes' loops are taken in turn."""
+    history = history if history is not None else _History()
+    warmed = warmed if warmed is not None else set()
+    return _measure([_prepare(impl, problem, direction, timing, history, warmed, modes)], problem, timing, history)
 
 
 def _config(r: dict) -> tuple:
@@ -174,13 +207,14 @@ def environment(impls: Sequence[Impl]) -> dict:
     return env
 
 
-TIMING = ("every implementation alike (iokernels.bench.clocks.time_runner): mode call: CUDA events around `loop` "
-          "back-to-back calls of its public function (host time included wherever the GPU waits for it; no "
-          "CUDA graph, no prebuilt plan; one untimed call enqueued first, as in a loop of calls), divided by "
+TIMING = ("every implementation alike (iokernels.bench.clocks.prepare and interleave): mode call: CUDA events "
+          "around `loop` back-to-back calls of its public function (host time included wherever the GPU waits for "
+          "it; no CUDA graph, no prebuilt plan; one untimed call enqueued first, as in a loop of calls), divided by "
           "`loop`; mode graph: the same call captured once in a "
           "CUDA graph (torch.cuda.graph for torch callables, cupy stream capture for cupy ones) and `loop` "
           "replays timed the same way. Median of `repeats` loops after `warmup` calls; `loop` per row, "
-          "chosen from one call so that a loop lasts about 5 ms. torch backward: "
+          "chosen from one call so that a loop lasts about 5 ms; the loops of a configuration's implementations "
+          "and modes taken in turn, one of each per round (iokernels.bench.clocks.interleave). torch backward: "
           "torch.autograd.grad(out, (q, k, v), dout, retain_graph=True); forward under torch.no_grad()")
 
 
@@ -202,23 +236,32 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
     order = sorted(impls, key=lambda i: PRIORITY.index(i.name) if i.name in PRIORITY else len(PRIORITY))
 
     def one(problem: Problem) -> list[dict]:
+        """Every implementation of ``problem`` set up, then timed in turn (a group); one that runs out of memory
+        beside the others' inputs is set up again alone, after the group before it is timed and released."""
         out = []
         for direction in directions:
+            group: list[_Pending] = []
             for impl in order:
                 spent = timing.spent(started)
                 if spent:
-                    got = [_row(problem, impl, direction, mode) for mode in modes]
-                    for row in got:
+                    p = _Pending((), [_row(problem, impl, direction, mode) for mode in modes])
+                    for row in p.rows:
                         row.update(status="skipped", note=spent)
                 else:
-                    got = measure(impl, problem, direction, timing, history, warmed, modes)
-                out += got
-                if progress is not None:
-                    for row in got:
-                        value = f"{row['tflops']:.1f} TFLOP/s ({row['seconds'] * 1e3:.3f} ms)" \
-                            if row["status"] == "ok" else f"{row['status']}: {row['note']}"
-                        progress(f"{problem.table} {problem.describe()} {direction} {row['mode']} {impl.name}: "
-                                 f"{value}")
+                    p = _prepare(impl, problem, direction, timing, history, warmed, modes)
+                    if any(r["status"] == "oom" for r in p.rows) and any(q.timed for q in group):
+                        out += _measure(group, problem, timing, history)
+                        group = []
+                        history.stopped.pop(p.key, None)
+                        p = _prepare(impl, problem, direction, timing, history, warmed, modes)
+                group.append(p)
+            got = _measure(group, problem, timing, history)
+            out += got
+        if progress is not None:
+            for row in out:
+                value = f"{row['tflops']:.1f} TFLOP/s ({row['seconds'] * 1e3:.3f} ms)" \
+                    if row["status"] == "ok" else f"{row['status']}: {row['note']}"
+                progress(f"{problem.table} {problem.describe()} {row['pass']} {row['mode']} {row['impl']}: {value}")
         return out
 
     for problem in problems:
@@ -354,7 +397,8 @@ def render(doc: dict) -> str:
                                   "included, one untimed call in flight first",
                           "graph": "the same call captured in a CUDA graph, replays timed the same way"}[m]
                          for m in modes)
-             + f"; median of {h['repeats']} timed loops after {h['warmup']} warm-ups; a configuration over "
+             + f"; median of {h['repeats']} timed loops after {h['warmup']} warm-ups, the implementations' and modes' "
+               "loops taken in turn; a configuration over "
                f"{h['max_call_seconds'] * 1e3:g} ms per call is skipped",
              "cells: n/a = not available, unsup = unsupported, OOM = out of memory, skip = too slow, err = error "
              "(reasons under notes)"]

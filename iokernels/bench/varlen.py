@@ -1,6 +1,7 @@
 """``iokernels bench --varlen`` (issue #23): a variable-length batch (B sequences of random lengths, packed without
-padding), ours beside the ways torch runs it, every implementation timed by :func:`iokernels.bench.clocks.time_runner`
-(the one timing method, modes "call" and "graph") in the same run.
+padding), ours beside the ways torch runs it, every implementation timed the one way of :mod:`iokernels.bench.clocks`
+(modes "call" and "graph"; a problem's implementations and modes set up, then their loops taken in turn) in the same
+run.
 
 The batch: B lengths drawn uniformly from 1 .. ``max_len`` (numpy, seeded), the same for queries and keys, H heads of
 d. Implementations, forward (under ``torch.no_grad``) and backward (``torch.autograd.grad`` of an output computed once,
@@ -242,36 +243,58 @@ def _row(problem: VarlenProblem, impl: VarlenImpl, direction: str, mode: str) ->
             "tflops_real": None, "tflops_own": None, "timed_calls": 0, "loop": None, "method": None, "note": None}
 
 
-def measure(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: clocks.Timing,
-            modes: Sequence[str], warmed: set) -> list[dict]:
+def _failed(row: dict, exc: BaseException) -> None:
+    row.update(zip(("status", "note"), clocks.classify(exc), strict=True))
+
+
+def _prepare(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: clocks.Timing,
+             modes: Sequence[str], warmed: set) -> tuple[list[dict], Any, list[tuple[dict, clocks.Prepared]]]:
+    """``impl`` set up once for every mode (its rows, runner and the modes ready to time), or its rows' status."""
     rows = [_row(problem, impl, direction, mode) for mode in modes]
     reason = impl.unavailable()
     if reason is not None:
         for row in rows:
             row.update(status="not available", note=reason)
-        return rows
-    runner = None
+        return rows, None, []
+    for row in rows:
+        if row["mode"] == "graph" and impl.graph_reason is not None:
+            row.update(status="unsupported", note=impl.graph_reason)
     try:
         runner = impl.setup(problem, direction)
+        try:
+            return rows, runner, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
+                                                      failed=_failed)
+        finally:
+            warmed.add(impl.name)
+    except Exception as exc:
         for row in rows:
-            if row["mode"] == "graph" and impl.graph_reason is not None:
-                row.update(status="unsupported", note=impl.graph_reason)
-                continue
-            try:
-                got = clocks.time_runner(runner, timing, row["mode"], cold=impl.name not in warmed)
-            except Exception as exc:
-                row.update(zip(("status", "note"), clocks.classify(exc), strict=True))
-                continue
-            finally:
-                warmed.add(impl.name)
+            if row["status"] is None:
+                _failed(row, exc)
+        return rows, None, []
+
+
+def _time(problem: VarlenProblem, direction: str, group: list[tuple[VarlenImpl, list[tuple[dict, clocks.Prepared]]]],
+          timing: clocks.Timing) -> None:
+    """Every prepared mode of a problem's implementations timed in turn (:func:`clocks.interleave`): "ok" rows."""
+    timed = [(impl, row, prepared) for impl, ready in group for row, prepared in ready]
+    clocks.interleave([prepared for _, _, prepared in timed], timing.repeats,
+                      lambda i, exc: _failed(timed[i][1], exc))
+    for impl, row, prepared in timed:
+        if row["status"] is None:
+            got = prepared.measured()
             row.update(status="ok", seconds=got.seconds, timed_calls=got.calls, loop=got.loop, method=got.method,
                        tflops_real=problem.flops(direction) / got.seconds / 1e12,
                        tflops_own=problem.flops(direction, impl.own_lengths(problem)) / got.seconds / 1e12)
-    except Exception as exc:
-        for row in rows:
-            row.update(zip(("status", "note"), clocks.classify(exc), strict=True))
+
+
+def measure(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: clocks.Timing,
+            modes: Sequence[str], warmed: set) -> list[dict]:
+    """One row per mode of ``impl`` alone; the modes' loops taken in turn."""
+    rows, runner, ready = _prepare(impl, problem, direction, timing, modes, warmed)
+    try:
+        _time(problem, direction, [(impl, ready)], timing)
     finally:
-        runner = None
+        del runner, ready
         free_device_memory()
     return rows
 
@@ -305,20 +328,37 @@ def run(problems: Sequence[VarlenProblem], impls: Sequence[VarlenImpl], timing: 
     rows: list[dict] = []
     warmed: set = set()
     for problem in problems:
-        for direction in passes:
-            for impl in impls:
-                spent = timing.spent(started)
-                if spent:
-                    got = [_row(problem, impl, direction, m) for m in modes]
-                    for r in got:
-                        r.update(status="skipped", note=spent)
-                else:
-                    got = measure(impl, problem, direction, timing, modes, warmed)
-                rows += got
-                for r in got if progress else ():
-                    value = (f"{r['tflops_real']:.1f} TFLOP/s real ({r['seconds'] * 1e3:.3f} ms)"
-                             if r["status"] == "ok" else f"{r['status']}: {r['note']}")
-                    progress(f"varlen {problem.describe()} {direction} {r['mode']} {impl.name}: {value}")
+        for direction in passes:  # every implementation set up, then their loops taken in turn
+            got: list[dict] = []
+            group: list[tuple[VarlenImpl, list[tuple[dict, clocks.Prepared]]]] = []
+            runners: list[Any] = []
+            try:
+                for impl in impls:
+                    spent = timing.spent(started)
+                    if spent:
+                        skipped = [_row(problem, impl, direction, m) for m in modes]
+                        for r in skipped:
+                            r.update(status="skipped", note=spent)
+                        got += skipped
+                        continue
+                    impl_rows, runner, ready = _prepare(impl, problem, direction, timing, modes, warmed)
+                    if any(r["status"] == "oom" for r in impl_rows) and group:  # beside the others' inputs: time
+                        _time(problem, direction, group, timing)                # and release them, then again alone
+                        group, runners = [], []
+                        free_device_memory()
+                        impl_rows, runner, ready = _prepare(impl, problem, direction, timing, modes, warmed)
+                    got += impl_rows
+                    runners.append(runner)
+                    group.append((impl, ready))
+                _time(problem, direction, group, timing)
+            finally:
+                group = runners = []
+                free_device_memory()
+            rows += got
+            for r in got if progress else ():
+                value = (f"{r['tflops_real']:.1f} TFLOP/s real ({r['seconds'] * 1e3:.3f} ms)"
+                         if r["status"] == "ok" else f"{r['status']}: {r['note']}")
+                progress(f"varlen {problem.describe()} {direction} {r['mode']} {r['impl']}: {value}")
     head = {"environment": environment(impls), "table": "varlen", "modes": list(modes), "passes": list(passes),
             "warmup": timing.warmup, "repeats": timing.repeats, "max_call_seconds": timing.max_call_seconds,
             "budget_seconds": timing.budget_seconds, "wall_seconds": time.monotonic() - started,

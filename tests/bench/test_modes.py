@@ -118,18 +118,95 @@ def test_too_slow_skips_every_mode():
 
 def test_every_implementation_goes_through_the_one_timing_function(monkeypatch):
     seen = []
-    real = clocks.time_runner
+    real = clocks.prepare
 
     def counted(runner, timing, mode="call", **kw):
         seen.append(mode)
         return real(runner, timing, mode, **kw)
 
-    monkeypatch.setattr(clocks, "time_runner", counted)
+    monkeypatch.setattr(clocks, "prepare", counted)
     impls = fakes()
     doc = suite.run(configs.main_problems([64], [512, 1024], ["float16"]), impls, TIMING, modes=clocks.MODES)
     ok = [r for r in doc["rows"] if r["status"] == "ok"]
     assert len(ok) == len(doc["rows"]) == len(seen) == 2 * 2 * len(impls) * 2  # problems, passes, impls, modes
     assert sorted(seen) == sorted(r["mode"] for r in ok)
+
+
+def test_a_configuration_s_loops_are_taken_in_turn():
+    """bench sets up every implementation of a configuration and pass, then takes one timed loop of each
+    (implementation, mode) per round, ``repeats`` rounds (clocks.interleave), so that the GPU's clock drift falls alike
+    on all; a sample that fails drops that one only."""
+    order = []
+
+    class Recording(FakeClock):
+        def loop_seconds(self, fn, loop):
+            order.append((self.owner, "graph" if getattr(fn, "replay", False) else "call", loop))
+            return super().loop_seconds(fn, loop)
+
+    class Traced(Fake):
+        def setup(self, problem, direction):
+            runner = super().setup(problem, direction)
+            clock = Recording(runner.clock.seconds, runner.clock.graph_factor)
+            clock.owner = self.name
+            return clocks.Runner(call=runner.call, clock=clock)
+
+    impls = [Traced("iokernels_torch", "io-torch", True, tflops=200.0), Traced("torch_cudnn", "CUDNN", False),
+             Traced("torch_flash", "FLASH", False, tflops=300.0)]
+    problem = configs.main_problems([64], [1024], ["float16"])
+    doc = suite.run(problem, impls, TIMING, backward=False, modes=clocks.MODES)
+    assert all(r["status"] == "ok" for r in doc["rows"]) and len(doc["rows"]) == 6
+    timed = [(name, mode) for name, mode, loop in order if loop > 1][-6 * TIMING.repeats:]  # the samples (not the
+    rounds = [timed[6 * r:6 * r + 6] for r in range(TIMING.repeats)]                       # one-call probes)
+    assert all(sorted(r) == sorted({(i.name, m) for i in impls for m in clocks.MODES}) for r in rounds), rounds
+    assert len({r[0] for r in rounds}) > 1  # each round starts elsewhere
+    assert all(r["timed_calls"] == TIMING.repeats * r["loop"] for r in doc["rows"])
+
+    calls = {"n": 0}
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("unspecified launch failure")
+
+    prepared = [clocks.Prepared(clocks.Runner(call=lambda: None, clock=FakeClock(1e-3)), lambda: None, 2, 1, "m", [])
+                for _ in range(3)]
+    prepared[1].sample = lambda: flaky()  # the second fails on its third sample
+    dropped = []
+    clocks.interleave(prepared, 4, lambda i, exc: dropped.append((i, str(exc))))
+    assert dropped == [(1, "unspecified launch failure")]
+    assert [len(p.times) for p in prepared] == [4, 0, 4]
+
+
+def test_an_implementation_out_of_memory_beside_the_others_is_set_up_again_alone():
+    """Set up beside the others' inputs an implementation may run out of memory that it would not alone: the group
+    before it is timed and released, and it is set up again by itself."""
+    import weakref
+
+    alive = []
+
+    class Tracked(Fake):
+        def setup(self, problem, direction):
+            runner = super().setup(problem, direction)
+            alive.append(1)
+            weakref.finalize(runner, alive.pop)
+            return runner
+
+    class Big(Tracked):
+        tries = 0
+
+        def setup(self, problem, direction):
+            Big.tries += 1
+            if alive:
+                raise MemoryError("out of memory beside the others")
+            return super().setup(problem, direction)
+
+    impls = [Tracked("iokernels_torch", "io-torch", True), Big("torch_cudnn", "CUDNN", False),
+             Tracked("torch_flash", "FLASH", False)]
+    doc = suite.run(configs.main_problems([64], [1024], ["float16"]), impls, TIMING, backward=False,
+                    modes=("call",))
+    assert {r["impl"]: r["status"] for r in doc["rows"]} == {"iokernels_torch": "ok", "torch_cudnn": "ok",
+                                                              "torch_flash": "ok"}
+    assert Big.tries == 2 and not alive  # refused beside the others, then set up alone; every runner released
 
 
 def test_only_clocks_times_anything():
