@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import random
 import statistics
 import sys
 import time
@@ -351,14 +352,14 @@ def prepare_modes(runner: Runner, timing: Timing, rows: Sequence[dict], *, cold:
 
 def interleave(prepared: Sequence[Prepared], repeats: int,
                failed: Callable[[int, BaseException], None] | None = None) -> None:
-    """``repeats`` samples of each of ``prepared``, taken in turn: round r times one loop of each, starting from
-    the r-th (so that no implementation always follows the same one), so that the GPU's clock and power state, which
-    drift within a second of sustained attention, fall alike on every implementation of a configuration. A sample
+    """``repeats`` samples of each of ``prepared``, taken in turn: round r times one loop of each, in an order
+    shuffled per round (seeded by r, so a run repeats itself), so that the GPU's clock and power state, which drift
+    within a second of sustained attention, fall alike on every implementation of a configuration, and no
+    implementation always follows the same one (a loop after a lighter one may find more power headroom). A sample
     that raises drops that implementation from the rounds (``failed(index, exception)``; re-raised without it)."""
     live = list(range(len(prepared)))
     for r in range(repeats):
-        n = len(live)
-        for i in [live[(r + k) % n] for k in range(n)] if n else []:
+        for i in random.Random(r).sample(live, len(live)):
             try:
                 prepared[i].sample()
             except Exception as exc:
