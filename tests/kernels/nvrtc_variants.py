@@ -42,7 +42,27 @@ def _text(source: str) -> str:
     return build_source(source, {}, False) if source.endswith(".cu") else ""
 
 
-def ONE_ARCH(source: str) -> tuple[str, ...]:
+# The kernels that reach ARCH_BRANCH, for a source whose other kernels do not (test_compile.py checks it in the text):
+# flash_tc_bwd.cu's branch is bwd.cuh's bwd_red_add2 (dQ's float2 reductions), called only under #if FTB_DQ, where
+# flash_tc_bwd is the one kernel; flash_tc_bwd_dkdv and flash_tc_bwd_dq (the deterministic plan's) have no atomics
+ARCH_BRANCH_KERNELS = {"flash_tc_bwd.cu": ("flash_tc_bwd",)}
+
+
+def kernel_names(variant: CompileVariant) -> set[str]:
+    """The kernels a variant instantiates (its name expressions without template arguments)."""
+    return {expr.partition("<")[0].strip() for expr in variant.name_expressions}
+
+
+def variant_archs(source: str, variant: CompileVariant) -> tuple[str, ...]:
+    """:func:`ALL_ARCHS` for one variant: sm_90 alone where none of its kernels reaches the sm_90-only branch
+    (:data:`ARCH_BRANCH_KERNELS`), the same code on both architectures as in a source without the branch."""
+    archs = ALL_ARCHS(source)
+    if source in ARCH_BRANCH_KERNELS and not kernel_names(variant) & set(ARCH_BRANCH_KERNELS[source]):
+        return ("sm_90",)
+    return archs
+
+
+def ONE_ARCH(source: str, variant: CompileVariant | None = None) -> tuple[str, ...]:
     """The one architecture a variant family compiles for: sm_90 (the GPU we run), or the source's own."""
     return SOURCE_ARCHS.get(source, ("sm_90",))[:1]
 

@@ -10,11 +10,18 @@ template instance any of them names, so that nothing is compiled twice. Each cas
 the plain build: a cubin, no warnings, no wgmma serialized by ptxas, a ptxas report for every instance, no spills
 and zero stack; and the 64-bit counter flush in the counting build only.
 
-The counting build compiles every instance. The plain build compiles one of each set of gemm.cu instances that differ
-only in the tensors they count (``gemm<T, TRANS_A, TRANS_B, TA, TB, TC>``: TA, TB, TC name counter slots, which the
-plain build does not have), the same plain code under another name (:func:`plain_instances`; CI time: gemm.cu's
-three largest cases compile 24 instances instead of 12 in the plain build, 21 s of NVRTC to 10 s; the test below
-checks that TA, TB and TC reach nothing but the counting helpers).
+Two rules keep every code path compiled in both builds without compiling the same code twice (CI's time: 2 cores), each
+with a CPU test below of its premise in the kernels' text, which fails when an edit breaks it:
+
+- gemm.cu's instances that differ only in the tensors they count (``gemm<T, TRANS_A, TRANS_B, TA, TB, TC>``: TA, TB,
+  TC name counter slots) have the same plain code, and counting code that differs only in the constant offsets
+  iok_flush adds their bytes at. Of each such group the plain build compiles the first and the counting build the
+  others (:func:`build_instances`), so each instance, with its static_asserts, is compiled in one build and each
+  group's code in both (gemm.cu's largest case: 6 instances in each build, where it was 12 counting and 6 plain).
+- A source with an sm_90-only branch compiles for sm_80 too only the modules whose kernels reach it
+  (``nvrtc_variants.ARCH_BRANCH_KERNELS``): flash_tc_bwd.cu's deterministic kernels (flash_tc_bwd_dkdv,
+  flash_tc_bwd_dq) have no atomics, the same code on both architectures, and compile for sm_90 alone like a source
+  without the branch (10 cases fewer).
 """
 
 from __future__ import annotations
@@ -30,7 +37,16 @@ from iokernels.kernels.sources import CompileVariant, build_source, compile_vari
 from iokernels.plan.mods import MOD_DEFINES
 
 from ..plan.test_dropout_fast import dropout_variants as fast_dropout_variants
-from .nvrtc_variants import ALL_ARCHS, HAVE_NVRTC, ONE_ARCH, U64_ATOMIC, needs_nvrtc
+from .nvrtc_variants import (
+    ARCH_BRANCH,
+    ARCH_BRANCH_KERNELS,
+    HAVE_NVRTC,
+    ONE_ARCH,
+    U64_ATOMIC,
+    kernel_names,
+    needs_nvrtc,
+    variant_archs,
+)
 from .test_causal_compile import causal_variants
 from .test_dropout_compile import dropout_variants
 from .test_mask_compile import mask_variants
@@ -44,9 +60,9 @@ if HAVE_NVRTC:
     from iokernels.kernels.nvrtc import compile_to_cubin
 
 Family = Callable[[], dict[str, list[CompileVariant]]]
-# (family, the architectures each of its sources compiles for)
-FAMILIES: tuple[tuple[Family, Callable[[str], tuple[str, ...]]], ...] = (
-    (lambda: {source: compile_variants(source) for source in list_sources()}, ALL_ARCHS),
+# (family, the architectures each of its (source, variant) compiles for)
+FAMILIES: tuple[tuple[Family, Callable[[str, CompileVariant], tuple[str, ...]]], ...] = (
+    (lambda: {source: compile_variants(source) for source in list_sources()}, variant_archs),
     (causal_variants, ONE_ARCH),
     (dropout_variants, ONE_ARCH),
     (mask_variants, ONE_ARCH),
@@ -64,7 +80,7 @@ def family_cases() -> Iterator[tuple[tuple[str, tuple, str], tuple[str, ...]]]:
     for family, archs in FAMILIES:
         for source, variants in family().items():
             for v in variants:
-                for arch in archs(source):
+                for arch in archs(source, v):
                     yield (source, tuple(sorted(v.defines.items())), arch), v.name_expressions
 
 
@@ -124,20 +140,25 @@ def plain_spill_allowed(source: str, defines: dict) -> int:
 COUNTED_TENSOR_ARGS = {"gemm": 3}
 
 
-def plain_instances(instances: tuple[str, ...]) -> tuple[str, ...]:
-    """The instances the plain build compiles: the first of each group that differs only in counted tensors."""
-    kept: dict[tuple[str, tuple[str, ...]], str] = {}
+def build_instances(instances: tuple[str, ...], counting: bool) -> tuple[str, ...]:
+    """The instances a build compiles, of each group that differs only in counted tensors: the plain build the first,
+    the counting build the others (the one where a group has one). Each group's code is compiled in both builds and
+    each instance, with its static_asserts, in one of them."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for expr in instances:
         name, _, args = expr.partition("<")
         values = tuple(a.strip() for a in args.rstrip(">").split(","))
-        kept.setdefault((name, values[:len(values) - COUNTED_TENSOR_ARGS.get(name, 0)]), expr)
-    return tuple(kept.values())
+        groups.setdefault((name, values[:len(values) - COUNTED_TENSOR_ARGS.get(name, 0)]), []).append(expr)
+    return tuple(e for group in groups.values() for e in ((group[1:] or group) if counting else group[:1]))
 
 
 def test_counted_tensor_arguments_reach_only_the_counting_helpers():
     """gemm.cu's TA, TB and TC (and GemmSlice::load's TI) appear only in its template header, IokCounters<...>, the
     helpers' template arguments and the static_asserts (the same in both builds): the plain code of two instances
-    that differ in them is the same, so :func:`plain_instances` compiles one of them in the plain build."""
+    that differ in them is the same. In the counting build the numbers in a counter pack reach only iok_slot (the
+    tensor's position in the pack: its registers), the distinct-tensors check and iok_flush's offsets into the global
+    counters (``slot + 2 * ids[i]``), so the counting code of two such instances differs in those constants alone.
+    :func:`build_instances` compiles one of them in the plain build and the other in the counting build."""
     from iokernels.kernels.sources import read_source
 
     text = read_source("gemm.cu")
@@ -147,10 +168,63 @@ def test_counted_tensor_arguments_reach_only_the_counting_helpers():
     spans = [m.span() for m in allowed.finditer(text)]
     for use in re.finditer(r"\bT[ABCI]\b", text):
         assert any(a <= use.start() < b for a, b in spans), text[max(0, use.start() - 80):use.end() + 80]
-    assert plain_instances(("gemm<float, 0, 0, 12, 1, 13>", "gemm<float, 0, 0, 5, 2, 3>", "gemm<float, 1, 0, 5, 9, 15>",
-                            "gemm<__half, 0, 0, 5, 2, 3>", "flash_q_outer<float>")) == (
+    counting = build_source("gemm.cu", {}, True)
+    allowed = re.compile(r"int\.\.\. Ts\b|sizeof\.\.\.\(Ts\)|(?:<|, )Ts\.\.\.>|constexpr int ids\[\] = \{Ts\.\.\.\};"
+                         r"|if \(ids\[i\] == T\) return i;|if \(ids\[i\] < 0 \|\| ids\[i\] >= IOK_NUM_TENSORS\)"
+                         r"|if \(ids\[j\] == ids\[i\]\)|slot \+ 2 \* ids\[i\](?: \+ 1)?, [rw]\)|pack Ts, or -1")
+    spans = [m.span() for m in allowed.finditer(counting)]
+    uses = list(re.finditer(r"\bTs\b|\bids\b", counting))
+    assert sum("slot + 2 * ids[i]" in m.group(0) for m in allowed.finditer(counting)) >= 2  # the flush's offsets
+    for use in uses:
+        assert any(a <= use.start() < b for a, b in spans), counting[max(0, use.start() - 80):use.end() + 80]
+    instances = ("gemm<float, 0, 0, 12, 1, 13>", "gemm<float, 0, 0, 5, 2, 3>", "gemm<float, 1, 0, 5, 9, 15>",
+                 "gemm<__half, 0, 0, 5, 2, 3>", "flash_q_outer<float>")
+    assert build_instances(instances, counting=False) == (
         "gemm<float, 0, 0, 12, 1, 13>", "gemm<float, 1, 0, 5, 9, 15>", "gemm<__half, 0, 0, 5, 2, 3>",
         "flash_q_outer<float>")
+    assert build_instances(instances, counting=True) == (
+        "gemm<float, 0, 0, 5, 2, 3>", "gemm<float, 1, 0, 5, 9, 15>", "gemm<__half, 0, 0, 5, 2, 3>",
+        "flash_q_outer<float>")
+
+
+def under_if(lines: list[str], condition: str) -> list[bool]:
+    """Per line: whether it lies in the true branch of an ``#if <condition>`` (at any depth of nesting)."""
+    stack: list[bool] = []
+    out = []
+    for line in lines:
+        directive = re.match(r"\s*#\s*(\w+)\s*(.*?)\s*(?://.*)?$", line)
+        word, rest = directive.groups() if directive else ("", "")
+        if word in ("if", "ifdef", "ifndef"):
+            stack.append(word == "if" and rest == condition)
+        elif word in ("elif", "else"):
+            stack[-1] = word == "elif" and rest == condition
+        elif word == "endif":
+            stack.pop()
+        out.append(any(stack))
+    assert not stack, "unbalanced #if"
+    return out
+
+
+def test_only_the_named_kernels_reach_the_sm90_branch():
+    """ARCH_BRANCH_KERNELS' premise: in flash_tc_bwd.cu with its headers the sm_90-only branch lies in bwd_red_add2
+    alone, every call of it is under ``#if FTB_DQ``, and flash_tc_bwd is the one kernel defined there (flash_tc_bwd_dkdv
+    in its #else, flash_tc_bwd_dq in the query-outer layout's branch): a module of those two has the same code on
+    sm_80 as on sm_90, so it compiles for sm_90 alone, and flash_tc_bwd's modules for both."""
+    assert ARCH_BRANCH_KERNELS == {"flash_tc_bwd.cu": ("flash_tc_bwd",)}  # another entry needs its own check here
+    lines = build_source("flash_tc_bwd.cu", {}, False).splitlines()
+    start = next(i for i, line in enumerate(lines) if re.search(r"\bvoid bwd_red_add2\(", line))
+    end = lines.index("}", start)
+    branch = [i for i, line in enumerate(lines) if ARCH_BRANCH in line]
+    assert branch and all(start < i < end for i in branch), [lines[i] for i in branch]
+    under = under_if(lines, "FTB_DQ")
+    calls = [i for i, line in enumerate(lines) if re.search(r"\bbwd_red_add2\b", line) and i != start]
+    assert calls and all(under[i] for i in calls), [lines[i] for i in calls if not under[i]]
+    text = "\n".join(lines)
+    kernels = {m.group(1): under[text.count("\n", 0, m.start(1))]
+               for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", text)}
+    assert kernels == {"flash_tc_bwd": True, "flash_tc_bwd_dkdv": False, "flash_tc_bwd_dq": False}
+    sm80 = [merged()[key] for key in merged() if key[0] == "flash_tc_bwd.cu" and key[2] == "sm_80"]
+    assert sm80 and all(kernel_names(CompileVariant({}, names)) == {"flash_tc_bwd"} for names in sm80)
 
 
 def test_merging_only_removes_duplicates():
@@ -167,7 +241,7 @@ def test_merging_only_removes_duplicates():
 @pytest.mark.parametrize(("source", "defines", "arch"), CASES)
 def test_compiles_in_both_builds_without_spills(source: str, defines: tuple, arch: str) -> None:
     every = merged()[(source, defines, arch)]
-    built = {True: every, False: plain_instances(every)}
+    built = {counting: build_instances(every, counting) for counting in (True, False)}
     results = {counting: compile_to_cubin(build_source(source, dict(defines), counting), arch=arch, name=source,
                                           name_expressions=instances)
                for counting, instances in built.items()}
