@@ -369,6 +369,22 @@ def interleave(prepared: Sequence[Prepared], repeats: int,
                 live.remove(i)
 
 
+def time_in_turn(timed: Sequence[tuple[dict, Prepared]], repeats: int,
+                 failed: Callable[[dict, BaseException], None]) -> list[dict]:
+    """The (row, Prepared) pairs of a configuration (:func:`prepare_modes` of each implementation) timed in turn
+    (:func:`interleave`); a failing sample is its row's (``failed(row, exc)``). Each row whose samples all ran gets
+    status "ok", seconds (the median per call), timed_calls, loop and method; those rows are returned, for the
+    caller's rates. The Prepared hold the runners: dropping ``timed`` releases them."""
+    interleave([prepared for _, prepared in timed], repeats, lambda i, exc: failed(timed[i][0], exc))
+    done = []
+    for row, prepared in timed:
+        if row["status"] is None:
+            got = prepared.measured()
+            row.update(status="ok", seconds=got.seconds, timed_calls=got.calls, loop=got.loop, method=got.method)
+            done.append(row)
+    return done
+
+
 def host_seconds(runner: Runner, calls: int = 200, warmup: int = 20, chunk: int = OVERHEAD_CHUNK) -> list[float]:
     """Host seconds of each of ``calls`` calls: time.perf_counter around the call only (its enqueue;
     nothing waits for the GPU inside the timed region). Every ``chunk`` calls the stream is

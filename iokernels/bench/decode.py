@@ -293,50 +293,47 @@ def _failed(row: dict, exc: BaseException) -> None:
 
 
 def _prepare(impl: DecodeImpl, problem: DecodeProblem, inputs: DecodeInputs, timing: clocks.Timing,
-             modes: Sequence[str], warmed: set) -> tuple[list[dict], Any, list[tuple[dict, clocks.Prepared]]]:
-    """``impl`` set up on the shared caches once for every mode (its rows, runner and the modes ready to time), or its
-    rows' status: "not available", "unsupported", "oom", "skipped", "error" with the reason."""
+             modes: Sequence[str], warmed: set) -> tuple[list[dict], list[tuple[dict, clocks.Prepared]]]:
+    """``impl`` set up on the shared caches once for every mode (its rows and the modes ready to time), or its rows'
+    status: "not available", "unsupported", "oom", "skipped", "error" with the reason."""
     rows = [_row(problem, impl, mode, len(inputs.caches)) for mode in modes]
     reason = impl.unavailable()
     if reason is not None:
         for row in rows:
             row.update(status="not available", note=reason)
-        return rows, None, []
+        return rows, []
     try:
         runner = impl.setup(problem, inputs)
         backend = impl.backend_choice(problem, inputs)
         for row in rows:
             row["backend"] = backend
         try:
-            return rows, runner, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
+            return rows, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
                                                       failed=_failed)
         finally:
             warmed.add(impl.name)
     except Exception as exc:
         for row in rows:
             _failed(row, exc)
-        return rows, None, []
+        return rows, []
 
 
 def _time(problem: DecodeProblem, timed: list[tuple[dict, clocks.Prepared]], timing: clocks.Timing) -> None:
-    """Every prepared mode of a case's implementations timed in turn (:func:`clocks.interleave`): "ok" rows."""
-    clocks.interleave([prepared for _, prepared in timed], timing.repeats, lambda i, exc: _failed(timed[i][0], exc))
-    for row, prepared in timed:
-        if row["status"] is None:
-            got = prepared.measured()
-            row.update(status="ok", seconds=got.seconds, kv_tbps=problem.kv_bytes / got.seconds / 1e12,
-                       timed_calls=got.calls, loop=got.loop, method=got.method)
+    """Every prepared mode of a case's implementations timed in turn (:func:`clocks.time_in_turn`), with their KV
+    read bandwidth."""
+    for row in clocks.time_in_turn(timed, timing.repeats, _failed):
+        row["kv_tbps"] = problem.kv_bytes / row["seconds"] / 1e12
 
 
 def measure(impl: DecodeImpl, problem: DecodeProblem, inputs: DecodeInputs, timing: clocks.Timing,
             modes: Sequence[str] = ("call",), warmed: set | None = None) -> list[dict]:
     """One row per mode of ``impl`` alone: "ok" (seconds, kv_tbps), or "not available", "unsupported", "oom",
     "skipped", "error" with the reason. One setup serves every mode; the modes' loops are taken in turn."""
-    rows, runner, timed = _prepare(impl, problem, inputs, timing, modes, warmed if warmed is not None else set())
+    rows, timed = _prepare(impl, problem, inputs, timing, modes, warmed if warmed is not None else set())
     try:
         _time(problem, timed, timing)
     finally:
-        del runner, timed  # drop the outputs and graphs before giving the memory back
+        del timed  # drop the runner's outputs and graphs before giving the memory back
         free_device_memory()
     return rows
 
@@ -439,7 +436,6 @@ def run(problems: Sequence[DecodeProblem], impls: Sequence[DecodeImpl], timing: 
             device.release()
             every(problem, caches, *clocks.classify(exc))
             continue
-        runners: list[Any] = []
         timed: list[tuple[dict, clocks.Prepared]] = []
         try:  # every implementation set up on the case's caches, then their loops taken in turn
             got = []
@@ -451,15 +447,14 @@ def run(problems: Sequence[DecodeProblem], impls: Sequence[DecodeImpl], timing: 
                         r.update(status="skipped", note=why)
                     got += skipped
                     continue
-                impl_rows, runner, ready = _prepare(impl, problem, inputs, timing, modes, warmed)
+                impl_rows, ready = _prepare(impl, problem, inputs, timing, modes, warmed)
                 got += impl_rows
-                runners.append(runner)
                 timed += ready
             _time(problem, timed, timing)
             rows.extend(got)
             report(problem, got)
         finally:
-            inputs = runners = timed = None
+            inputs = timed = None
             free_device_memory()
             device.release()
     if copy_bw:

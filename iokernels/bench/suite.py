@@ -59,11 +59,10 @@ def _failed(row: dict, exc: BaseException, problem: Problem, key: tuple, history
 @dataclass
 class _Pending:
     """An implementation set up for a configuration and pass (:func:`_prepare`): its rows (one per mode, each with a
-    status once it failed or was skipped), its runner, and the modes ready to time."""
+    status once it failed or was skipped) and the modes ready to time (each Prepared holds the runner)."""
 
     key: tuple
     rows: list[dict]
-    runner: object = None
     timed: list[tuple[dict, clocks.Prepared]] = field(default_factory=list)
 
 
@@ -95,42 +94,35 @@ def _prepare(impl: Impl, problem: Problem, direction: str, timing: Timing, histo
             return every(status="skipped", note=f"estimated {estimate * 1e3:.0f} ms per call (from its rate at a "
                                                  f"smaller N) > --max-call-ms {timing.max_call_seconds * 1e3:g}")
     try:
-        pending.runner = impl.setup(problem, direction)
+        runner = impl.setup(problem, direction)
         try:
             pending.timed = clocks.prepare_modes(
-                pending.runner, timing, rows, cold=impl.name not in warmed,
+                runner, timing, rows, cold=impl.name not in warmed,
                 failed=lambda row, exc: _failed(row, exc, problem, pending.key, history))
         finally:
             warmed.add(impl.name)
     except Exception as exc:
         for row in rows:
             _failed(row, exc, problem, pending.key, history)
-        pending.runner, pending.timed = None, []
+        pending.timed = []
     return pending
 
 
 def _measure(group: Sequence[_Pending], problem: Problem, timing: Timing, history: _History) -> list[dict]:
-    """Time every prepared mode of ``group`` in turn (:func:`clocks.interleave`), release the runners, and return the
+    """Time every prepared mode of ``group`` in turn (:func:`clocks.time_in_turn`), release the runners, and return the
     rows: status "ok" (seconds, tflops) where every sample ran, else the failure's."""
-    timed = [(p, row, prepared) for p in group for row, prepared in p.timed]
-
-    def failed(i: int, exc: BaseException) -> None:
-        p, row, _ = timed[i]
-        _failed(row, exc, problem, p.key, history)
-
+    owner = {id(row): p for p in group for row in p.rows}
     try:
-        clocks.interleave([prepared for _, _, prepared in timed], timing.repeats, failed)
-        for p, row, prepared in timed:
-            if row["status"] is None:
-                got = prepared.measured()
-                row.update(status="ok", seconds=got.seconds, tflops=row["flops"] / got.seconds / 1e12,
-                           timed_calls=got.calls, loop=got.loop, method=got.method)
-                if row is p.rows[0]:  # the first mode's rate estimates the next N's time
-                    history.rates[p.key] = row["flops"] / got.seconds
+        done = clocks.time_in_turn([t for p in group for t in p.timed], timing.repeats,
+                                   lambda row, exc: _failed(row, exc, problem, owner[id(row)].key, history))
+        for row in done:
+            row["tflops"] = row["flops"] / row["seconds"] / 1e12
+            p = owner[id(row)]
+            if row is p.rows[0]:  # the first mode's rate estimates the next N's time
+                history.rates[p.key] = row["flops"] / row["seconds"]
     finally:
-        timed.clear()
         for p in group:  # drop the inputs, outputs and graphs before giving the memory back
-            p.runner, p.timed = None, []
+            p.timed = []
         free_device_memory()
     rows = [row for p in group for row in p.rows]
     for row in rows:

@@ -248,21 +248,21 @@ def _failed(row: dict, exc: BaseException) -> None:
 
 
 def _prepare(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: clocks.Timing,
-             modes: Sequence[str], warmed: set) -> tuple[list[dict], Any, list[tuple[dict, clocks.Prepared]]]:
-    """``impl`` set up once for every mode (its rows, runner and the modes ready to time), or its rows' status."""
+             modes: Sequence[str], warmed: set) -> tuple[list[dict], list[tuple[dict, clocks.Prepared]]]:
+    """``impl`` set up once for every mode (its rows and the modes ready to time), or its rows' status."""
     rows = [_row(problem, impl, direction, mode) for mode in modes]
     reason = impl.unavailable()
     if reason is not None:
         for row in rows:
             row.update(status="not available", note=reason)
-        return rows, None, []
+        return rows, []
     for row in rows:
         if row["mode"] == "graph" and impl.graph_reason is not None:
             row.update(status="unsupported", note=impl.graph_reason)
     try:
         runner = impl.setup(problem, direction)
         try:
-            return rows, runner, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
+            return rows, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
                                                       failed=_failed)
         finally:
             warmed.add(impl.name)
@@ -270,31 +270,28 @@ def _prepare(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: c
         for row in rows:
             if row["status"] is None:
                 _failed(row, exc)
-        return rows, None, []
+        return rows, []
 
 
 def _time(problem: VarlenProblem, direction: str, group: list[tuple[VarlenImpl, list[tuple[dict, clocks.Prepared]]]],
           timing: clocks.Timing) -> None:
-    """Every prepared mode of a problem's implementations timed in turn (:func:`clocks.interleave`): "ok" rows."""
-    timed = [(impl, row, prepared) for impl, ready in group for row, prepared in ready]
-    clocks.interleave([prepared for _, _, prepared in timed], timing.repeats,
-                      lambda i, exc: _failed(timed[i][1], exc))
-    for impl, row, prepared in timed:
-        if row["status"] is None:
-            got = prepared.measured()
-            row.update(status="ok", seconds=got.seconds, timed_calls=got.calls, loop=got.loop, method=got.method,
-                       tflops_real=problem.flops(direction) / got.seconds / 1e12,
-                       tflops_own=problem.flops(direction, impl.own_lengths(problem)) / got.seconds / 1e12)
+    """Every prepared mode of a problem's implementations timed in turn (:func:`clocks.time_in_turn`), with their
+    TFLOP/s on the real tokens and on each implementation's own."""
+    impl_of = {id(row): impl for impl, ready in group for row, _ in ready}
+    for row in clocks.time_in_turn([t for _, ready in group for t in ready], timing.repeats, _failed):
+        own = impl_of[id(row)].own_lengths(problem)
+        row.update(tflops_real=problem.flops(direction) / row["seconds"] / 1e12,
+                   tflops_own=problem.flops(direction, own) / row["seconds"] / 1e12)
 
 
 def measure(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: clocks.Timing,
             modes: Sequence[str], warmed: set) -> list[dict]:
     """One row per mode of ``impl`` alone; the modes' loops taken in turn."""
-    rows, runner, ready = _prepare(impl, problem, direction, timing, modes, warmed)
+    rows, ready = _prepare(impl, problem, direction, timing, modes, warmed)
     try:
         _time(problem, direction, [(impl, ready)], timing)
     finally:
-        del runner, ready
+        del ready
         free_device_memory()
     return rows
 
@@ -331,7 +328,6 @@ def run(problems: Sequence[VarlenProblem], impls: Sequence[VarlenImpl], timing: 
         for direction in passes:  # every implementation set up, then their loops taken in turn
             got: list[dict] = []
             group: list[tuple[VarlenImpl, list[tuple[dict, clocks.Prepared]]]] = []
-            runners: list[Any] = []
             try:
                 for impl in impls:
                     spent = timing.spent(started)
@@ -341,18 +337,17 @@ def run(problems: Sequence[VarlenProblem], impls: Sequence[VarlenImpl], timing: 
                             r.update(status="skipped", note=spent)
                         got += skipped
                         continue
-                    impl_rows, runner, ready = _prepare(impl, problem, direction, timing, modes, warmed)
+                    impl_rows, ready = _prepare(impl, problem, direction, timing, modes, warmed)
                     if any(r["status"] == "oom" for r in impl_rows) and group:  # beside the others' inputs: time
                         _time(problem, direction, group, timing)                # and release them, then again alone
-                        group, runners = [], []
+                        group = []
                         free_device_memory()
-                        impl_rows, runner, ready = _prepare(impl, problem, direction, timing, modes, warmed)
+                        impl_rows, ready = _prepare(impl, problem, direction, timing, modes, warmed)
                     got += impl_rows
-                    runners.append(runner)
                     group.append((impl, ready))
                 _time(problem, direction, group, timing)
             finally:
-                group = runners = []
+                group = []
                 free_device_memory()
             rows += got
             for r in got if progress else ():

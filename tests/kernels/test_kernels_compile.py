@@ -191,11 +191,10 @@ def test_forced_tiles_of_the_block_study_are_compiled():
 def test_the_flush_adds_no_barrier_and_no_shared_memory() -> None:
     """iok_flush sums per warp and adds with atomics (common.cuh): the counting build of a kernel has the plain build's
     barriers and shared memory, no more (a barrier-free flush: warps may reach it diverged, in any order)."""
-    source = build_source("selftest.cu", {"BLOCK_ROWS": 2}, True)
-    built = {counting: compile_to_cubin(build_source("selftest.cu", {"BLOCK_ROWS": 2}, counting),
-                                        name_expressions=("iok_selftest<float>",))
-             for counting in (True, False)}
-    assert "iok_flush" in source
+    sources = {counting: build_source("selftest.cu", {"BLOCK_ROWS": 2}, counting) for counting in (True, False)}
+    assert "iok_flush(c, iok_counters)" in sources[True]
+    built = {counting: compile_to_cubin(text, name_expressions=("iok_selftest<float>",))
+             for counting, text in sources.items()}
     barriers = {k: len(re.findall(r"\b(?:bar|barrier)\.(?:sync|cta\.sync)\b", r.ptx)) for k, r in built.items()}
     assert barriers[True] == barriers[False] >= 1, barriers  # the kernel's own __syncthreads, once in each
     assert (built[True].resources_of("iok_selftest<float>").shared
