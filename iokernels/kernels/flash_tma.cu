@@ -22,6 +22,13 @@
 // CAUSAL without PERSISTENT runs a block per item, each head's rows last to first (the longest first), the heads in
 // turn or, with HEAD_BAND, in bands of heads (common.cuh IOK_GRID_X).
 //
+// ITEM_LIST (with PERSISTENT; the causal plans'; iokernels/plan/fast.py item_list): block b takes the entries [work[b],
+// work[b + 1]) of the plan's list, work[G + 1 + i] (G = gridDim.x), each z T_r + (query block): the host's list
+// schedule of the causal items (longest first, in bands of heads as HEAD_BAND's, each to the block that finishes
+// first), so a block's next Q and K load while it finishes an item, and the blocks end together. Thread 0 reads the
+// two offsets before the roles part; the producer's thread and lane 0 of each consumer warp read each entry, one
+// item ahead.
+//
 // SPLIT (the split-KV decode, iokernels/plan/decode.py): the host passes the g query heads of each K/V head as one
 // head of g·N_q packed rows (n_q, bh: the packed rows and the batch·K/V heads; kv_group 1); block (x, s, z) takes key
 // tiles [s c, s c + c) of its item, c = ⌈T_c / S⌉ (S = gridDim.y, a split count the plan made with none empty), and
@@ -133,6 +140,16 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #ifdef IOK_MODS
 static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
 #endif
+#ifdef ITEM_LIST
+#ifndef PERSISTENT
+#error "ITEM_LIST: a persistent grid's list of items"
+#endif
+#define IOK_WORK_PARAM const int *__restrict__ work,
+#define IOK_WORK_T , IOK_T_work
+#else
+#define IOK_WORK_PARAM
+#define IOK_WORK_T
+#endif
 #ifdef MOD_STAGE
 constexpr int STAGE_PITCH = BC * static_cast<int>(sizeof(MOD_STAGE_T)) + 16;  // a query row in SMEM_STAGE (padded)
 constexpr int STAGE_CHUNKS = BC * static_cast<int>(sizeof(MOD_STAGE_T)) / 16;  // its 16-byte pieces
@@ -185,12 +202,13 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
               const __grid_constant__ IokTensorMap tmV, typename FwdOut<T>::type* __restrict__ O,
               float* __restrict__ lse, const int n_q_in, const int n_k_in, float scale, int kv_group, int bh,
               IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_MOD_PARAM IOK_CACHE_PARAM
-              IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              IOK_VARLEN_PARAM IOK_PACKED_PARAM IOK_WORK_PARAM IOK_DROPOUT_PARAM
+              unsigned long long* __restrict__ iok_counters)
 {
     static_assert(wg_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, OUT_T, LSE_T IOK_CACHE_T IOK_VARLEN_T IOK_BLOCK_MASK_T IOK_ALIBI_T
-                IOK_MOD_T> io;
+                IOK_MOD_T IOK_WORK_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
@@ -224,7 +242,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     int seq_keys = n_k;  // the keys of the block's sequence: n_k, or (RAGGED) its length, read below
     auto item_of = [&]([[maybe_unused]] int it) {
         Item w;
-#if defined(PERSISTENT) && defined(CAUSAL)
+#if defined(ITEM_LIST)
+        w.row0 = (it % t_r) * BR;  // (an entry of the list: z t_r + query block)
+        w.z = it / t_r;
+#elif defined(PERSISTENT) && defined(CAUSAL)
         w.row0 = (t_r - 1 - it / bh) * BR;
         w.z = it % bh;
 #elif defined(PERSISTENT)
@@ -333,6 +354,13 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __shared__ float alibi_slope;  // the block's head's (read once, by one thread)
     if (threadIdx.x == 0) alibi_slope = iok_ld<IOK_T_alibi>(io, alibi + item_of(0).z);
 #endif
+#ifdef ITEM_LIST
+    __shared__ int list_range[2];  // the block's entries of the list
+    if (threadIdx.x == 0) {
+        list_range[0] = iok_ld<IOK_T_work>(io, work + blockIdx.x);
+        list_range[1] = iok_ld<IOK_T_work>(io, work + blockIdx.x + 1);
+    }
+#endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_q, 1);
         iok_mbar_init(&empty_q, CONSUMERS / 32);
@@ -361,6 +389,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // grid's completion, so only its launch overlaps the splits
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+#ifdef ITEM_LIST
+    const int list_first = list_range[0], list_last = list_range[1];
+    const int* const entries = work + gridDim.x + 1;
+#endif
 #ifdef PERSISTENT
 #define ITEM_OF(it) item_of(it)
 #elif defined(BLOCK_SPARSE)
@@ -379,7 +411,15 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
             int ring = 0, nq = 0;  // K/V slots and Q tiles loaded so far
+#ifdef ITEM_LIST
+            int next = list_first < list_last ? iok_ld<IOK_T_work>(io, entries + list_first) : 0;
+#pragma unroll 1
+            for (int i = list_first; i < list_last; ++i) {
+                const int it = next;
+                if (i + 1 < list_last) next = iok_ld<IOK_T_work>(io, entries + i + 1);
+#else
             ITEM_LOOP {
+#endif
                 const Item w = ITEM_OF(it);
                 const int z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (scalars: a lambda captures them)
                 if (tiles == 0) continue;  // (a causal or window item whose rows see no key)
@@ -446,7 +486,15 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
         int ring = 0, nq = 0;  // K/V slots and Q tiles used so far
+#ifdef ITEM_LIST
+        int next = lane == 0 && list_first < list_last ? iok_ld<IOK_T_work>(io, entries + list_first) : 0;
+#pragma unroll 1
+        for (int i = list_first; i < list_last; ++i) {
+            const int it = __shfl_sync(0xffffffffu, next, 0);  // (lane 0's, read an item ago)
+            if (lane == 0 && i + 1 < list_last) next = iok_ld<IOK_T_work>(io, entries + i + 1);
+#else
         ITEM_LOOP {
+#endif
             const Item w = ITEM_OF(it);
             const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (lambdas capture
             // scalars)

@@ -20,6 +20,7 @@ import numpy as np
 from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
+from ..plan.fast import item_list
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.mods import MAX_CAPTURES, MOD_DEFINES, capture_buffer, capture_inputs, captures_of
 from ..plan.tensors import (
@@ -331,6 +332,8 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args += list(VARLEN_TENSORS)
     if params.get("PACKED_CAUSAL"):  # the decode's causal mask on packed rows: the queries per head (flash_tma.cu)
         args.append(np.int32(plan.N_q))
+    if params.get("ITEM_LIST"):  # the persistent causal grid's list of items, last (flash_tma.cu IOK_WORK_PARAM)
+        args.append("work")
     return tuple(args), bool(params.get("DROPOUT"))
 
 
@@ -402,9 +405,11 @@ def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None 
 
 def plan_constants(plan: Plan) -> dict[str, Any]:
     """The device arrays that are part of a plan: its block mask on the tile grid (T_r x T_c bytes), ALiBi's slopes
-    (a float32 per batch·head)."""
+    (a float32 per batch·head), the persistent causal grid's list of items (plan.fast.item_list)."""
     cp = require_cupy()
     out = {}
+    if any(dict(s.params).get("ITEM_LIST") for s in plan.stages):
+        out["work"] = cp.asarray(item_list(plan))
     if plan.block_mask is not None:
         out["block_mask"] = cp.asarray(plan.block_grid())
     if plan.alibi is not None:

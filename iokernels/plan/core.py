@@ -22,7 +22,7 @@ from .kvcache import KvCache
 from .masks import BlockMask, ExplicitMask
 from .modspec import Mods
 from .sequences import Varlen
-from .tensors import CACHE_TENSORS, VARLEN_TENSORS
+from .tensors import CACHE_TENSORS, LIST_TENSORS, VARLEN_TENSORS
 from .units import ACC_ITEMSIZE, cdiv, check_dtype, itemsize
 
 SCHEDULES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -46,7 +46,7 @@ SMEM_ALIGN = 16
 # table, a variable-length batch's offsets); all others use the input dtype.
 FLOAT32_TENSORS = frozenset({"m", "l", "lse", "D", "dQacc", "Oacc", "Opart", "lse_part", "alibi"})
 BYTE_TENSORS = frozenset({"block_mask"})
-INT32_TENSORS = frozenset(CACHE_TENSORS) | frozenset(VARLEN_TENSORS)
+INT32_TENSORS = frozenset(CACHE_TENSORS) | frozenset(VARLEN_TENSORS) | frozenset(LIST_TENSORS)
 
 
 

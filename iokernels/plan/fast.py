@@ -33,6 +33,11 @@ sm_90 kernels (tma, wgmma) only; ``make_plan("flash", "fast", dropout=...)`` tak
 
 from __future__ import annotations
 
+import heapq
+
+import numpy as np
+
+from .causal import key_block_ranges
 from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
 from .units import cdiv, itemsize
 
@@ -126,7 +131,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     grouped-query attention, K and V with that many heads
     (dividing ``heads``; default ``heads``). ``causal``: a causal plan's default tiles (:data:`TMA_TILES`; the mask
     itself is added by :func:`iokernels.plan.variants.with_causal`) and, for tma, a block per work item.
-    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: unless ``causal``.
+    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: always, with ``causal`` its
+    blocks taking the items of :func:`item_list` (not with dropout: a block per item).
     ``dropout``: a plan for dropout (past d 128 a block per item: the persistent counting build would spill)."""
     N_k = N_q if N_k is None else N_k
     dtype = check_problem(N_q, N_k, d, dtype, batch, heads)
@@ -170,10 +176,11 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     params = tile_params(d)
     grid = (tr, 1, batch * heads)
     if kernel == "tma":  # one work item (query block, head) per block, or a persistent grid at B_r 128
-        persistent = block_r == 128 and (not causal if persistent is None else persistent)
+        listed = causal and persistent is None and block_r == 128 and not dropout  # (the causal grid: item_list)
+        persistent = block_r == 128 and (listed or (not causal if persistent is None else persistent))
         persistent = persistent and not (dropout and tile_d > 128)  # (its counting build would spill)
         grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid
-        params = (*params, ("PERSISTENT", 1)) if persistent else params
+        params = (*params, ("PERSISTENT", 1), *((("ITEM_LIST", 1),) if listed else ())) if persistent else params
     stage = Stage("main", name, grid, threads, layout(buffers), params)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads,
@@ -230,3 +237,36 @@ def head_band(blocks_per_head: int, heads: int) -> int:
     need = HEAD_BAND_WAVES * TMA_FWD_CTAS
     band = next(b for b in range(1, heads + 1) if heads % b == 0 and (b * blocks_per_head >= need or b == heads))
     return band if band * blocks_per_head <= HEAD_BAND_MAX_WAVES * TMA_FWD_CTAS else 1
+
+
+# a causal tma forward's persistent grid (ITEM_LIST, kernels/flash_tma.cu) takes its items (query block, head) from a
+# list made here: in the order a grid of a block per item hands them out (each head's longest first, in bands of heads,
+# head_band), each to the block that finishes first when an item costs its key tiles plus this many (the list schedule
+# the hardware makes of a block per item). A block then loads an item's Q and first K while it finishes the one before
+ITEM_OVERHEAD_STEPS = 1
+
+
+def item_list(plan: Plan) -> np.ndarray:
+    """The list an ``ITEM_LIST`` stage reads (int32): G + 1 offsets (G = its grid's blocks; block b takes the entries
+    [offsets[b], offsets[b + 1])), then the entries, z · T_r + (query block) each, every item once."""
+    t_r, bh, br, bc = plan.tile["Tr"], plan.bh, plan.tile["Br"], plan.tile["Bc"]
+    blocks = plan.stage("main").grid[0]
+    ranges = key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window)
+    band = head_band(t_r, bh)
+    order = [(z0 + h, t_r - 1 - x) for z0 in range(0, bh, band) for x in range(t_r) for h in range(band)]
+    lists: list[list[int]] = [[] for _ in range(blocks)]
+    finish = [(0, b) for b in range(blocks)]  # (when it is free, block): a heap
+    for z, r in order:
+        free, b = heapq.heappop(finish)
+        lists[b].append(z * t_r + r)
+        a, e = ranges[r]
+        heapq.heappush(finish, (free + e - a + ITEM_OVERHEAD_STEPS, b))
+    offsets = np.cumsum([0] + [len(x) for x in lists])
+    return np.concatenate([offsets, *map(np.asarray, lists)]).astype(np.int32)
+
+
+def item_list_bytes(plan: Plan) -> int:
+    """The bytes of :func:`item_list` an ``ITEM_LIST`` stage reads: two offsets per block (its thread 0), and each
+    entry by the producer's thread and by lane 0 of each consumer warp (2 B_r / 32 of them)."""
+    blocks, entries = plan.stage("main").grid[0], plan.tile["Tr"] * plan.bh
+    return 4 * (2 * blocks + entries * (1 + 2 * plan.tile["Br"] // 32))

@@ -11,7 +11,7 @@ TENSORS: tuple[str, ...] = (
     "Q", "K", "V", "O", "S", "P", "m", "l", "lse",
     "dO", "D", "dP", "dS", "dQ", "dK", "dV", "dQacc", "Oacc", "block_mask", "mask", "Opart", "lse_part",
     "seqlens", "page_table", "Knew", "Vnew", "cu_seqlens_q", "cu_seqlens_k", "alibi",
-    "captures",
+    "captures", "work",
 )
 TENSOR_INDEX: dict[str, int] = {name: i for i, name in enumerate(TENSORS)}
 NUM_TENSORS = len(TENSORS)
@@ -44,8 +44,10 @@ ALIBI_TENSORS: tuple[str, ...] = ("alibi",)
 # The arrays a programmable variant's expressions read (iokernels.plan.mods), all counted as one tensor: the element
 # reads the expressions execute.
 MOD_TENSORS: tuple[str, ...] = ("captures",)
+# The persistent causal forward's list of work items (iokernels.plan.fast.item_list): int32, part of the plan.
+LIST_TENSORS: tuple[str, ...] = ("work",)
 assert (set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) | set(APPEND_TENSORS)
-        | set(VARLEN_TENSORS) | set(ALIBI_TENSORS) | set(MOD_TENSORS)) == set(TENSORS)
+        | set(VARLEN_TENSORS) | set(ALIBI_TENSORS) | set(MOD_TENSORS) | set(LIST_TENSORS)) == set(TENSORS)
 
 # Bytes moved: stage -> tensor -> (read, written).
 Counts = dict[str, dict[str, tuple[int, int]]]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..plan import Plan, key_block_ranges
+from ..plan.fast import item_list
 from ..plan.mods import captures_of, host_captures
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
@@ -262,6 +263,19 @@ def kv_rows(plan: Plan) -> slice | np.ndarray:
     return np.arange(plan.bh) // (plan.heads // plan.kv_heads)
 
 
+def _item_list_reads(hbm: Hbm) -> None:
+    """The tma forward's persistent causal grid (flash_tma.cu ITEM_LIST): each block's thread 0 reads its two offsets
+    into the list, and the producer's thread and lane 0 of every consumer warp read each of its entries."""
+    p = hbm.plan
+    work = item_list(p)
+    hbm.put("work", work)
+    blocks, readers = p.stage("main").grid[0], 1 + 2 * p.tile["Br"] // 32
+    for b in range(blocks):
+        first, last = (int(x) for x in hbm.load("work", slice(b, b + 2)))
+        for _ in range(readers):
+            hbm.load("work", slice(blocks + 1 + first, blocks + 1 + last))
+
+
 def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     p = hbm.plan
     t = p.tile
@@ -269,6 +283,8 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     cols = blocks(p.N_k, t["Bc"])
     visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window, p.documents)
     hbm.begin("main")
+    if any(dict(s.params).get("ITEM_LIST") for s in p.stages):
+        _item_list_reads(hbm)
     for rs, (a, b) in zip(blocks(p.N_q, t["Br"]), visible, strict=True):
         # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
         slopes = _slopes(hbm)  # (ALiBi: every block reads its head's slope first)
