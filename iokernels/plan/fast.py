@@ -55,9 +55,9 @@ TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128
 # the tma forward's persistent grid (B_r 128, not causal alone): at most this many blocks, each taking work items (query
 # block, head) in turn (kernels/flash_tma.cu); the SMs of an H100 SXM and an H200. The plan does not know the device:
 # a part with fewer SMs (H100 PCIe 114) runs the blocks that do not fit as a second wave as long as the first. Causal
-# items shrink along the rows and the blocks take them in a fixed order, so a causal plan keeps a
-# block per item (the hardware hands the next item to the first SM free): persistent, causal d 128 N 16384 ran 1.98 ms
-# against 1.73 (results/h100/issue22/persist-1a15069/probe-persist.txt); a window's items are all alike
+# items shrink along the rows: taken in turn, the blocks end unevenly (causal d 128 N 16384 ran 1.98 ms against 1.73
+# for a block per item, results/h100/issue22/persist-1a15069/probe-persist.txt), so a causal plan's blocks take
+# item_list's entries (ITEM_LIST, below); a window's items are all alike
 TMA_FWD_CTAS = 132
 # a causal tma grid of a block per (query or key block, head) is taken in bands of heads (kernels/common.cuh IOK_GRID_X:
 # each band's blocks longest first across its heads), a band at least this many waves of TMA_FWD_CTAS blocks: the grid

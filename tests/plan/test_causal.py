@@ -452,21 +452,24 @@ def test_band_params_go_to_the_causal_tma_grids_of_a_block_per_item():
         return dict(plan.stage("main").params).get("HEAD_BAND")
 
     kw = dict(N_q=4096, d=128, dtype="float16", batch=4, heads=16)
-    assert band(with_causal(make_fast_plan(**kw, kernel="tma", causal=True), True)) == 8  # (32, 1, 64): 8 heads
+    per_item = dict(kw, kernel="tma", causal=True, persistent=False)  # (the forward's causal default: item_list)
+    assert band(with_causal(make_fast_plan(**per_item), True)) == 8  # (32, 1, 64): 8 heads
     assert band(with_causal(make_fast_backward_plan(**kw, kernel="tma"), True)) == 8
     assert band(make_fast_plan(**kw, kernel="tma")) is None  # not causal: persistent, no band
+    assert band(with_causal(make_fast_plan(**kw, kernel="tma", causal=True), True)) is None  # persistent, a list
     assert band(with_causal(make_fast_plan(**kw, kernel="tma", causal=True, persistent=True), True)) is None
     assert band(with_causal(make_fast_plan(**kw, kernel="wgmma", causal=True), True)) is None  # tma kernels only
     assert band(with_causal(make_fast_backward_plan(**kw, kernel="wgmma"), True)) is None
-    long = dict(kw, N_q=65536, batch=1, heads=4)  # 512 blocks a head: one head after another
-    assert band(with_causal(make_fast_plan(**long, kernel="tma", causal=True), True)) is None
-    one_row = dict(kw, N_q=100)  # a block per head: nothing to order
-    assert band(with_causal(make_fast_plan(**one_row, kernel="tma", causal=True), True)) is None
+    long = dict(per_item, N_q=65536, batch=1, heads=4)  # 512 blocks a head: one head after another
+    assert band(with_causal(make_fast_plan(**long), True)) is None
+    one_row = dict(per_item, N_q=100)  # a block per head: nothing to order
+    assert band(with_causal(make_fast_plan(**one_row), True)) is None
 
 
 def test_variants_keep_the_bands():
     """Dropout and programmable variants (explicit masks among them) keep the causal grid's HEAD_BAND (their kernels
-    take a block's head and rows from its item, as the plain causal ones do; results/h100/issue21/band/README.md)."""
+    take a block's head and rows from its item, as the plain causal ones do; results/h100/issue21/band/README.md);
+    the plain causal forward is a persistent grid taking item_list's entries (in the bands' order), no HEAD_BAND."""
     from iokernels.plan import make_plan
     from iokernels.plan.dropout import Dropout
     from iokernels.plan.modspec import Mods
@@ -475,7 +478,7 @@ def test_variants_keep_the_bands():
     for direction in ("fwd", "bwd"):
         def band(plan):
             return dict(plan.stage("main").params).get("HEAD_BAND")
-        assert band(make_plan("flash", "fast", **kw, direction=direction)) == 8
+        assert band(make_plan("flash", "fast", **kw, direction=direction)) == (8 if direction == "bwd" else None)
         assert band(make_plan("flash", "fast", **kw, direction=direction, dropout=Dropout(0.1, 1, 0))) == 8
         assert band(make_plan("flash", "fast", **kw, direction=direction, mods=Mods(mask_mod="q_idx >= kv_idx"))) \
             == 8

@@ -166,14 +166,48 @@ def test_the_persistent_tma_grid_is_capped_at_the_sms():
     assert wide.tile["Br"] == 192 and wide.stages[0].grid == (86, 1, 16)
 
 
-def test_causal_alone_keeps_a_block_per_item_and_a_window_is_persistent():
+def test_causal_takes_the_list_and_a_window_is_persistent():
+    """Causal alone: the persistent grid taking item_list's entries (ITEM_LIST); a window: the persistent grid in
+    turn (its items are alike); dropout and the per-item variants: a block per item."""
     from iokernels.plan import make_plan
+    from iokernels.plan.dropout import Dropout
 
     kw = dict(N_q=16384, d=128, dtype="float16", sram=227 * 1024, heads=16)
     causal = make_plan("flash", "fast", causal=True, **kw).stages[0]
     window = make_plan("flash", "fast", causal=True, window=(1024, 0), **kw).stages[0]
-    assert causal.grid == (128, 1, 16) and "PERSISTENT" not in dict(causal.params)
+    dropout = make_plan("flash", "fast", causal=True, dropout=Dropout(0.1, 1, 0), **kw).stages[0]
+    alibi = make_plan("flash", "fast", causal=True, alibi=(0.5,) * 16, **kw).stages[0]
+    assert causal.grid == (132, 1, 1) and dict(causal.params)["PERSISTENT"] == dict(causal.params)["ITEM_LIST"] == 1
     assert window.grid == (132, 1, 1) and dict(window.params)["PERSISTENT"] == 1
+    assert "ITEM_LIST" not in dict(window.params)
+    for stage in (dropout, alibi):
+        assert stage.grid == (128, 1, 16) and not {"PERSISTENT", "ITEM_LIST"} & set(dict(stage.params))
+
+
+@pytest.mark.parametrize(("n_q", "n_k", "causal", "batch", "heads", "d"),
+                         [(4096, 4096, "bottom_right", 4, 16, 128), (300, 1000, "top_left", 2, 3, 64),
+                          (1000, 300, "bottom_right", 3, 5, 256), (65536, 65536, "top_left", 1, 4, 128),
+                          (100, 100, "bottom_right", 1, 1, 64)])
+def test_item_list_takes_every_item_once_and_balances_the_blocks(n_q, n_k, causal, batch, heads, d):
+    """item_list: G + 1 increasing offsets ending at T_r·BH, every item z·T_r + r once, and no block's cost (key tiles
+    + the overhead, per item) past the least loaded one's by more than the longest item's (a list schedule's bound)."""
+    from iokernels.plan import make_plan
+    from iokernels.plan.causal import key_block_ranges
+    from iokernels.plan.fast import ITEM_OVERHEAD_STEPS, item_list
+
+    plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * 1024, batch=batch,
+                     heads=heads, causal=causal)
+    t_r, blocks = plan.tile["Tr"], plan.stage("main").grid[0]
+    work = item_list(plan)
+    offsets, entries = work[:blocks + 1], work[blocks + 1:]
+    assert work.dtype == np.int32 and offsets[0] == 0 and offsets[-1] == len(entries) == t_r * plan.bh
+    assert (np.diff(offsets) >= 1).all()  # (no block without an item: G <= T_r·BH)
+    assert sorted(entries.tolist()) == list(range(t_r * plan.bh))
+    ranges = key_block_ranges(n_q, n_k, plan.tile["Br"], plan.tile["Bc"], plan.causal)
+    cost = [sum(ranges[e % t_r][1] - ranges[e % t_r][0] + ITEM_OVERHEAD_STEPS for e in entries[a:b])
+            for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    longest = max(b - a for a, b in ranges) + ITEM_OVERHEAD_STEPS
+    assert max(cost) - min(cost) <= longest
 
 
 
