@@ -136,6 +136,18 @@ __device__ __forceinline__ int iok_band_block() { return blockIdx.x + blockIdx.z
 #define IOK_BLOCK_MASK_PARAM
 #define IOK_BLOCK_MASK_T
 #endif
+// A persistent grid's list of work items (ITEM_LIST, the causal tma plans'; iokernels/plan/fast.py item_list): the
+// kernel takes it (int32: G + 1 offsets, block b's entries [work[b], work[b + 1]), then the entries) as the argument
+// before the dropout's (IOK_WORK_PARAM) and names it in its counters (IOK_WORK_T). IokList: a warp's walk over the
+// block's entries, each read by lane 0 one item ahead and given to the warp's lanes at the next.
+#ifdef ITEM_LIST
+#define IOK_WORK_PARAM const int *__restrict__ work,
+#define IOK_WORK_T , IOK_T_work
+#else
+#define IOK_WORK_PARAM
+#define IOK_WORK_T
+#endif
+
 // Explicit masks (iokernels/plan/masks.py ExplicitMask): a kernel compiled with MASK (1 boolean: uint8, 0 hides;
 // 2 additive: float32 added to τS, −inf hides) takes the mask tensor (1 or batch·heads rows of N_q x N_k,
 // MASK_BH_STRIDE 0 or 1) as the argument after the block mask (IOK_MASK_PARAM), names it in its counters
@@ -307,6 +319,30 @@ __device__ __forceinline__ void iok_st(IokCounters<Ts...>& c, X* p, typename iok
     if constexpr (IokCounters<Ts...>::counting) c.w[slot] += sizeof(X);
     *p = v;
 }
+
+#ifdef ITEM_LIST
+// A warp's walk over its block's entries [first, last) of the list (all 32 lanes): lane 0 reads entry i + 1 while
+// the warp works on entry i, and take() gives the lanes the entry read the item before
+struct IokList {
+    const int* entries;
+    int i, last, next;
+    template <typename C>
+    __device__ __forceinline__ IokList(C& io, const int* work, int first, int last_, int lane)
+        : entries(work + gridDim.x + 1), i(first), last(last_), next(0)
+    {
+        if (lane == 0 && first < last_) next = iok_ld<IOK_T_work>(io, entries + first);
+    }
+    __device__ __forceinline__ bool more() const { return i < last; }
+    template <typename C>
+    __device__ __forceinline__ int take(C& io, int lane)
+    {
+        const int e = __shfl_sync(0xffffffffu, next, 0);
+        if (lane == 0 && i + 1 < last) next = iok_ld<IOK_T_work>(io, entries + i + 1);
+        ++i;
+        return e;
+    }
+};
+#endif
 
 // Rule 4: a read-modify-write of b bytes counts b read and b written.
 template <int T, typename X, int... Ts>

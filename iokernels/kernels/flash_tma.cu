@@ -140,15 +140,8 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #ifdef IOK_MODS
 static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
 #endif
-#ifdef ITEM_LIST
-#ifndef PERSISTENT
+#if defined(ITEM_LIST) && !defined(PERSISTENT)
 #error "ITEM_LIST: a persistent grid's list of items"
-#endif
-#define IOK_WORK_PARAM const int *__restrict__ work,
-#define IOK_WORK_T , IOK_T_work
-#else
-#define IOK_WORK_PARAM
-#define IOK_WORK_T
 #endif
 #ifdef MOD_STAGE
 constexpr int STAGE_PITCH = BC * static_cast<int>(sizeof(MOD_STAGE_T)) + 16;  // a query row in SMEM_STAGE (padded)

@@ -100,11 +100,15 @@ static_assert(BC % 64 == 0 && (BR == 64 || BR == 128) && BR <= BC && (TILE_D == 
               "wgmma tile widths");
 #endif
 static_assert(THREADS == CONSUMERS + 128, "the consumer warpgroups and the producer's");
+#if defined(ITEM_LIST) && (TB_WIDE || defined(VARLEN) || defined(BLOCK_SPARSE) || defined(HEAD_BAND) || defined(ALIBI) \
+    || defined(IOK_MODS) || defined(DROPOUT) || defined(SOFTCAP) || defined(WINDOW))
+#error "ITEM_LIST: the narrow tiles' persistent causal grid, no other variant"
+#endif
 #if defined(VARLEN)
 // (the loader's sequence state and its zeroing of the last query block: 24 or 40 registers spill. In the counting build
 // at d 64 the consumers spill 8 bytes at 224: tests/kernels/test_compile.py SPILLS_ALLOWED)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
-#elif defined(IOK_COUNT) && defined(BLOCK_SPARSE)  // (the list's counters too: 40 spill 40 bytes)
+#elif defined(IOK_COUNT) && (defined(BLOCK_SPARSE) || defined(ITEM_LIST))  // (the list's counters and walk: 40 spill)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
 #elif defined(IOK_COUNT)
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // the counting build's producer adds 64-bit counters
@@ -211,12 +215,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
               T* __restrict__ dK, T* __restrict__ dV, const int n_q_in, const int n_k_in, float scale, int kv_group,
               IOK_BLOCK_MASK_PARAM IOK_WINDOW_PARAM IOK_SOFTCAP_PARAM IOK_ALIBI_PARAM IOK_MOD_PARAM IOK_VARLEN_PARAM
-              IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
+              IOK_WORK_PARAM IOK_DROPOUT_PARAM unsigned long long* __restrict__ iok_counters)
 {
     static_assert(tb_layout_ok<T>(), "the plan's buffers must fit SMEM_BYTES, tiles 1024-byte aligned");
     extern __shared__ __align__(1024) unsigned char smem[];
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV IOK_VARLEN_T
-                IOK_BLOCK_MASK_T IOK_ALIBI_T IOK_MOD_T> io;
+                IOK_BLOCK_MASK_T IOK_ALIBI_T IOK_MOD_T IOK_WORK_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -236,6 +240,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // per warp after __syncwarp, compute-sanitizer's racecheck reported the loader's next lse / D stores into the
     // stage as hazards against the other lanes' reads, 8 per launch; with one per thread, none)
     __shared__ __align__(8) unsigned long long bar_kv, full[2], empty[2];
+#ifdef ITEM_LIST
+    // kv_empty: an arrival per consumer thread once an item's last product has read K and V (the loader then copies
+    // the next item's); list_range: the block's entries of the list (read once, by one thread)
+    __shared__ __align__(8) unsigned long long kv_empty;
+    __shared__ int list_range[2];
+#endif
 #ifdef VARLEN
     // bar_tail: the copies of the sequence's last key block (first use) and of its last query block, which the loader
     // completes on bar_kv or on its stage's full barrier once it has zeroed the rows past the end; seq_rows: the
@@ -251,6 +261,11 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
     if (threadIdx.x == 0) {
         iok_mbar_init(&bar_kv, 1);
+#ifdef ITEM_LIST
+        iok_mbar_init(&kv_empty, CONSUMERS);
+        list_range[0] = iok_ld<IOK_T_work>(io, work + blockIdx.x);
+        list_range[1] = iok_ld<IOK_T_work>(io, work + blockIdx.x + 1);
+#endif
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
             iok_mbar_init(&full[st], 33);
@@ -270,8 +285,18 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     n_k = seq_rows[3] - k_base;
 #endif
 
-    const int col0 = IOK_GRID_X * BC;
-    const int cols = min(BC, n_k - col0);  // the last K/V block is ragged (VARLEN: <= 0 past the sequence's end)
+    // the block's key block and K/V head; ITEM_LIST: each item's in turn (set_item), entry z_kv · T_c + (key block)
+    int col0 = IOK_GRID_X * BC, kvz = IOK_GRID_Z;
+    int cols = min(BC, n_k - col0);  // the last K/V block is ragged (VARLEN: <= 0 past the sequence's end)
+#ifdef ITEM_LIST
+    const int list_first = list_range[0], list_last = list_range[1];
+    auto set_item = [&](int e) {
+        const int t_c = (n_k + BC - 1) / BC;
+        col0 = e % t_c * BC;
+        kvz = e / t_c;
+        cols = min(BC, n_k - col0);
+    };
+#endif
     // the query blocks [first, first + span) per query head: those with a row that sees a key of the block (rows
     // col0 - hi .. col0 + cols - 1 - lo of the band, common.cuh; all of them without a band); the steps, (query
     // head of the group, query block) pairs. A function that each role calls after its register reallocation
@@ -323,7 +348,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         if (lane == 0) kept_count = n;
     }
     __syncthreads();  // the list, before the roles part
-    // step s: query head IOK_GRID_Z * kv_group + s / span, query block first + kept[s % span]
+    // step s: query head kvz * kv_group + s / span, query block first + kept[s % span]
 #ifdef MASK_MOD
     auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span] & (IOK_PARTIAL - 1))) * BR; };
     [[maybe_unused]] auto step_partial = [&](int s) { return (kept[s % span] & IOK_PARTIAL) != 0; };
@@ -331,18 +356,18 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     auto step_q0 = [&](int s) { return (first + static_cast<int>(kept[s % span])) * BR; };
 #endif
 #else
-    // step s: query head IOK_GRID_Z * kv_group + s / span, query block first + s % span
+    // step s: query head kvz * kv_group + s / span, query block first + s % span
     auto step_q0 = [&](int s) { return (first + s % span) * BR; };
 #endif
 #if !defined(BLOCK_SPARSE) || !defined(MASK_MOD)
     [[maybe_unused]] auto step_partial = [](int) { return true; };
 #endif
-    auto step_head = [&](int s) { return IOK_GRID_Z * kv_group + s / span; };
+    auto step_head = [&](int s) { return kvz * kv_group + s / span; };
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup
         iok_regs_dec<PRODUCER_REGS>();
-        const int steps = schedule();
-        if (warp == 0 && steps > 0) {  // the loader
+        // the loader's item (its steps; sg: the steps of the block's earlier items, the ring's stages and phases)
+        auto load_item = [&](const int steps, const int sg) {
             [[maybe_unused]] int tails = 0;  // (VARLEN: the uses of bar_tail so far)
 #ifdef VARLEN
             // the sequence's last key block: its copies go to bar_tail, the rows past the end (the next sequence's,
@@ -356,8 +381,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_tma_prefetch_map(&tmQ);
                 iok_tma_prefetch_map(&tmdO);
                 iok_mbar_expect_tx(kv_bar, 2 * BC * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, IOK_GRID_Z);
-                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, IOK_GRID_Z);
+                wg_tma_tile<IOK_T_K, BC, T>(io, smem + SMEM_K, &tmK, kv_bar, k_base + col0, k_extent, kvz);
+                wg_tma_tile<IOK_T_V, BC, T>(io, smem + SMEM_V, &tmV, kv_bar, k_base + col0, k_extent, kvz);
             }
 #ifdef VARLEN
             if (kv_tail) {
@@ -372,7 +397,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #pragma unroll 1
             for (int s = 0; s < steps; ++s) {
-                const int st = s & 1, head = step_head(s), q0 = step_q0(s);
+                const int st = (sg + s) & 1, head = step_head(s), q0 = step_q0(s);
                 const int rows = min(BR, n_q - q0);
                 unsigned char* q = smem + (st ? SMEM_Q1 : SMEM_Q0);
                 unsigned char* dO = smem + (st ? SMEM_DO1 : SMEM_DO0);
@@ -382,7 +407,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
                 unsigned long long* bar = &full[st];
 #endif
-                iok_mbar_wait(&empty[st], ((s >> 1) & 1) ^ 1);  // the consumers are done with step s - 2
+                iok_mbar_wait(&empty[st], (((sg + s) >> 1) & 1) ^ 1);  // the consumers are done with step s - 2
                 if (lane == 0) {
                     iok_mbar_expect_tx(bar, 2 * BR * TILE_D * sizeof(T));
                     wg_tma_tile<IOK_T_Q, BR, T>(io, q, &tmQ, bar, q_base + q0, q_extent, head);
@@ -413,11 +438,14 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
                 iok_mbar_arrive(&full[st]);  // each lane's stores, released to the consumers' wait
             }
-        }
+        };
+        // the dQ writer's item: step s's buffer handed back to the consumers before step s + 1 (the block's first
+        // step takes it as it is)
+        [[maybe_unused]] auto dq_item = [&](const int steps, const int sg) {
 #if !TB_WIDE
-        else if (warp == 1 && steps > 0) {  // the dQ writer
 #pragma unroll 1
             for (int s = 0; s < steps; ++s) {
+                if (sg + s > 0) iok_bar_arrive(BAR_DQ_EMPTY, CONSUMERS + 32);  // the buffer is free again
                 iok_bar_sync(BAR_DQ_FULL, CONSUMERS + 32);  // the consumers' τ dS K_j of step s is in the buffer
                 if (lane == 0) {
 #pragma unroll
@@ -428,10 +456,37 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     iok_bulk_wait_read<0>();  // the engine has read the buffer
                 }
                 __syncwarp();
-                if (s + 1 < steps) iok_bar_arrive(BAR_DQ_EMPTY, CONSUMERS + 32);  // the buffer is free again
             }
+#endif
+        };
+#ifdef ITEM_LIST
+        if (warp < 2) {  // the loader and the dQ writer walk the list
+            IokList list(io, work, list_first, list_last, lane);
+            for (int sg = 0, nkv = 0; list.more();) {
+                set_item(list.take(io, lane));
+                const int steps = schedule();
+                if (steps > 0 && warp == 0) {
+                    if (nkv > 0) iok_mbar_wait(&kv_empty, (nkv - 1) & 1);  // the item before is done with K and V
+                    load_item(steps, sg);
+                } else if (steps > 0) {
+                    dq_item(steps, sg);
+                }
+                sg += steps;
+                nkv += steps > 0;
+            }
+            if (warp == 1 && lane == 0) iok_bulk_wait<0>();  // the additions are done before the block ends
+        }
+#else
+        const int steps = schedule();
+        if (warp == 0 && steps > 0) {
+            load_item(steps, 0);
+        }
+#if !TB_WIDE
+        else if (warp == 1 && steps > 0) {
+            dq_item(steps, 0);
             if (lane == 0) iok_bulk_wait<0>();  // the additions are done before the block ends
         }
+#endif
 #endif
 #ifdef IOK_COUNT
         iok_bar_sync(BAR_REGS, THREADS);  // the consumers are down to FLUSH_REGS
@@ -439,14 +494,16 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
-        const int steps = schedule();
+        // one item: its steps, then dK_j, dV_j written; sg: the steps of the block's earlier items (the ring's stages
+        // and phases, and the dQ buffer's first use), nkv: its earlier items with a step (bar_kv's phase)
+        auto item = [&](const int steps, const int sg, const int nkv) {
         const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
 #ifdef VARLEN
-        const size_t kv_off = iok_varlen_at(k_base + col0, IOK_GRID_Z, k_extent, gridDim.z);  // packed rows
+        const size_t kv_off = iok_varlen_at(k_base + col0, kvz, k_extent, gridDim.z);  // packed rows
         const int kv_stride = iok_varlen_step(gridDim.z);
 #else
-        const size_t kv_off = static_cast<size_t>(IOK_GRID_Z) * n_k + col0;
+        const size_t kv_off = static_cast<size_t>(kvz) * n_k + col0;
         constexpr int kv_stride = 1;
 #endif
         [[maybe_unused]] const float scale2 = scale * WG_LOG2E;  // (SOFTCAP: wgb_probs_softcap)
@@ -486,7 +543,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         unsigned keep[WG_COLS_REGS<TB_Q>];
         if (steps > 0) dropout_bits(0, keep);
 #endif
-        if (steps > 0) iok_mbar_wait(&bar_kv, 0);
+        if (steps > 0) iok_mbar_wait(&bar_kv, nkv & 1);
 
 #if TB_WIDE
 #ifdef SOFTCAP
@@ -495,8 +552,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
 #pragma unroll 1
         for (int step = 0; step < steps; ++step) {
-            const int buf = step & 1;
-            iok_mbar_wait(&full[buf], (step >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
+            const int buf = (sg + step) & 1;
+            iok_mbar_wait(&full[buf], ((sg + step) >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
             const unsigned char* Qs = smem + (buf ? SMEM_Q1 : SMEM_Q0);
             const unsigned char* dOs = smem + (buf ? SMEM_DO1 : SMEM_DO0);
             const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
@@ -637,8 +694,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         if (!TB_DK_FLIES || steps > 0) {  // (a branch only where a product flies past the loop)
 #pragma unroll 1
             for (int step = 0; step < steps; ++step) {
-                const int buf = step & 1;
-                iok_mbar_wait(&full[buf], (step >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
+                const int buf = (sg + step) & 1;
+                iok_mbar_wait(&full[buf], ((sg + step) >> 1) & 1);  // Q_i, dO_i, lse_i, D_i of this step landed
                 const unsigned char* Qs = smem + (buf ? SMEM_Q1 : SMEM_Q0);
                 const unsigned char* dOs = smem + (buf ? SMEM_DO1 : SMEM_DO0);
                 const float* lse_s = reinterpret_cast<const float*>(smem + (buf ? SMEM_LSE1 : SMEM_LSE0));
@@ -704,7 +761,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 // τ dS K_j, 64 x 64 blocks (query slab, d slab) split among the warpgroups, into the dQ buffer once
                 // the writer has handed it back: box (query slab qs, 32 columns c) holds row r, float column x at
                 // byte r * 128 + 16 ((x / 4) ^ (r % 8)) + 4 (x % 4) (the 128-byte swizzle of the map)
-                if (step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
+                if (sg + step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
 #ifdef VARLEN
                 // rows past the sequence's end are the next sequence's rows of dQacc: 0 is added there (their dS rows
                 // are 0, or NaN where this sequence's V holds one: dP = 0 · V), so a NaN stays in its sequence
@@ -773,11 +830,30 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 wg_wait<0>();  // the last step's dK product
                 wg_fence_regs(dsa);
                 wg_fence_regs(dk);
+#ifdef ITEM_LIST
+                if (steps > 0) iok_mbar_arrive(&empty[(sg + steps - 1) & 1]);  // its stage, for the next item's steps
+#endif
             }
+#ifdef ITEM_LIST
+            if (steps > 0) iok_mbar_arrive(&kv_empty);  // this thread's products are done with K_j and V_j
+#endif
         }
 
         // dK_j = τ dK, dV_j rounded and written once
         wgb_store_dkdv(io, dK, dV, dk, dv, kv_off, key_w, g, t, cols, scale, dv_scale, kv_stride);
+#endif
+        };
+#ifdef ITEM_LIST
+        IokList list(io, work, list_first, list_last, lane);
+        for (int sg = 0, nkv = 0; list.more();) {
+            set_item(list.take(io, lane));
+            const int steps = schedule();
+            item(steps, sg, nkv);
+            sg += steps;
+            nkv += steps > 0;
+        }
+#else
+        item(schedule(), 0, 0);
 #endif
 #ifdef IOK_COUNT
         if constexpr (FLUSH_REGS < CONSUMER_REGS) iok_regs_dec<FLUSH_REGS>();

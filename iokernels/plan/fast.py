@@ -239,34 +239,58 @@ def head_band(blocks_per_head: int, heads: int) -> int:
     return band if band * blocks_per_head <= HEAD_BAND_MAX_WAVES * TMA_FWD_CTAS else 1
 
 
-# a causal tma forward's persistent grid (ITEM_LIST, kernels/flash_tma.cu) takes its items (query block, head) from a
-# list made here: in the order a grid of a block per item hands them out (each head's longest first, in bands of heads,
-# head_band), each to the block that finishes first when an item costs its key tiles plus this many (the list schedule
-# the hardware makes of a block per item). A block then loads an item's Q and first K while it finishes the one before
+# a causal tma plan's persistent grid (ITEM_LIST: the forward's, kernels/flash_tma.cu, and the narrow backward's,
+# kernels/flash_tma_bwd.cu) takes its items (query block or key block, head) from a list made here: in the order a grid
+# of a block per item hands them out (each head's longest first, in bands of heads: head_band), each to the block that
+# is free first when an item costs its steps (key tiles, or query tiles times the heads sharing the K/V head) plus this
+# many (the list schedule the hardware makes of a block per item). A block then loads an item's first tiles while it
+# finishes the one before
 ITEM_OVERHEAD_STEPS = 1
+
+
+def item_steps(plan: Plan) -> list[int]:
+    """The steps of each item of a causal tma plan, by its block index along the rows (forward: query blocks, the key
+    tiles each visits) or columns (backward: key blocks, the query tiles of every query head sharing its K/V head)."""
+    br, bc = plan.tile["Br"], plan.tile["Bc"]
+    ranges = key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window)
+    if plan.direction == "fwd":
+        return [b - a for a, b in ranges]
+    group = plan.heads // plan.kv_heads
+    return [group * sum(a <= kb < b for a, b in ranges) for kb in range(plan.tile["Tc"])]
 
 
 def item_list(plan: Plan) -> np.ndarray:
     """The list an ``ITEM_LIST`` stage reads (int32): G + 1 offsets (G = its grid's blocks; block b takes the entries
-    [offsets[b], offsets[b + 1])), then the entries, z · T_r + (query block) each, every item once."""
-    t_r, bh, br, bc = plan.tile["Tr"], plan.bh, plan.tile["Br"], plan.tile["Bc"]
+    [offsets[b], offsets[b + 1])), then the entries, z · T + (block along the rows or columns) each (T = T_r and z the
+    batch·head forward, T = T_c and z the batch·K/V head backward), every item once."""
+    steps = item_steps(plan)
+    t, heads = len(steps), plan.bh if plan.direction == "fwd" else plan.bh_kv
     blocks = plan.stage("main").grid[0]
-    ranges = key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window)
-    band = head_band(t_r, bh)
-    order = [(z0 + h, t_r - 1 - x) for z0 in range(0, bh, band) for x in range(t_r) for h in range(band)]
+    band = head_band(t, heads)
+    # forward: row block t - 1 - x first (a causal grid's longest); backward: key block x
+    order = [(z0 + h, t - 1 - x if plan.direction == "fwd" else x) for z0 in range(0, heads, band) for x in range(t)
+             for h in range(band)]
     lists: list[list[int]] = [[] for _ in range(blocks)]
     finish = [(0, b) for b in range(blocks)]  # (when it is free, block): a heap
     for z, r in order:
         free, b = heapq.heappop(finish)
-        lists[b].append(z * t_r + r)
-        a, e = ranges[r]
-        heapq.heappush(finish, (free + e - a + ITEM_OVERHEAD_STEPS, b))
+        lists[b].append(z * t + r)
+        heapq.heappush(finish, (free + steps[r] + ITEM_OVERHEAD_STEPS, b))
     offsets = np.cumsum([0] + [len(x) for x in lists])
     return np.concatenate([offsets, *map(np.asarray, lists)]).astype(np.int32)
 
 
+def list_readers(plan: Plan) -> int:
+    """The reads of each entry of :func:`item_list` by an ``ITEM_LIST`` stage: forward, the producer's thread and lane
+    0 of each consumer warp (2 B_r / 32); backward, lane 0 of the loader's warp, of the dQ writer's and of each
+    consumer warp (2 B_c / 32)."""
+    if plan.direction == "fwd":
+        return 1 + 2 * plan.tile["Br"] // 32
+    return 2 + 2 * plan.tile["Bc"] // 32
+
+
 def item_list_bytes(plan: Plan) -> int:
     """The bytes of :func:`item_list` an ``ITEM_LIST`` stage reads: two offsets per block (its thread 0), and each
-    entry by the producer's thread and by lane 0 of each consumer warp (2 B_r / 32 of them)."""
-    blocks, entries = plan.stage("main").grid[0], plan.tile["Tr"] * plan.bh
-    return 4 * (2 * blocks + entries * (1 + 2 * plan.tile["Br"] // 32))
+    entry :func:`list_readers` times."""
+    entries = plan.tile["Tr"] * plan.bh if plan.direction == "fwd" else plan.tile["Tc"] * plan.bh_kv
+    return 4 * (2 * plan.stage("main").grid[0] + entries * list_readers(plan))

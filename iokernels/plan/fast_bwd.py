@@ -42,8 +42,10 @@ build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .core import Plan, Stage, Unsupported, check_problem, layout, rowwise_stage
-from .fast import SM90_KERNELS, default_kernel, tile_head_dim, tile_params
+from .fast import SM90_KERNELS, TMA_FWD_CTAS, default_kernel, tile_head_dim, tile_params
 from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 
@@ -307,3 +309,16 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
         if plan.smem_bytes <= sram:
             break
     return plan
+
+
+def with_item_list(plan: Plan) -> Plan:
+    """A causal backward plan whose main stage is the narrow tma kernel as a persistent grid (at most
+    :data:`iokernels.plan.fast.TMA_FWD_CTAS` blocks) taking the entries of :func:`iokernels.plan.fast.item_list`
+    (``ITEM_LIST``); any other plan unchanged. For the plain causal backward only (make_plan: no dropout, window,
+    softcap or per-item variant; its kernel refuses them)."""
+    main = plan.stage("main")
+    if main.kernel != KERNEL_TMA or set(dict(main.params)) - {"HEAD_D", "HEAD_D_TILE"}:
+        return plan
+    stage = replace(main, grid=(min(plan.tile["Tc"] * plan.bh_kv, TMA_FWD_CTAS), 1, 1),
+                    params=(*main.params, ("ITEM_LIST", 1)))
+    return replace(plan, stages=tuple(stage if s is main else s for s in plan.stages))

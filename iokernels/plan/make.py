@@ -17,7 +17,7 @@ from .core import (
 )
 from .dropout import Dropout
 from .fast import NoFastTilingFits, make_fast_plan_within
-from .fast_bwd import fit_fast_backward_plan
+from .fast_bwd import fit_fast_backward_plan, with_item_list
 from .masks import BlockMask, ExplicitMask
 from .mods import Mods, with_mods
 from .research import research_plan
@@ -213,6 +213,8 @@ def base_plan(
         plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                       kv_heads=kv_heads, wgmma_only=masked, dropout=dropout,
                                       window=banded or per_item)
+        if causal and not (dropout or banded or per_item):  # the plain causal backward: a persistent grid's list
+            plan = with_item_list(plan)
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")

@@ -225,7 +225,7 @@ def band_params(stage: Stage) -> tuple[tuple[str, int], ...]:
     key block, head), not persistent; none where the band is one head."""
     params = dict(stage.params)
     if stage.kernel not in (TMA_KERNEL, KERNEL_TMA, KERNEL_TMA_WIDE) or stage.grid[0] == 1 or stage.grid[1] != 1 or \
-            {"PERSISTENT", "VARLEN"} & set(params):
+            {"PERSISTENT", "VARLEN", "ITEM_LIST"} & set(params):
         return ()
     band = head_band(stage.grid[0], stage.grid[2])
     return (("HEAD_BAND", band),) if band > 1 else ()

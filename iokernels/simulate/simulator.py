@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..plan import Plan, key_block_ranges
-from ..plan.fast import item_list
+from ..plan.fast import item_list, list_readers
 from ..plan.mods import captures_of, host_captures
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
@@ -264,12 +264,12 @@ def kv_rows(plan: Plan) -> slice | np.ndarray:
 
 
 def _item_list_reads(hbm: Hbm) -> None:
-    """The tma forward's persistent causal grid (flash_tma.cu ITEM_LIST): each block's thread 0 reads its two offsets
-    into the list, and the producer's thread and lane 0 of every consumer warp read each of its entries."""
+    """A causal tma plan's persistent grid (ITEM_LIST): each block's thread 0 reads its two offsets into the list, and
+    each of its entries is read list_readers times (the warps that walk it)."""
     p = hbm.plan
     work = item_list(p)
     hbm.put("work", work)
-    blocks, readers = p.stage("main").grid[0], 1 + 2 * p.tile["Br"] // 32
+    blocks, readers = p.stage("main").grid[0], list_readers(p)
     for b in range(blocks):
         first, last = (int(x) for x in hbm.load("work", slice(b, b + 2)))
         for _ in range(readers):
@@ -329,6 +329,8 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
         return x.reshape(p.bh_kv, group, *x.shape[1:])
 
     hbm.begin(stage)
+    if any(dict(s.params).get("ITEM_LIST") for s in p.stages):
+        _item_list_reads(hbm)
     for cs in blocks(p.N_k, t["Bc"]):
         slopes = _slopes(hbm)  # (ALiBi: every block reads its query heads' slopes first)
         if not _key_block_used(p, cs):  # causal: no query sees these keys: dK_j = dV_j = 0, nothing loaded
