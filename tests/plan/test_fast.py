@@ -1,6 +1,8 @@
 """iokernels.plan.fast on the CPU: the tensor-core plans are the q_outer schedule with their kernels' own
 tiles, so the simulator's counts equal the exact model and its outputs the float64 reference."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -205,7 +207,7 @@ def test_item_list_takes_every_item_once_and_balances_the_blocks(n_q, n_k, causa
     assert sorted(entries.tolist()) == list(range(t_r * plan.bh))
     ranges = key_block_ranges(n_q, n_k, plan.tile["Br"], plan.tile["Bc"], plan.causal)
     cost = [sum(ranges[e % t_r][1] - ranges[e % t_r][0] + ITEM_OVERHEAD_STEPS for e in entries[a:b])
-            for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+            for a, b in itertools.pairwise(offsets)]
     longest = max(b - a for a, b in ranges) + ITEM_OVERHEAD_STEPS
     assert max(cost) - min(cost) <= longest
 
