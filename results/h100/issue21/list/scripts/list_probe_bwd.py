@@ -3,6 +3,7 @@ stages; not a user-facing figure): the causal tma backward as a persistent grid 
 (ITEM_LIST) against one block per (key block, K/V head) in bands of heads (the default before), the same tiles,
 alternating, three rounds; dK and dV bitwise equal (a key block's work does not depend on the block that takes it),
 dQ (added by the copy engine in another order) within 1e-2 relative."""
+import os
 from dataclasses import replace
 
 import cupy as cp
@@ -26,8 +27,10 @@ def per_item(plan):
     return replace(plan, stages=tuple(stages))
 
 
-for n, batch, d in [(4096, 4, 64), (4096, 4, 128), (16384, 1, 64), (16384, 1, 128), (4096, 4, 96)]:
-    for dtype in ("float16", "bfloat16"):
+CASES = [(4096, 4, 64), (4096, 4, 128), (16384, 1, 64), (16384, 1, 128), (4096, 4, 96)]
+DS = [int(x) for x in os.environ.get("PROBE_D", "64,128,96").split(",")]  # the head dims to run, in CASES' order
+for n, batch, d in [c for c in CASES if c[2] in DS]:
+    for dtype in os.environ.get("PROBE_DTYPES", "float16,bfloat16").split(","):
         listed = make_plan("flash", "fast", N_q=n, d=d, dtype=dtype, sram=227 * 1024, batch=batch, heads=16,
                            causal=True, direction="bwd")
         assert dict(listed.stage("main").params).get("ITEM_LIST"), listed.stage("main").params
