@@ -184,32 +184,49 @@ def test_causal_takes_the_list_and_a_window_is_persistent():
     assert "ITEM_LIST" not in dict(window.params)
     for stage in (dropout, alibi):
         assert stage.grid == (128, 1, 16) and not {"PERSISTENT", "ITEM_LIST"} & set(dict(stage.params))
+    # the backward: the plain causal narrow tma plan on the list; its variants and the wide tiles a block per item
+    bwd = {label: make_plan("flash", "fast", causal=True, direction="bwd", **{**kw, **o}).stage("main")
+           for label, o in (("causal", {}), ("dropout", {"dropout": Dropout(0.1, 1, 0)}),
+                            ("window", {"window": (1024, 0)}), ("alibi", {"alibi": (0.5,) * 16}), ("wide", {"d": 256}))}
+    assert bwd["causal"].grid == (132, 1, 1) and dict(bwd["causal"].params)["ITEM_LIST"] == 1
+    for label in ("dropout", "window", "alibi", "wide"):
+        assert "ITEM_LIST" not in dict(bwd[label].params) and bwd[label].grid[2] == 16, label
 
 
-@pytest.mark.parametrize(("n_q", "n_k", "causal", "batch", "heads", "d"),
-                         [(4096, 4096, "bottom_right", 4, 16, 128), (300, 1000, "top_left", 2, 3, 64),
-                          (1000, 300, "bottom_right", 3, 5, 256), (65536, 65536, "top_left", 1, 4, 128),
-                          (100, 100, "bottom_right", 1, 1, 64)])
-def test_item_list_takes_every_item_once_and_balances_the_blocks(n_q, n_k, causal, batch, heads, d):
-    """item_list: G + 1 increasing offsets ending at T_r·BH, every item z·T_r + r once, and no block's cost (key tiles
-    + the overhead, per item) past the least loaded one's by more than the longest item's (a list schedule's bound)."""
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize(("n_q", "n_k", "causal", "batch", "heads", "kv_heads", "d"),
+                         [(4096, 4096, "bottom_right", 4, 16, 16, 128), (300, 1000, "top_left", 2, 3, 3, 64),
+                          (1000, 300, "bottom_right", 3, 4, 2, 96), (65536, 65536, "top_left", 1, 4, 1, 128),
+                          (100, 100, "bottom_right", 1, 1, 1, 64)])
+def test_item_list_takes_every_item_once_and_balances_the_blocks(n_q, n_k, causal, batch, heads, kv_heads, d,
+                                                                 direction):
+    """item_list: G + 1 increasing offsets ending at the items' count (T_r·BH forward, T_c·BH_kv backward), every
+    item z·T + x once, and no block's cost (the item's steps + the overhead, per item) past the least loaded one's by
+    more than the longest item's (a list schedule's bound). A forward item's steps: the key tiles its query block
+    visits; a backward one's: the query blocks that visit its key block, times the query heads of its K/V head."""
     from iokernels.plan import make_plan
     from iokernels.plan.causal import key_block_ranges
     from iokernels.plan.fast import ITEM_OVERHEAD_STEPS, item_list
 
     plan = make_plan("flash", "fast", N_q=n_q, N_k=n_k, d=d, dtype="float16", sram=227 * 1024, batch=batch,
-                     heads=heads, causal=causal)
-    t_r, blocks = plan.tile["Tr"], plan.stage("main").grid[0]
+                     heads=heads, kv_heads=kv_heads, causal=causal, direction=direction)
+    assert dict(plan.stage("main").params).get("ITEM_LIST") == 1
+    ranges = key_block_ranges(n_q, n_k, plan.tile["Br"], plan.tile["Bc"], plan.causal)
+    if direction == "fwd":
+        t, items, steps = plan.tile["Tr"], plan.tile["Tr"] * plan.bh, [b - a for a, b in ranges]
+    else:
+        group = heads // kv_heads
+        t, items = plan.tile["Tc"], plan.tile["Tc"] * plan.bh_kv
+        steps = [group * sum(1 for a, b in ranges if a <= x < b) for x in range(t)]
+    blocks = plan.stage("main").grid[0]
+    assert blocks == min(items, 132)
     work = item_list(plan)
     offsets, entries = work[:blocks + 1], work[blocks + 1:]
-    assert work.dtype == np.int32 and offsets[0] == 0 and offsets[-1] == len(entries) == t_r * plan.bh
-    assert (np.diff(offsets) >= 1).all()  # (no block without an item: G <= T_r·BH)
-    assert sorted(entries.tolist()) == list(range(t_r * plan.bh))
-    ranges = key_block_ranges(n_q, n_k, plan.tile["Br"], plan.tile["Bc"], plan.causal)
-    cost = [sum(ranges[e % t_r][1] - ranges[e % t_r][0] + ITEM_OVERHEAD_STEPS for e in entries[a:b])
-            for a, b in itertools.pairwise(offsets)]
-    longest = max(b - a for a, b in ranges) + ITEM_OVERHEAD_STEPS
-    assert max(cost) - min(cost) <= longest
+    assert work.dtype == np.int32 and offsets[0] == 0 and offsets[-1] == len(entries) == items
+    assert (np.diff(offsets) >= 1).all()  # (no block without an item: G <= the items)
+    assert sorted(entries.tolist()) == list(range(items))
+    cost = [sum(steps[e % t] + ITEM_OVERHEAD_STEPS for e in entries[a:b]) for a, b in itertools.pairwise(offsets)]
+    assert max(cost) - min(cost) <= max(steps) + ITEM_OVERHEAD_STEPS
 
 
 
