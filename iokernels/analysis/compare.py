@@ -11,7 +11,9 @@ and multiplies its counts by batch*heads (:func:`scaled_counts`). That is exact 
 the same schedule on the same tiles and moves the same bytes: the causal mask, the block mask (one for all
 batch-heads) and the explicit mask (read once per batch-head, shared or not) are the same for each, and
 dropout moves no bytes. Grouped-query attention (kv_heads < heads) breaks it: K and V rows are per K/V
-head, so those plans are simulated in full. ``max_rel_err`` is then that of the one batch-head simulated.
+head, so those plans are simulated in full. ``max_rel_err`` is then that of the one batch-head simulated. A causal
+tma plan's list of items (tensor ``work``) belongs to the whole grid: its bytes are the simulator's walk of the
+whole plan's list (:func:`iokernels.simulate.item_list_counts`).
 
 ``compare``'s defaults (:func:`filling_problem`): heads = 16, as the paper's GPT-2 runs, and the smallest
 batch whose smallest grid among the plans' stages has at least one thread block per SM, in waves at least 90 %
@@ -31,7 +33,7 @@ from ..model.specs import GpuSpec
 from ..plan import Plan
 from ..plan.tensors import OUTPUTS, Counts
 from ..plan.units import format_bytes
-from ..simulate import make_inputs, max_relative_error, reference_outputs, simulate
+from ..simulate import item_list_counts, listed, make_inputs, max_relative_error, reference_outputs, simulate
 from .report import Measured, build
 
 SIM_MEMORY_LIMIT = 6 * 1024**3  # bytes of float64 arrays the simulator may hold at once
@@ -87,6 +89,8 @@ def run_simulated(plan: Plan, seed: int = 0, *, scale: bool = True) -> Measured:
     result = simulate(run, inputs)
     err = max_relative_error(result.outputs, reference_outputs(run, inputs))
     counts = result.counts if run is plan else scaled_counts(result.counts, plan.bh // run.bh)
+    if run is not plan and listed(plan):  # the grid's list of items: the whole grid's walk, not a batch-head's
+        counts["main"]["work"] = item_list_counts(plan)
     return Measured(counts=counts, max_rel_err=err)
 
 

@@ -263,6 +263,22 @@ def kv_rows(plan: Plan) -> slice | np.ndarray:
     return np.arange(plan.bh) // (plan.heads // plan.kv_heads)
 
 
+def listed(plan: Plan) -> bool:
+    """Whether a stage of ``plan`` takes a persistent grid's list of items (ITEM_LIST, plan.fast.item_list)."""
+    return any(dict(s.params).get("ITEM_LIST") for s in plan.stages)
+
+
+def item_list_counts(plan: Plan) -> tuple[int, int]:
+    """The (read, written) bytes of ``plan``'s list of items (tensor ``work``) by the simulator's walk of it, for
+    the whole grid: compare's one batch-head runs (analysis/compare.py) take these in place of a batch-head's times
+    batch·heads, since the grid's blocks and the list do not scale with the batch-heads."""
+    hbm = Hbm(plan)
+    hbm.begin("main")
+    _item_list_reads(hbm)
+    read, written = hbm.counts["main"]["work"]
+    return read, written
+
+
 def _item_list_reads(hbm: Hbm) -> None:
     """A causal tma plan's persistent grid (ITEM_LIST): each block's thread 0 reads its two offsets into the list, and
     each of its entries is read list_readers times (the warps that walk it)."""
@@ -283,7 +299,7 @@ def _flash_q_outer(hbm: Hbm, scale: float) -> None:
     cols = blocks(p.N_k, t["Bc"])
     visible = key_block_ranges(p.N_q, p.N_k, t["Br"], t["Bc"], p.causal, p.window, p.documents)
     hbm.begin("main")
-    if any(dict(s.params).get("ITEM_LIST") for s in p.stages):
+    if listed(p):
         _item_list_reads(hbm)
     for rs, (a, b) in zip(blocks(p.N_q, t["Br"]), visible, strict=True):
         # a block with no computed pair (causal, block-sparse) loads nothing: O = 0, lse = −inf
@@ -329,7 +345,7 @@ def _kv_outer_grads(hbm: Hbm, scale: float, stage: str, *, dq_atomics: bool) -> 
         return x.reshape(p.bh_kv, group, *x.shape[1:])
 
     hbm.begin(stage)
-    if any(dict(s.params).get("ITEM_LIST") for s in p.stages):
+    if listed(p):
         _item_list_reads(hbm)
     for cs in blocks(p.N_k, t["Bc"]):
         slopes = _slopes(hbm)  # (ALiBi: every block reads its query heads' slopes first)

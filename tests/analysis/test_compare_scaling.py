@@ -33,6 +33,9 @@ def problems():
                                batch=2, heads=2)
     yield "float16 backward", all_plans(dtype="float16", backward=True, N_q=64, N_k=80, d=64, sram=227 * 1024,
                                         batch=3, heads=2)
+    # the causal tma plans' list of items belongs to the whole grid (compare counts the whole plan's walk of it)
+    yield "float16 causal", all_plans(dtype="float16", causal=True, backward=True, N_q=300, N_k=300, d=64,
+                                      sram=227 * 1024, batch=3, heads=2)
 
 
 @pytest.mark.parametrize("name,plans", list(problems()), ids=[n for n, _ in problems()])
