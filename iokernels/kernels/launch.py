@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable
+from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable, plan_arrays
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
-from ..plan.fast import item_list
 from ..plan.fast_bwd import FAST_BWD_ARGS
 from ..plan.mods import MAX_CAPTURES, MOD_DEFINES, capture_buffer, capture_inputs, captures_of
 from ..plan.tensors import (
@@ -404,17 +403,9 @@ def allocate(plan: Plan, inputs: dict[str, Any], *, poison_outputs: bool | None 
 
 
 def plan_constants(plan: Plan) -> dict[str, Any]:
-    """The device arrays that are part of a plan: its block mask on the tile grid (T_r x T_c bytes), ALiBi's slopes
-    (a float32 per batch·head), the persistent causal grid's list of items (plan.fast.item_list)."""
+    """The device arrays that are part of a plan (:func:`iokernels.plan.plan_arrays`)."""
     cp = require_cupy()
-    out = {}
-    if any(dict(s.params).get("ITEM_LIST") for s in plan.stages):
-        out["work"] = cp.asarray(item_list(plan))
-    if plan.block_mask is not None:
-        out["block_mask"] = cp.asarray(plan.block_grid())
-    if plan.alibi is not None:
-        out["alibi"] = cp.asarray(np.asarray(plan.alibi, dtype=np.float32))
-    return out
+    return {name: cp.asarray(x) for name, x in plan_arrays(plan).items()}
 
 
 def launch_stage(plan: Plan, stage: Stage, buffers: dict[str, Any], scale: float, counting: bool,

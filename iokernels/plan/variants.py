@@ -23,7 +23,7 @@ import numpy as np
 from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
 from .core import Plan, Stage, Unsupported
 from .dropout import Dropout
-from .fast import TMA_KERNEL, head_band
+from .fast import TMA_KERNEL, head_band, item_list
 from .fast_bwd import KERNEL_TMA, KERNEL_TMA_WIDE, SM90_BWD_KERNEL_NAMES
 from .masks import BlockMask, ExplicitMask
 
@@ -370,6 +370,20 @@ def with_documents(plan: Plan, documents: object) -> Plan:
     if plan.variant:
         raise Unsupported(f"document masking is not implemented by {plan.label}")
     return replace(plan, documents=documents)
+
+
+def plan_arrays(plan: Plan) -> dict[str, np.ndarray]:
+    """The arrays that are part of a plan, which its kernels read as tensors (the launcher puts them on the device
+    once): its block mask on the tile grid (T_r x T_c bytes), ALiBi's slopes (a float32 per batch·head), a causal tma
+    plan's list of items (int32, plan.fast.item_list)."""
+    out = {}
+    if plan.block_mask is not None:
+        out["block_mask"] = plan.block_grid()
+    if plan.alibi is not None:
+        out["alibi"] = np.asarray(plan.alibi, dtype=np.float32)
+    if any(dict(s.params).get("ITEM_LIST") for s in plan.stages):
+        out["work"] = item_list(plan)
+    return out
 
 
 def check_runnable(plan: Plan) -> None:

@@ -478,7 +478,7 @@ def test_variants_keep_the_bands():
     for direction in ("fwd", "bwd"):
         def band(plan):
             return dict(plan.stage("main").params).get("HEAD_BAND")
-        assert band(make_plan("flash", "fast", **kw, direction=direction)) == (8 if direction == "bwd" else None)
+        assert band(make_plan("flash", "fast", **kw, direction=direction)) is None  # (a persistent grid's list)
         assert band(make_plan("flash", "fast", **kw, direction=direction, dropout=Dropout(0.1, 1, 0))) == 8
         assert band(make_plan("flash", "fast", **kw, direction=direction, mods=Mods(mask_mod="q_idx >= kv_idx"))) \
             == 8

@@ -184,6 +184,15 @@ def test_causal_takes_the_list_and_a_window_is_persistent():
     assert "ITEM_LIST" not in dict(window.params)
     for stage in (dropout, alibi):
         assert stage.grid == (128, 1, 16) and not {"PERSISTENT", "ITEM_LIST"} & set(dict(stage.params))
+    # the list is one of the plan's arrays (the launcher's constants), int32; ALiBi's slopes float32
+    from iokernels.plan import plan_arrays
+    from iokernels.plan.fast import item_list
+
+    listed, sloped = (make_plan("flash", "fast", causal=True, **o, **kw) for o in ({}, {"alibi": (0.5,) * 16}))
+    arrays = plan_arrays(listed)
+    assert set(arrays) == {"work"} and arrays["work"].dtype == np.int32
+    assert (arrays["work"] == item_list(listed)).all()
+    assert set(plan_arrays(sloped)) == {"alibi"} and plan_arrays(sloped)["alibi"].dtype == np.float32
     # the backward: the plain causal narrow tma plan on the list; its variants and the wide tiles a block per item
     bwd = {label: make_plan("flash", "fast", causal=True, direction="bwd", **{**kw, **o}).stage("main")
            for label, o in (("causal", {}), ("dropout", {"dropout": Dropout(0.1, 1, 0)}),
