@@ -48,6 +48,12 @@
 // common.cuh iok_kept_blocks) into a list of the kept query blocks in shared memory (BLOCK_LIST entries at most), and
 // the steps run over that list (step s: query head s / span, query block kept[s % span]), read once per K/V head.
 //
+// ITEM_LIST (the plain causal plans' narrow tiles; iokernels/plan/fast.py item_list, plan/fast_bwd.py
+// with_item_list): a persistent grid whose block b takes the items [work[b], work[b + 1]) of the host's list, each
+// z_kv T_c + (key block). The loader, the dQ writer and each consumer warp walk them (common.cuh IokList); K and V
+// land on bar_kv once per item with a step and are released on kv_empty, so the loader copies the next item's while
+// the consumers write dK and dV; the ring's stages and phases and the dQ buffer count the block's earlier steps.
+//
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
 // read and 4 written of dQacc (the reduction's read-modify-write; with the wide tiles the consumers count their
@@ -199,7 +205,7 @@ __device__ __forceinline__ void tb_dq_box(IokCounters<Ts...>& io, const unsigned
 constexpr int TB_Q = TB_WIDE ? 32 : BR;  // queries of a step's block per warpgroup in Sᵀ and dPᵀ
 
 // Grid (ceil(n_k / BC), 1, BH / kv_group), block (x, 0, z) key block x of K/V head z (HEAD_BAND: the grid in bands
-// of heads, common.cuh IOK_GRID_X). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
+// of heads, common.cuh IOK_GRID_X; ITEM_LIST: (G, 1, 1), the items of the list). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
 // K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q, HEAD_D) float32 in boxes of 64 rows
 // x 32 (tensormap.py; wide tiles: dQacc itself); lse, D: (BH, n_q) float32; dK, dV: as K. Query head z reads K/V
 // head z / kv_group.
