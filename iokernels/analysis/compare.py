@@ -31,9 +31,10 @@ import numpy as np
 
 from ..model.specs import GpuSpec
 from ..plan import Plan
+from ..plan.fast import listed
 from ..plan.tensors import OUTPUTS, Counts
 from ..plan.units import format_bytes
-from ..simulate import item_list_counts, listed, make_inputs, max_relative_error, reference_outputs, simulate
+from ..simulate import item_list_counts, make_inputs, max_relative_error, reference_outputs, simulate
 from .report import Measured, build
 
 SIM_MEMORY_LIMIT = 6 * 1024**3  # bytes of float64 arrays the simulator may hold at once

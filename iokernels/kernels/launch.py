@@ -331,7 +331,7 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
         args += list(VARLEN_TENSORS)
     if params.get("PACKED_CAUSAL"):  # the decode's causal mask on packed rows: the queries per head (flash_tma.cu)
         args.append(np.int32(plan.N_q))
-    if params.get("ITEM_LIST"):  # the persistent causal grid's list of items, last (flash_tma.cu IOK_WORK_PARAM)
+    if params.get("ITEM_LIST"):  # a persistent grid's list of items, last (common.cuh IOK_WORK_PARAM)
         args.append("work")
     return tuple(args), bool(params.get("DROPOUT"))
 

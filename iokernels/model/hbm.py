@@ -30,8 +30,9 @@ Explicit masks (``mask=``, ``plan.mask``; :class:`iokernels.plan.masks.ExplicitM
 one read its elements of every pair they compute, once per batch·head whether the mask is shared or not:
 BH·A_S·e_m bytes (A_S = N_q·N_k without causal or block mask; e_m = 1 boolean, 4 additive).
 
-The tma forward's persistent causal grid reads its list of work items (tensor ``work``,
-:func:`iokernels.plan.fast.item_list_bytes`; O(T_r·BH) bytes, added by :func:`exact`, left out of the Θ forms).
+The causal tma plans' persistent grids (the forward, the narrow backward) read their list of work items (tensor
+``work``, :func:`iokernels.plan.fast.item_list_bytes`; O(T_r·BH) or O(T_c·BH_kv) bytes, added by :func:`exact`, left out
+of the Θ forms).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ..plan import (
     visible_area,
 )
 from ..plan.decode import DECODE_VARIANTS, decode_sums
-from ..plan.fast import item_list_bytes
+from ..plan.fast import item_list_bytes, listed
 from ..plan.tensors import DIMS, TENSORS
 from ..plan.units import ACC_ITEMSIZE
 from ..plan.varlen import VARLEN_VARIANT, varlen_backward_sums, varlen_sums
@@ -492,7 +493,7 @@ def exact(plan: Plan) -> dict[str, dict[str, tuple[int, int]]]:
             raise ValueError(f"{plan.label}: the captured arrays' values are not known (make_plan(..., "
                              "capture_values=)): no exact bytes")
         out["main"]["captures"] = (plan.mods.capture_bytes, 0)
-    if any(dict(s.params).get("ITEM_LIST") for s in plan.stages):  # the persistent causal grid's list of items
+    if listed(plan):  # a causal tma plan's persistent grid reads its list of items
         out["main"]["work"] = (item_list_bytes(plan), 0)
     return {stage: {t: rw for t, rw in tensors.items() if rw != (0, 0)} for stage, tensors in out.items()}
 

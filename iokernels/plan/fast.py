@@ -248,6 +248,19 @@ def head_band(blocks_per_head: int, heads: int) -> int:
 ITEM_OVERHEAD_STEPS = 1
 
 
+def listed(plan: Plan) -> bool:
+    """Whether a stage of ``plan`` takes a persistent grid's list of items (``ITEM_LIST``, :func:`item_list`)."""
+    return any(dict(s.params).get("ITEM_LIST") for s in plan.stages)
+
+
+def list_items(plan: Plan) -> tuple[int, int]:
+    """(T, heads) of an ``ITEM_LIST`` plan's items, z · T + x each: (T_r, batch·heads) forward, (T_c, batch·K/V heads)
+    backward."""
+    if plan.direction == "fwd":
+        return plan.tile["Tr"], plan.bh
+    return plan.tile["Tc"], plan.bh_kv
+
+
 def item_steps(plan: Plan) -> list[int]:
     """The steps of each item of a causal tma plan, by its block index along the rows (forward: query blocks, the key
     tiles each visits) or columns (backward: key blocks, the query tiles of every query head sharing its K/V head)."""
@@ -263,8 +276,7 @@ def item_list(plan: Plan) -> np.ndarray:
     """The list an ``ITEM_LIST`` stage reads (int32): G + 1 offsets (G = its grid's blocks; block b takes the entries
     [offsets[b], offsets[b + 1])), then the entries, z · T + (block along the rows or columns) each (T = T_r and z the
     batch·head forward, T = T_c and z the batch·K/V head backward), every item once."""
-    steps = item_steps(plan)
-    t, heads = len(steps), plan.bh if plan.direction == "fwd" else plan.bh_kv
+    steps, (t, heads) = item_steps(plan), list_items(plan)
     blocks = plan.stage("main").grid[0]
     band = head_band(t, heads)
     # forward: row block t - 1 - x first (a causal grid's longest); backward: key block x
@@ -292,5 +304,5 @@ def list_readers(plan: Plan) -> int:
 def item_list_bytes(plan: Plan) -> int:
     """The bytes of :func:`item_list` an ``ITEM_LIST`` stage reads: two offsets per block (its thread 0), and each
     entry :func:`list_readers` times."""
-    entries = plan.tile["Tr"] * plan.bh if plan.direction == "fwd" else plan.tile["Tc"] * plan.bh_kv
-    return 4 * (2 * plan.stage("main").grid[0] + entries * list_readers(plan))
+    t, heads = list_items(plan)
+    return 4 * (2 * plan.stage("main").grid[0] + t * heads * list_readers(plan))

@@ -44,7 +44,8 @@ ALIBI_TENSORS: tuple[str, ...] = ("alibi",)
 # The arrays a programmable variant's expressions read (iokernels.plan.mods), all counted as one tensor: the element
 # reads the expressions execute.
 MOD_TENSORS: tuple[str, ...] = ("captures",)
-# The persistent causal forward's list of work items (iokernels.plan.fast.item_list): int32, part of the plan.
+# A causal tma plan's list of work items (iokernels.plan.fast.item_list: its persistent grid's, forward and backward):
+# int32, part of the plan.
 LIST_TENSORS: tuple[str, ...] = ("work",)
 assert (set(DIMS) | set(MASK_TENSORS) | set(SPLIT_TENSORS) | set(CACHE_TENSORS) | set(APPEND_TENSORS)
         | set(VARLEN_TENSORS) | set(ALIBI_TENSORS) | set(MOD_TENSORS) | set(LIST_TENSORS)) == set(TENSORS)

@@ -23,7 +23,7 @@ import numpy as np
 from .causal import CAUSAL_CODES, normalize_causal, normalize_documents, normalize_window
 from .core import Plan, Stage, Unsupported
 from .dropout import Dropout
-from .fast import TMA_KERNEL, head_band, item_list
+from .fast import TMA_KERNEL, head_band, item_list, listed
 from .fast_bwd import KERNEL_TMA, KERNEL_TMA_WIDE, SM90_BWD_KERNEL_NAMES
 from .masks import BlockMask, ExplicitMask
 
@@ -381,7 +381,7 @@ def plan_arrays(plan: Plan) -> dict[str, np.ndarray]:
         out["block_mask"] = plan.block_grid()
     if plan.alibi is not None:
         out["alibi"] = np.asarray(plan.alibi, dtype=np.float32)
-    if any(dict(s.params).get("ITEM_LIST") for s in plan.stages):
+    if listed(plan):
         out["work"] = item_list(plan)
     return out
 

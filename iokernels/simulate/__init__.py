@@ -12,7 +12,7 @@ from .inputs import (
     reference_mask,
     reference_outputs,
 )
-from .simulator import SimResult, item_list_counts, kv_rows, listed, reference_dropout, simulate
+from .simulator import SimResult, item_list_counts, kv_rows, reference_dropout, simulate
 
 __all__ = [
     "ALL",
@@ -22,7 +22,6 @@ __all__ = [
     "cache_reference",
     "item_list_counts",
     "kv_rows",
-    "listed",
     "make_inputs",
     "max_relative_error",
     "random_mask",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..plan import Plan, key_block_ranges
-from ..plan.fast import item_list, list_readers
+from ..plan.fast import item_list, list_readers, listed
 from ..plan.mods import captures_of, host_captures
 from ..plan.tensors import DIMS, OUTPUTS, TENSORS
 from . import reference
@@ -261,11 +261,6 @@ def kv_rows(plan: Plan) -> slice | np.ndarray:
     if plan.kv_heads == plan.heads:
         return ALL
     return np.arange(plan.bh) // (plan.heads // plan.kv_heads)
-
-
-def listed(plan: Plan) -> bool:
-    """Whether a stage of ``plan`` takes a persistent grid's list of items (ITEM_LIST, plan.fast.item_list)."""
-    return any(dict(s.params).get("ITEM_LIST") for s in plan.stages)
 
 
 def item_list_counts(plan: Plan) -> tuple[int, int]:
