@@ -350,6 +350,24 @@ def prepare_modes(runner: Runner, timing: Timing, rows: Sequence[dict], *, cold:
     return ready
 
 
+def prepare_setup(setup: Callable[[], Runner], name: str, warmed: set, timing: Timing, rows: Sequence[dict],
+                  failed: Callable[[dict, BaseException], None]) -> list[tuple[dict, Prepared]]:
+    """Implementation ``name`` set up once (``setup()``, its runner) for every row's mode (:func:`prepare_modes`, the
+    first call cold unless ``name`` is in ``warmed``, which it then joins). A setup that raises is the failure of every
+    row without a status (``failed(row, exc)``), and no mode is ready."""
+    try:
+        runner = setup()
+    except Exception as exc:
+        for row in rows:
+            if row.get("status") is None:
+                failed(row, exc)
+        return []
+    try:
+        return prepare_modes(runner, timing, rows, cold=name not in warmed, failed=failed)
+    finally:
+        warmed.add(name)
+
+
 def interleave(prepared: Sequence[Prepared], repeats: int,
                failed: Callable[[int, BaseException], None] | None = None) -> None:
     """``repeats`` samples of each of ``prepared``, taken in turn: round r times one loop of each, in an order

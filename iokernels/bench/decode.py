@@ -302,20 +302,15 @@ def _prepare(impl: DecodeImpl, problem: DecodeProblem, inputs: DecodeInputs, tim
         for row in rows:
             row.update(status="not available", note=reason)
         return rows, []
-    try:
+
+    def setup() -> clocks.Runner:
         runner = impl.setup(problem, inputs)
         backend = impl.backend_choice(problem, inputs)
         for row in rows:
             row["backend"] = backend
-        try:
-            return rows, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
-                                                      failed=_failed)
-        finally:
-            warmed.add(impl.name)
-    except Exception as exc:
-        for row in rows:
-            _failed(row, exc)
-        return rows, []
+        return runner
+
+    return rows, clocks.prepare_setup(setup, impl.name, warmed, timing, rows, _failed)
 
 
 def _time(problem: DecodeProblem, timed: list[tuple[dict, clocks.Prepared]], timing: clocks.Timing) -> None:

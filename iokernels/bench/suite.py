@@ -93,18 +93,8 @@ def _prepare(impl: Impl, problem: Problem, direction: str, timing: Timing, histo
                 history.stopped[pending.key] = f"too slow at N={problem.n}"
             return every(status="skipped", note=f"estimated {estimate * 1e3:.0f} ms per call (from its rate at a "
                                                  f"smaller N) > --max-call-ms {timing.max_call_seconds * 1e3:g}")
-    try:
-        runner = impl.setup(problem, direction)
-        try:
-            pending.timed = clocks.prepare_modes(
-                runner, timing, rows, cold=impl.name not in warmed,
-                failed=lambda row, exc: _failed(row, exc, problem, pending.key, history))
-        finally:
-            warmed.add(impl.name)
-    except Exception as exc:
-        for row in rows:
-            _failed(row, exc, problem, pending.key, history)
-        pending.timed = []
+    pending.timed = clocks.prepare_setup(lambda: impl.setup(problem, direction), impl.name, warmed, timing, rows,
+                                         lambda row, exc: _failed(row, exc, problem, pending.key, history))
     return pending
 
 

@@ -259,18 +259,7 @@ def _prepare(impl: VarlenImpl, problem: VarlenProblem, direction: str, timing: c
     for row in rows:
         if row["mode"] == "graph" and impl.graph_reason is not None:
             row.update(status="unsupported", note=impl.graph_reason)
-    try:
-        runner = impl.setup(problem, direction)
-        try:
-            return rows, clocks.prepare_modes(runner, timing, rows, cold=impl.name not in warmed,
-                                                      failed=_failed)
-        finally:
-            warmed.add(impl.name)
-    except Exception as exc:
-        for row in rows:
-            if row["status"] is None:
-                _failed(row, exc)
-        return rows, []
+    return rows, clocks.prepare_setup(lambda: impl.setup(problem, direction), impl.name, warmed, timing, rows, _failed)
 
 
 def _time(problem: VarlenProblem, direction: str, group: list[tuple[VarlenImpl, list[tuple[dict, clocks.Prepared]]]],

@@ -364,7 +364,7 @@ def test_render():
 
 
 def test_decode_module_times_nothing_itself():
-    """Only clocks (prepare_modes, time_in_turn) times the decode calls (the run's budget and wall clock aside)."""
+    """Only clocks (prepare_setup, time_in_turn) times the decode calls (the run's budget and wall clock aside)."""
     import ast
     from pathlib import Path
 
@@ -373,7 +373,7 @@ def test_decode_module_times_nothing_itself():
         {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert not used & {"Event", "elapsed_time", "perf_counter", "CUDAGraph", "replay", "begin_capture", "capture",
                        "loop_seconds", "graph_seconds", "event_seconds"}
-    assert {"prepare_modes", "time_in_turn"} <= used
+    assert {"prepare_setup", "time_in_turn"} <= used
 
 
 # ---------------------------------------------------------------------------------------------

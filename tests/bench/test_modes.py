@@ -223,6 +223,30 @@ def test_only_clocks_times_anything():
     assert all(m in clocks.MODES for m in ("call", "graph"))
 
 
+def test_prepare_setup_sets_up_once_for_every_mode_or_fails_the_rows_without_a_status():
+    """clocks.prepare_setup (suite, --decode and --varlen): one setup, every row's mode prepared, the implementation
+    warmed; a setup that raises fails the rows without a status (an unsupported graph mode keeps its own) and readies
+    nothing, and leaves the implementation cold."""
+    setups, failed, warmed = [], [], set()
+
+    def setup():
+        setups.append(1)
+        return clocks.Runner(call=lambda: None, clock=FakeClock(1e-3))
+
+    rows = [{"mode": "call", "status": None}, {"mode": "graph", "status": None}]
+    ready = clocks.prepare_setup(setup, "ours", warmed, TIMING, rows, lambda row, exc: failed.append(row))
+    assert setups == [1] and [row["mode"] for row, _ in ready] == ["call", "graph"] and not failed
+    assert warmed == {"ours"}
+
+    def broken():
+        raise RuntimeError("no such kernel")
+
+    rows = [{"mode": "call", "status": None}, {"mode": "graph", "status": "unsupported"}]
+    ready = clocks.prepare_setup(broken, "peer", warmed, TIMING, rows, lambda row, exc: failed.append((row, exc)))
+    assert ready == [] and [row["mode"] for row, _ in failed] == ["call"]
+    assert isinstance(failed[0][1], RuntimeError) and warmed == {"ours"}
+
+
 def test_time_runner_refuses_an_unknown_mode():
     with pytest.raises(ValueError, match="mode"):
         clocks.time_runner(clocks.Runner(call=lambda: None, clock=FakeClock(0.001)), TIMING, "eager")
