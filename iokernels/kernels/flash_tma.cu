@@ -26,8 +26,8 @@
 // work[b + 1]) of the plan's list, work[G + 1 + i] (G = gridDim.x), each z T_r + (query block): the host's list
 // schedule of the causal items (longest first, in bands of heads as HEAD_BAND's, each to the block that finishes
 // first), so a block's next Q and K load while it finishes an item, and the blocks end together. Thread 0 reads the
-// two offsets before the roles part; the producer's thread and lane 0 of each consumer warp read each entry, one
-// item ahead.
+// two offsets before the roles part; the producer's thread and lane 0 of each consumer warp (common.cuh IokList) read
+// each entry, one item ahead.
 //
 // SPLIT (the split-KV decode, iokernels/plan/decode.py): the host passes the g query heads of each K/V head as one
 // head of g·N_q packed rows (n_q, bh: the packed rows and the batch·K/V heads; kv_group 1); block (x, s, z) takes key
@@ -480,11 +480,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         iok_regs_inc<CONSUMER_REGS>();
         int ring = 0, nq = 0;  // K/V slots and Q tiles used so far
 #ifdef ITEM_LIST
-        int next = lane == 0 && list_first < list_last ? iok_ld<IOK_T_work>(io, entries + list_first) : 0;
+        IokList list(io, work, list_first, list_last, lane);
 #pragma unroll 1
-        for (int i = list_first; i < list_last; ++i) {
-            const int it = __shfl_sync(0xffffffffu, next, 0);  // (lane 0's, read an item ago)
-            if (lane == 0 && i + 1 < list_last) next = iok_ld<IOK_T_work>(io, entries + i + 1);
+        while (list.more()) {
+            const int it = list.take(io, lane);
 #else
         ITEM_LOOP {
 #endif

@@ -205,10 +205,10 @@ __device__ __forceinline__ void tb_dq_box(IokCounters<Ts...>& io, const unsigned
 constexpr int TB_Q = TB_WIDE ? 32 : BR;  // queries of a step's block per warpgroup in Sᵀ and dPᵀ
 
 // Grid (ceil(n_k / BC), 1, BH / kv_group), block (x, 0, z) key block x of K/V head z (HEAD_BAND: the grid in bands
-// of heads, common.cuh IOK_GRID_X; ITEM_LIST: (G, 1, 1), the items of the list). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D) of T in boxes of BR rows; tmK, tmV:
-// K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q, HEAD_D) float32 in boxes of 64 rows
-// x 32 (tensormap.py; wide tiles: dQacc itself); lse, D: (BH, n_q) float32; dK, dV: as K. Query head z reads K/V
-// head z / kv_group.
+// of heads, common.cuh IOK_GRID_X; ITEM_LIST: (G, 1, 1), the items of the list). tmQ, tmdO: Q, dO (BH, n_q, HEAD_D)
+// of T in boxes of BR rows; tmK, tmV: K, V (BH / kv_group, n_k, HEAD_D) in boxes of BC rows; tmdQ: dQacc (BH, n_q,
+// HEAD_D) float32 in boxes of 64 rows x 32 (tensormap.py; wide tiles: dQacc itself); lse, D: (BH, n_q) float32; dK,
+// dV: as K. Query head z reads K/V head z / kv_group.
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1)
 flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ IokTensorMap tmK,
