@@ -486,8 +486,13 @@ __device__ __forceinline__ int iok_kept_blocks(IokCounters<Ts...>& c, const unsi
 // (in a tile the block mask marks full, not at all), then score_mod and its gradient where the mask keeps it.
 #if defined(MASK_MOD) || defined(SCORE_MOD) || defined(MOD_STAGE)
 #define IOK_MODS 1
+#ifdef MOD_TMA  // (flash_tma.cu: the staged read's tiles by the copy engine, through this map of its capture)
+#define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
+    const void* __restrict__ cap2, const void* __restrict__ cap3, const __grid_constant__ IokTensorMap tm_mask,
+#else
 #define IOK_MOD_PARAM const int mod_heads, const void* __restrict__ cap0, const void* __restrict__ cap1, \
     const void* __restrict__ cap2, const void* __restrict__ cap3,
+#endif
 #define IOK_MOD_T , IOK_T_captures
 #ifndef MOD_CAPS
 #define MOD_CAPS

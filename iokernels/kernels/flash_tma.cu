@@ -58,7 +58,11 @@
 // index of b, h, q_idx, kv_idx: an explicit mask's): tile j + 1's lines of it prefetched into the L2 in step j.
 // MOD_STAGE (an explicit mask's read X[R + kv_idx], rows 16-byte aligned): in step j each warp copies its 16 rows of
 // tile j + 1's elements by cp.async into its rows of SMEM_STAGE (16-byte pieces; past N_q and the keys zero-filled,
-// not read), and step j + 1 reads them there in pairs (the bias added, or −inf where the byte is 0).
+// not read), and step j + 1 reads them there in pairs (the bias added, or −inf where the byte is 0). MOD_TMA (where two
+// stages of B_r x B_c elements fit; iokernels/plan/mods.py mask_layout): the producer's thread loads tile j's elements
+// with K_j instead, by the copy engine (tm_mask: the capture as {n_k, n_q, heads, batch}, boxes of 128 bytes x B_r rows,
+// 128-byte swizzled; past N_q and the keys zero-filled) into stage SMEM_MASK0/1 of K_j's ring slot, completing on K_j's
+// full barrier; a consumer warp releases the slot once it has read its rows (after the softmax's masks, not before).
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -143,10 +147,19 @@ static_assert(TILE_D <= 128, "MASK_MOD, SCORE_MOD: d up to 128");
 #if defined(ITEM_LIST) && !defined(PERSISTENT)
 #error "ITEM_LIST: a persistent grid's list of items"
 #endif
-#ifdef MOD_STAGE
+#if defined(MOD_STAGE) && !defined(MOD_TMA)
 constexpr int STAGE_PITCH = BC * static_cast<int>(sizeof(MOD_STAGE_T)) + 16;  // a query row in SMEM_STAGE (padded)
 constexpr int STAGE_CHUNKS = BC * static_cast<int>(sizeof(MOD_STAGE_T)) / 16;  // its 16-byte pieces
 static_assert(BC * sizeof(MOD_STAGE_T) % 16 == 0, "MOD_STAGE: whole 16-byte pieces a row");
+#endif
+#ifdef MOD_TMA
+#if !defined(MOD_STAGE) || defined(PERSISTENT)
+#error "MOD_TMA: a staged read (MOD_STAGE), a block per item"
+#endif
+constexpr int MASK_BOX = 128 / static_cast<int>(sizeof(MOD_STAGE_T));  // the elements of a box's row, 128 bytes
+constexpr unsigned MASK_TILE_BYTES = BR * BC * sizeof(MOD_STAGE_T);   // a stage: BC / MASK_BOX boxes of BR x 128 B
+static_assert(BC % MASK_BOX == 0 && BR <= 256 && SMEM_MASK0 % 1024 == 0 && SMEM_MASK1 % 1024 == 0,
+              "MOD_TMA: whole boxes, 1024-byte aligned stages");
 #endif
 #ifdef ALIBI
 static_assert(TILE_D <= 128, "ALIBI: d up to 128 (past it the counting build's consumers spill)");
@@ -403,6 +416,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tmQ);
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
+#ifdef MOD_TMA
+            iok_tma_prefetch_map(&tm_mask);
+#endif
             int ring = 0, nq = 0;  // K/V slots and Q tiles loaded so far
 #ifdef ITEM_LIST
             int next = list_first < list_last ? iok_ld<IOK_T_work>(io, entries + list_first) : 0;
@@ -433,7 +449,11 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef IOK_TAIL
                     if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
 #endif
+#ifdef MOD_TMA
+                    iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T) + (is_k ? MASK_TILE_BYTES : 0u));
+#else
                     iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
+#endif
                     const int key0 = IOK_KEY_TILE(j) * BC;
                     unsigned char* dst = smem + (is_k ? (st ? SMEM_K1 : SMEM_K0) : (st ? SMEM_V1 : SMEM_V0));
 #ifdef PAGED
@@ -449,6 +469,13 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
                     if (is_k) {
                         wg_tma_tile<IOK_T_K, BC, T>(io, dst, &tmK, full, k_base + key0, k_extent, kv_head);
+#ifdef MOD_TMA
+                        // the mask's tile j with K_j: its elements inside (N_q, N_k) counted, those past zero-filled
+                        [[maybe_unused]] const int b = z / mod_heads, h = z % mod_heads;
+                        wg_tma_boxes<IOK_T_captures, BR, BC, sizeof(MOD_STAGE_T)>(
+                            io, smem + (st ? SMEM_MASK1 : SMEM_MASK0), &tm_mask, full, key0, w.row0, MOD_TMA_H,
+                            MOD_TMA_B, n_q, w.keys);
+#endif
                     } else {
                         wg_tma_tile<IOK_T_V, BC, T>(io, dst, &tmV, full, k_base + key0, k_extent, kv_head);
                     }
@@ -540,7 +567,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             };
             // MOD_STAGE: tile j's elements of the warp's 16 rows into its rows of SMEM_STAGE (one commit group)
             auto stage_copy = [&]([[maybe_unused]] int j) {
-#ifdef MOD_STAGE
+#if defined(MOD_STAGE) && !defined(MOD_TMA)
                 if (j >= tiles) return;
                 const int key0 = IOK_KEY_TILE(j) * BC, keys = w.keys, r0 = wg * 64 + warp * 16;
                 const MOD_STAGE_T* x = static_cast<const MOD_STAGE_T*>(mod.cap[MOD_STAGE_SLOT]);
@@ -569,7 +596,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             auto softmax = [&](int j, float (&corr)[2]) {
                 wg_fence_regs(s);
                 __syncwarp();
+#ifndef MOD_TMA  // (MOD_TMA: the slot's mask tile is read below first)
                 if (lane == 0) iok_mbar_arrive(&empty_k[(ring + j) & 1]);  // this warp's share of the product read K_j
+#endif
 #ifdef PERSISTENT
                 if (lane == 0 && j == tiles - 1) iok_mbar_arrive(&empty_q);  // ... and the item's last that reads Q
 #endif
@@ -611,15 +640,28 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef MOD_STAGE
                 {
+#ifdef MOD_TMA
+                    // the lane's rows r, r + 8 of the stage (K_j's full barrier, waited for S_j, covered its bytes):
+                    // box key / MASK_BOX, its 16-byte chunk XOR r % 8 (the 128-byte swizzle; r + 8: the same)
+                    const int r = wg * 64 + warp * 16 + g;
+                    const unsigned char* tile = smem + (((ring + j) & 1) ? SMEM_MASK1 : SMEM_MASK0) + r * 128;
+#else
                     iok_cp_async_wait<0>();  // this lane's pieces of tile j landed ...
                     __syncwarp();            // ... and the warp's
                     const unsigned char* row = smem + SMEM_STAGE + (wg * 64 + warp * 16 + g) * STAGE_PITCH;
+#endif
                     [[maybe_unused]] const float inv = 1.0f / scale;  // (a bias is a logit: in units of s, / τ)
 #pragma unroll
                     for (int n = 0; n < BC / 4; ++n) {  // elements 2n, 2n + 1: row g + 8 (n & 1), keys (n >> 1) 8 + 2t
                         const int key = (n >> 1) * 8 + 2 * t;
+#ifdef MOD_TMA
+                        const int byte = (key % MASK_BOX) * static_cast<int>(sizeof(MOD_STAGE_T));
+                        const float2 v = iok_stage_pair(tile + (key / MASK_BOX) * BR * 128 + (n & 1) * 8 * 128
+                                                        + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15));
+#else
                         const float2 v = iok_stage_pair(row + (n & 1) * 8 * STAGE_PITCH
                                                         + key * static_cast<int>(sizeof(MOD_STAGE_T)));
+#endif
 #if MOD_STAGE_FORM == 1
                         s[2 * n] = fmaf(v.x, inv, s[2 * n]);
                         s[2 * n + 1] = fmaf(v.y, inv, s[2 * n + 1]);
@@ -629,6 +671,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
                     }
                     __syncwarp();  // the warp's reads done before its next copies into these rows
+#ifdef MOD_TMA
+                    if (lane == 0) iok_mbar_arrive(&empty_k[(ring + j) & 1]);  // ... and before the slot's next K, mask
+#endif
                 }
 #endif
                 if (key0 + BC > keys) {  // keys past n_k (ragged last tile; RAGGED: the sequence's end) get -inf

@@ -21,7 +21,7 @@ from ..plan import FLOAT32_TENSORS, Plan, Stage, band_offsets, check_runnable, p
 from ..plan.core import INT32_TENSORS
 from ..plan.decode import DECODE_VARIANTS, packed_rows
 from ..plan.fast_bwd import FAST_BWD_ARGS
-from ..plan.mods import MAX_CAPTURES, MOD_DEFINES, capture_buffer, capture_inputs, captures_of
+from ..plan.mods import MAX_CAPTURES, MOD_DEFINES, capture_buffer, capture_inputs, captures_of, mask_layout
 from ..plan.tensors import (
     APPEND_TENSORS,
     CACHE_TENSORS,
@@ -323,6 +323,9 @@ def stage_arg_layout(plan: Plan, stage: Stage, scale: float) -> tuple[tuple[Any,
     if any(params.get(k) for k in MOD_DEFINES):  # heads and captures, after ALiBi (IOK_MOD_PARAM)
         caps = [capture_buffer(name) for name, _ in plan.mods.captures]
         args += [np.int32(plan.heads), *caps, *[np.uint64(0)] * (MAX_CAPTURES - len(caps))]
+        if params.get("MOD_TMA"):  # the staged read's tensor map, last of them (IOK_MOD_PARAM)
+            *layout, dtype = mask_layout(plan, params["MOD_STAGE"], params["MOD_STAGE_T"])
+            args.append(tensormap.MapArg(caps[int(params["MOD_STAGE_SLOT"])], dtype, 0, 0, 0, 0, layout=tuple(layout)))
     if params.get("RAGGED"):  # a decode's cache, after the window (common.cuh IOK_CACHE_PARAM)
         args += ["seqlens", np.int32(plan.batch), np.int32(plan.kv_cache.append)]
     if params.get("PAGED"):

@@ -24,8 +24,8 @@ from .driver import CUDA_ERROR_INVALID_CONTEXT, driver, make_current
 MAP_BYTES = 128
 MAP_ALIGN = 64
 # CUtensorMapDataType, CUtensorMapSwizzle (cuda.h)
-DATA_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9}
-ITEMSIZE = {"float16": 2, "float32": 4, "bfloat16": 2}
+DATA_TYPES = {"uint8": 0, "float16": 6, "float32": 7, "bfloat16": 9}
+ITEMSIZE = {"uint8": 1, "float16": 2, "float32": 4, "bfloat16": 2}
 SWIZZLE_BYTES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes of the swizzle span -> the enum
 BOX_MAX = 256
 SWIZZLE_SPAN = 128  # bytes: the attention maps' boxes are one 128-byte swizzle span wide
@@ -124,7 +124,9 @@ def attention_map(pointer: int, dtype: str, bh: int, n: int, d: int, rows: int, 
 class MapArg:
     """A kernel parameter that is the TMA tensor map of one of the launch's buffers (kernels/tma.cuh): the
     buffer (its name in a stage's layout, its index in the launch's pointers once prepared), the map's dtype,
-    the tensor's (bh, n, d), the rows of one box and whether it is laid out (n, bh, d) (tensormap.attention_map)."""
+    the tensor's (bh, n, d), the rows of one box and whether it is laid out (n, bh, d) (tensormap.attention_map);
+    or, with ``layout`` (dims, strides, box: :func:`encode_tiled`'s, 128-byte swizzled), any other tiled map (an
+    explicit mask's, iokernels.plan.mods.mask_layout; bh, n, d and rows unused)."""
 
     buffer: int | str
     dtype: str
@@ -133,6 +135,9 @@ class MapArg:
     d: int
     rows: int
     packed: bool = False
+    layout: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
 
     def encode(self, pointer: int) -> bytes:
+        if self.layout is not None:
+            return encode_tiled(pointer, self.dtype, *self.layout, SWIZZLE_SPAN)
         return attention_map(pointer, self.dtype, self.bh, self.n, self.d, self.rows, self.packed)

@@ -73,6 +73,16 @@ __device__ __forceinline__ void iok_tma_load_3d(void* dst, const IokTensorMap* m
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(iok_smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
         : "memory");
 }
+// The same for a 4-D map (coordinates c0 innermost .. c3): an explicit mask's tiles (flash_tma.cu MOD_TMA).
+__device__ __forceinline__ void iok_tma_load_4d(void* dst, const IokTensorMap* map, unsigned long long* bar, int c0,
+                                                int c1, int c2, int c3)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+        "[%2];\n" ::"r"(iok_smem_addr(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(iok_smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 __device__ __forceinline__ void iok_tma_prefetch_map(const IokTensorMap* map)
 {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
@@ -119,6 +129,24 @@ __device__ __forceinline__ void wg_tma_tile(IokCounters<Ts...>& io, unsigned cha
     }
 #pragma unroll
     for (int s = 0; s < TILE_D / 64; ++s) iok_tma_load_3d(dst + s * SLAB_ROWS * 128, map, bar, 64 * s, row0, head);
+}
+// A ROWS x COLS tile of E-byte elements of a 4-D map of 128-byte boxes (an explicit mask's, flash_tma.cu MOD_TMA) at
+// element coordinates (col0, row0, c2, c3): COLS / (128 / E) boxes of ROWS rows on barrier `bar`, counted as the
+// bytes it reads of tensor TI: its rows before `rows` and columns before `cols` (the others zero-filled, not read).
+template <int TI, int ROWS, int COLS, int E, int... Ts>
+__device__ __forceinline__ void wg_tma_boxes(IokCounters<Ts...>& io, unsigned char* dst, const IokTensorMap* map,
+                                             unsigned long long* bar, int col0, int row0, int c2, int c3, int rows,
+                                             int cols)
+{
+    constexpr int slot = iok_slot<TI, Ts...>(), BOX = 128 / E;
+    static_assert(slot >= 0, "tensor not named in this kernel's IokCounters<...>");
+    static_assert(COLS % BOX == 0, "whole boxes");
+    if constexpr (IokCounters<Ts...>::counting) {
+        io.r[slot] += static_cast<unsigned long long>(max(0, min(ROWS, rows - row0))) * max(0, min(COLS, cols - col0))
+                      * E;
+    }
+#pragma unroll
+    for (int c = 0; c < COLS / BOX; ++c) iok_tma_load_4d(dst + c * ROWS * 128, map, bar, col0 + c * BOX, row0, c2, c3);
 }
 // Rows [from, ROWS) of a landed ROWS-row tile (wg_tma_tile's slabs) set to 0 by the 32 lanes of a warp: rows a copy
 // read past a sequence's end (the next sequence's, or a cache's rows past its length, which may hold anything, NaN

@@ -124,7 +124,15 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
         form, slot, ctype, row = staged
         defines = (*((k, v) for k, v in defines if k in ("MOD_CAPS",)), ("MOD_STAGE", row),
                    ("MOD_STAGE_SLOT", str(slot)), ("MOD_STAGE_T", ctype), ("MOD_STAGE_FORM", str(form)))
-        smem = (("STAGE", main.smem_bytes, stage_bytes(plan, ctype)),)
+        layout, size = mask_layout(plan, row, ctype), plan.tile["Br"] * plan.tile["Bc"] * CTYPE_BYTES[ctype]
+        if layout is None or -(-main.smem_bytes // 1024) * 1024 + 2 * size + STATIC_SMEM > STAGE_SMEM_LIMIT:
+            smem = (("STAGE", main.smem_bytes, stage_bytes(plan, ctype)),)
+        else:  # the copy engine loads the tiles (MOD_TMA), two stages beside K's
+            (_, _, heads, batch), _, _, _ = layout
+            defines += (("MOD_TMA", "1"), ("MOD_TMA_H", "h" if heads > 1 else "0"),
+                        ("MOD_TMA_B", "b" if batch > 1 else "0"))
+            at = -(-main.smem_bytes // 1024) * 1024  # (the 128-byte swizzle's boxes: 1024-byte aligned)
+            smem = (("MASK0", at, size), ("MASK1", at + size, size))
     stages = tuple(replace(s, params=(*s.params, *defines), smem=(*s.smem, *smem))
                    if s.name == "main" else s for s in plan.stages)
     plan = replace(plan, mods=replace(mods, capture_bytes=None, values=()), stages=stages)
@@ -168,6 +176,43 @@ def staging(plan: Plan, mods: Mods) -> tuple[int, int, str, str] | None:
     if np.any(np.asarray(starts.evaluate({n: env[n] for n in starts.names}, {})[0]) % (16 // CTYPE_BYTES[ctype])):
         return None
     return (2 if mods.mask_mod is not None else 1), slot, ctype, " ".join(row.split())
+
+
+TMA_CTYPES = {"unsigned char": "uint8", "__half": "float16", "float": "float32"}  # a staged read's map dtype
+STATIC_SMEM = 1024  # bytes kept for the forward's static shared memory beside a plan's buffers (barriers, lists)
+
+
+MaskLayout = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], str]
+
+
+def mask_layout(plan: Plan, row: str, ctype: str) -> MaskLayout | None:
+    """How the copy engine loads a staged read's tiles (MOD_TMA, flash_tma.cu), as the tensor map's (dims, strides in
+    bytes, box, dtype) over the captured array, {n_k, n_q, heads, batch} innermost first (a dim the row offset R does
+    not step is 1, read at 0), boxes of 128 bytes x B_r rows, 128-byte swizzled; or None where it cannot (R not
+    s_b b + s_h h + s_q q_idx, B_c not whole boxes, a stride the map refuses). :func:`with_mods` takes it where two
+    stages of B_r x B_c elements fit beside the plan's buffers, else the read is staged by cp.async."""
+    itemsize, br, bc = CTYPE_BYTES[ctype], plan.tile["Br"], plan.tile["Bc"]
+    box = 128 // itemsize
+    if ctype not in TMA_CTYPES or bc % box or br > 256:
+        return None
+    batch = plan.bh // plan.heads
+    starts = parse(row, VARIABLES)  # (R reads no capture: staging)
+    b, h, q = np.meshgrid(np.arange(batch), np.arange(plan.heads), np.arange(plan.N_q), indexing="ij")
+    env = {"b": b, "h": h, "q_idx": q, "n_q": plan.N_q, "n_k": plan.N_k}
+    at = np.broadcast_to(np.asarray(starts.evaluate({n: env[n] for n in starts.names}, {})[0], np.int64), b.shape)
+    step = [int(at[tuple(int(i == axis) for i in range(3))] - at[0, 0, 0]) if at.shape[axis] > 1 else 0
+            for axis in range(3)]  # s_b, s_h, s_q
+    if at[0, 0, 0] != 0 or np.any(at != step[0] * b + step[1] * h + step[2] * q) or min(step) < 0:
+        return None
+    dims = [plan.N_k, plan.N_q, plan.heads if step[1] else 1, batch if step[0] else 1]
+    strides, extent = [], plan.N_k * itemsize
+    for s, n in ((step[2], dims[1]), (step[1], dims[2]), (step[0], dims[3])):
+        stride = s * itemsize if s else -(-extent // 16) * 16  # (a dim of 1: any stride, the packed one)
+        strides.append(stride)
+        extent = stride * n
+    if any(s % 16 or s >= 2**40 for s in strides):
+        return None
+    return tuple(dims), tuple(strides), (box, br, 1, 1), TMA_CTYPES[ctype]
 
 
 def _levels(plan: Plan) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ from iokernels.kernels import launch
 from iokernels.model.hbm import exact
 from iokernels.plan import Unsupported, make_plan
 from iokernels.plan.cexpr import ExprError
-from iokernels.plan.mods import MAX_CAPTURES, block_levels, capture_buffer, check_mods, mod_block_mask
+from iokernels.plan.mods import MAX_CAPTURES, block_levels, capture_buffer, check_mods, mask_layout, mod_block_mask
 from iokernels.simulate import make_inputs, reference, reference_outputs, simulate
 
 from ..kernels.nvrtc_variants import needs_nvrtc
@@ -275,26 +275,64 @@ def test_the_forward_prefetches_an_explicit_masks_read(mask_mod, score_mod, ctyp
 
 
 @pytest.mark.parametrize("mask_mod, score_mod, ctype, staged", [
-    (None, "score + mask[h * 85544 + q_idx * 296 + kv_idx]", np.float16, ("h * 85544 + q_idx * 296", "__half", "1")),
-    ("mask[q_idx * 304 + kv_idx] != 0", None, np.uint8, ("q_idx * 304", "unsigned char", "2")),
+    (None, "score + mask[h * 85544 + q_idx * 296 + kv_idx]", np.float16,
+     ("h * 85544 + q_idx * 296", "__half", "1", "MASK0")),
+    ("mask[q_idx * 304 + kv_idx] != 0", None, np.uint8, ("q_idx * 304", "unsigned char", "2", "MASK0")),
+    (None, "score + mask[q_idx * 296 + kv_idx]", np.float32, ("q_idx * 296", "float", "1", "STAGE")),  # d 128
+    (None, "score + mask[(q_idx / 2) * 304 + kv_idx]", np.float16, ("(q_idx / 2) * 304", "__half", "1", "STAGE")),
     (None, "score + mask[q_idx * 297 + kv_idx]", np.float16, None),  # rows not 16-byte aligned: prefetched instead
     (None, "score + mask[kv_idx * 289 + q_idx]", np.float16, None),  # not contiguous along the keys
     ("mask[q_idx * 304 + kv_idx] != 0", "score + 1.0f", np.uint8, None),  # two expressions
 ])
 def test_an_explicit_masks_read_is_staged_in_the_forward(mask_mod, score_mod, ctype, staged):
-    """plan.mods.staging: the forward's MOD_STAGE in place of the expression (its launch takes the captures), the
-    staged bytes every element of a computed tile inside (N_q, N_k) once, by hand; the backward keeps the expression."""
+    """plan.mods.staging: the forward's MOD_STAGE in place of the expression (its launch takes the captures), loaded
+    by the copy engine into two stages (MOD_TMA, MASK0 / MASK1) where its map exists and they fit, else by cp.async
+    (STAGE: a float32 mask at d 128, a row offset that is not affine); the staged bytes every element of a computed
+    tile inside (N_q, N_k) once, by hand; the backward keeps the expression."""
     mods = check_mods(mask_mod, score_mod, captures={"mask": np.zeros(4 * 289 * 304, ctype)})
     values = {"mask": np.ones(4 * 289 * 304, ctype)}
-    plan = _plan("fwd", mods=mods, captures=values)
+    d = 128 if ctype == np.float32 else 64
+    plan = _plan("fwd", mods=mods, captures=values, d=d)
     main = dict(plan.stage("main").params)
-    got = (main["MOD_STAGE"], main["MOD_STAGE_T"], main["MOD_STAGE_FORM"]) if "MOD_STAGE" in main else None
+    buffers = dict((n, (o, size)) for n, o, size in plan.stage("main").smem)
+    got = (main["MOD_STAGE"], main["MOD_STAGE_T"], main["MOD_STAGE_FORM"], "MASK0" if "MASK0" in buffers else
+           "STAGE" if "STAGE" in buffers else "?") if "MOD_STAGE" in main else None
     assert got == staged
     if staged is not None:
-        assert "SCORE_MOD" not in main and "MASK_MOD" not in main and "STAGE" in dict((n, o) for n, o, _ in
-                                                                                         plan.stage("main").smem)
+        assert "SCORE_MOD" not in main and "MASK_MOD" not in main
+        assert ("MOD_TMA" in main) == (staged[3] == "MASK0") == ("STAGE" not in buffers)
+        if "MOD_TMA" in main:  # two stages of B_r x B_c elements, 1024-byte aligned, past the plan's other buffers
+            tile = plan.tile["Br"] * plan.tile["Bc"] * np.dtype(ctype).itemsize
+            assert buffers["MASK0"][1] == buffers["MASK1"][1] == tile and buffers["MASK0"][0] % 1024 == 0
+            assert buffers["MASK1"][0] == buffers["MASK0"][0] + tile
+            assert all(o + size <= buffers["MASK0"][0] for n, (o, size) in buffers.items() if n[:4] != "MASK")
+            assert plan.stage("main").smem_bytes <= 227 * KB - 1024
         assert exact(plan)["main"]["captures"] == (plan.bh * 289 * 289 * np.dtype(ctype).itemsize, 0)
         args, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
         assert capture_buffer("mask") in args
+        maps = [a for a in args if getattr(a, "layout", None) is not None]
+        assert [m.buffer for m in maps] == ([capture_buffer("mask")] if "MOD_TMA" in main else [])
     bwd = dict(_plan("bwd", mods=mods, captures=values).stage("main").params)
     assert "MOD_STAGE" not in bwd
+
+
+@pytest.mark.parametrize("row, want", [
+    # (B, H, N_q, N_k) contiguous: every dim stepped
+    ("(b * 4 + h) * 289 * 304 + q_idx * 304", ((289, 289, 4, 2), (608, 608 * 289, 608 * 289 * 4))),
+    ("h * 289 * 304 + q_idx * 304", ((289, 289, 4, 1), (608, 608 * 289, 608 * 289 * 4))),  # per head, any batch
+    ("b * 289 * 304 + q_idx * 304", ((289, 289, 1, 2), (608, 608 * 289, 608 * 289))),  # per batch, any head
+    ("q_idx * 304", ((289, 289, 1, 1), (608, 608 * 289, 608 * 289))),  # shared: dims of 1 take the packed strides
+    ("h * 1024 + q_idx * 4096", ((289, 289, 4, 1), (8192, 2048, 2048 * 4))),  # heads interleaved within a row
+    ("q_idx * 304 + 8", None),  # an offset: the map's base would move
+    ("(q_idx / 2) * 304", None),  # not affine
+    ("(q_idx % 3) * 304 + h * 8", None),
+])
+def test_mask_layout_states_the_masks_map(row, want):
+    """plan.mods.mask_layout: the staged read R = s_b b + s_h h + s_q q_idx as the tensor map {n_k, n_q, heads, batch}
+    (strides in bytes, a dim R does not step of 1), boxes of 128 bytes x B_r rows, by hand; None where R is not that."""
+    plan = make_plan("flash", "fast", N_q=289, d=64, dtype="float16", sram=227 * KB, heads=4, batch=2)
+    got = mask_layout(plan, row, "__half")
+    assert (None if got is None else got[:2]) == want
+    if got is not None:
+        assert got[2:] == ((64, plan.tile["Br"], 1, 1), "float16")
+    assert mask_layout(plan, "q_idx * 304", "unsigned char")[2:] == ((128, plan.tile["Br"], 1, 1), "uint8")
