@@ -39,6 +39,11 @@ CASES = [
     ((1, 4), 4, 300, 200, 64, "transposed", "bool", ""),
     ((2, 3, 2), 2, 128, 257, 64, "strided", "float16", ""),
     ((4,), 4, 1023, 1023, 128, "shared", "float16", "top_left"),
+    # rows of 16-byte multiples: the forward's tiles by the copy engine (MOD_TMA; rows and keys past the ends
+    # zero-filled), and a float32 mask at d 128 (two stages do not fit) by cp.async (MOD_STAGE)
+    ((2, 2), 2, 250, 512, 64, "full", "float16", "bottom_right"),
+    ((1, 4), 4, 130, 384, 128, "shared", "bool", ""),
+    ((1, 4), 2, 200, 264, 128, "head", "float32", "top_left"),
 ]
 IDS = [f"{'x'.join(map(str, c[0]))}-{c[5]}-{c[6]}-{c[7] or 'full'}-d{c[4]}" for c in CASES]
 

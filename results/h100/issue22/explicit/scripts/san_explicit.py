@@ -14,9 +14,11 @@ CASES = [((2, 3), 3, 200, 333, 64, (200, 333), "bool", "bottom_right"),
          ((1, 4), 2, 239, 239, 128, (4, 239, 239), "float16", ""),
          ((2, 2), 2, 113, 300, 64, (2, 1, 113, 300), "float32", "top_left"),
          ((2, 3, 2), 2, 64, 129, 64, (2, 1, 2, 64, 129), "float16", ""),
-         # rows of 16-byte multiples: staged through shared memory (MOD_STAGE)
+         # rows of 16-byte multiples: staged through shared memory (MOD_STAGE; since MOD_TMA, loaded by the copy engine)
          ((2, 2), 2, 250, 512, 64, (2, 2, 250, 512), "float16", "bottom_right"),
-         ((1, 4), 4, 130, 384, 128, (130, 384), "bool", "")]
+         ((1, 4), 4, 130, 384, 128, (130, 384), "bool", ""),
+         # (since MOD_TMA the two above load by the copy engine; a float32 mask at d 128 still by cp.async)
+         ((1, 4), 2, 200, 264, 128, (4, 200, 264), "float32", "top_left")]
 for lead, kv, n_q, n_k, d, shape, kind, causal in CASES:
     kv_lead = (*lead[:-1], kv)
     q, do = (cp.asarray(rng.standard_normal((*lead, n_q, d)).astype(np.float16)) for _ in range(2))
