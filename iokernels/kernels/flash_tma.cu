@@ -68,7 +68,11 @@
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
 // list of the kept key tiles in shared memory (BLOCK_LIST entries at most), and the item's steps run over that list:
 // step j takes key tile kept[j], the same loop as without a mask. A row with no kept tile loads nothing and writes
-// O = 0, lse -inf.
+// O = 0, lse -inf. With ITEM_LIST (iokernels/plan/fast.py with_listed_blocks: the list balances the rows' kept tiles;
+// no dropout, ALiBi or mods) the producer's warp 0 walks the list and lists each item's kept tiles in `kept` in turn;
+// its lane 0 issues the copies, and passes the consumers each item's count (item_tiles, a two-slot ring on full_item /
+// empty_item) and each step's key tile (tile_of[stage], written before K's expect_tx: K's full barrier publishes it).
+// Lane 0 of each consumer warp reads them (the thread that then arrives on the slot's empty barrier) and shares them.
 //
 // Counting: the producer counts the bytes a copy reads (its rows inside the tensor, HEAD_D T each), the
 // consumers count O and lse (SPLIT: Opart and lse_part) as flash_wgmma.cu does; the model is q_outer's (SPLIT: the
@@ -99,7 +103,12 @@ constexpr int WGS = BR / 64;  // consumer warpgroups
 // fits in 40. With SPLIT and PACKED_CAUSAL neither split of the registers avoids a small spill, 16 bytes of the
 // consumers' at 56 / 224: the counting build only, tests/kernels/test_compile.py SPILLS_ALLOWED)
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-#elif defined(RAGGED) || (defined(IOK_COUNT) && defined(PERSISTENT))  // (RAGGED: the page table's, the tail's state)
+#elif defined(BLOCK_SPARSE) && defined(ITEM_LIST) && defined(IOK_COUNT) \
+    && (defined(HEAD_D_TILE) ? HEAD_D_TILE <= 64 : HEAD_D <= 64)
+// (a block mask's list, counting, d up to 64: its producer's warp spills at 56 and 64; the consumers' tiles fit 208)
+constexpr int PRODUCER_REGS = 80, CONSUMER_REGS = 208;
+#elif defined(RAGGED) || (defined(IOK_COUNT) && defined(PERSISTENT)) || (defined(BLOCK_SPARSE) && defined(ITEM_LIST))
+// (RAGGED: the page table's, the tail's state; a block mask's list: the producer's warp lists each item's kept tiles)
 constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
 #elif defined(IOK_COUNT)  // (VARLEN with three consumer warpgroups: their 160 spill 40 bytes, the counting build only)
 constexpr int PRODUCER_REGS = WGS <= 2 ? 40 : 32, CONSUMER_REGS = WGS <= 2 ? 232 : 160;
@@ -126,9 +135,15 @@ static_assert(TILE_D <= 128 || (BC == 64 && BR == 128), "d past 128: S, O and P 
 #if defined(VARLEN) && (defined(PERSISTENT) || defined(WINDOW) || defined(DROPOUT) || defined(RAGGED) || defined(SPLIT))
 #error "VARLEN: a block per work item (its sequence's offsets read first), causal or no mask, no dropout"
 #endif
-#if defined(BLOCK_SPARSE) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) \
-    || defined(WINDOW) || !defined(BLOCK_LIST))
-#error "BLOCK_SPARSE: a block per item (its list read first), causal or no mask; BLOCK_LIST from the plan"
+#if defined(BLOCK_SPARSE) && ((defined(PERSISTENT) && !defined(ITEM_LIST)) || defined(VARLEN) || defined(RAGGED) \
+    || defined(SPLIT) || defined(WINDOW) || !defined(BLOCK_LIST))
+#error "BLOCK_SPARSE: a block per item or the list's persistent grid, causal or no mask; BLOCK_LIST from the plan"
+#endif
+#if defined(BLOCK_SPARSE) && defined(ITEM_LIST)
+#if defined(DROPOUT) || defined(IOK_MODS) || defined(ALIBI)
+#error "BLOCK_SPARSE with ITEM_LIST: no dropout, mods or ALiBi (their reads take the step's key tile ahead of it)"
+#endif
+#define IOK_SPARSE_LIST 1
 #endif
 #if defined(ALIBI) && (defined(PERSISTENT) || defined(VARLEN) || defined(RAGGED) || defined(SPLIT) || defined(SOFTCAP))
 #error "ALIBI: a block per item (its slope read first), no softcap"
@@ -334,7 +349,21 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     __shared__ int seq_rows[4];
     if (threadIdx.x == 0) iok_varlen_rows(io, cu_seqlens_q, cu_seqlens_k, blockIdx.y, n_q_in, n_k_in, seq_rows);
 #endif
-#ifdef BLOCK_SPARSE
+#ifdef IOK_SPARSE_LIST
+    // the kept key tiles of the producer's current item's row (its warp 0 lists them), each item's count and each K
+    // stage's key tile for the consumers (the header comment)
+    __shared__ unsigned short kept[BLOCK_LIST];
+    __shared__ int item_tiles[2], tile_of[2];
+    __shared__ __align__(8) unsigned long long full_item[2], empty_item[2];
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            iok_mbar_init(&full_item[st], 1);
+            iok_mbar_init(&empty_item[st], CONSUMERS / 32);
+        }
+    }
+#define IOK_KEY_TILE(j) key_tile(j)
+#elif defined(BLOCK_SPARSE)
     // the kept key tiles of the block's row of the grid, within its band (kt0 + kept[j]): the item's steps
     __shared__ unsigned short kept[BLOCK_LIST];
     __shared__ int kept_count;
@@ -397,7 +426,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #endif
 #ifdef ITEM_LIST
     const int list_first = list_range[0], list_last = list_range[1];
-    const int* const entries = work + gridDim.x + 1;
+    [[maybe_unused]] const int* const entries = work + gridDim.x + 1;
 #endif
 #ifdef PERSISTENT
 #define ITEM_OF(it) item_of(it)
@@ -412,7 +441,12 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 
     if (threadIdx.x >= CONSUMERS) {  // the producer warpgroup: one thread issues every copy
         iok_regs_dec<PRODUCER_REGS>();
+#ifdef IOK_SPARSE_LIST
+        if (threadIdx.x < CONSUMERS + 32) {  // (its warp 0: lane 0 issues the copies, the warp lists the kept tiles)
+            int ni = 0;  // items passed to the consumers
+#else
         if (threadIdx.x == CONSUMERS) {
+#endif
             iok_tma_prefetch_map(&tmQ);
             iok_tma_prefetch_map(&tmK);
             iok_tma_prefetch_map(&tmV);
@@ -420,7 +454,12 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             iok_tma_prefetch_map(&tm_mask);
 #endif
             int ring = 0, nq = 0;  // K/V slots and Q tiles loaded so far
-#ifdef ITEM_LIST
+#ifdef IOK_SPARSE_LIST
+            IokList list(io, work, list_first, list_last, lane);
+#pragma unroll 1
+            while (list.more()) {
+                const int it = list.take(io, lane);
+#elif defined(ITEM_LIST)
             int next = list_first < list_last ? iok_ld<IOK_T_work>(io, entries + list_first) : 0;
 #pragma unroll 1
             for (int i = list_first; i < list_last; ++i) {
@@ -430,8 +469,24 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
             ITEM_LOOP {
 #endif
                 const Item w = ITEM_OF(it);
-                const int z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (scalars: a lambda captures them)
-                if (tiles == 0) continue;  // (a causal or window item whose rows see no key)
+                const int z = w.z, kt0 = w.kt0;  // (scalars: a lambda captures them)
+#ifdef IOK_SPARSE_LIST
+                // the item's kept tiles (kt0 + kept[j]), its count to the consumers
+                const int tiles = iok_kept_blocks<1>(io, block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC),
+                                                     kt0, w.tiles, 1, kept, lane);
+                __syncwarp();
+                if (lane == 0) {
+                    iok_mbar_wait(&empty_item[ni & 1], ((ni >> 1) & 1) ^ 1);
+                    item_tiles[ni & 1] = tiles;
+                    iok_mbar_arrive(&full_item[ni & 1]);
+                }
+                ++ni;
+                auto key_tile = [&](int j) { return kt0 + static_cast<int>(kept[j]); };
+                if (lane == 0 && tiles > 0) {
+#else
+                const int tiles = w.tiles;
+                if (tiles > 0) {  // (not a causal or window item whose rows see no key)
+#endif
                 const int kv_head = w.kv_head;
 #ifdef PERSISTENT
                 iok_mbar_wait(&empty_q, (nq & 1) ^ 1);  // the consumers' last product that reads Q is done
@@ -448,6 +503,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
 #ifdef IOK_TAIL
                     if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
+#endif
+#ifdef IOK_SPARSE_LIST
+                    if (is_k) tile_of[st] = IOK_KEY_TILE(j);  // (published by the arrival below)
 #endif
 #ifdef MOD_TMA
                     iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T) + (is_k ? MASK_TILE_BYTES : 0u));
@@ -488,6 +546,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     load(j, false);
                 }
                 ring += tiles;
+                }
+#ifdef IOK_SPARSE_LIST
+                __syncwarp();  // lane 0 done with kept before the warp lists the next item's
+#endif
             }
         }
 #ifdef IOK_TAIL
@@ -506,6 +568,9 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     } else {  // the consumer warpgroups
         iok_regs_inc<CONSUMER_REGS>();
         int ring = 0, nq = 0;  // K/V slots and Q tiles used so far
+#ifdef IOK_SPARSE_LIST
+        int ni = 0;  // items taken from the producer
+#endif
 #ifdef ITEM_LIST
         IokList list(io, work, list_first, list_last, lane);
 #pragma unroll 1
@@ -515,8 +580,27 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         ITEM_LOOP {
 #endif
             const Item w = ITEM_OF(it);
-            const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (lambdas capture
+#ifdef IOK_SPARSE_LIST
+            // the item's count from the producer (lane 0 takes it and releases the slot), and each step's key tile
+            int tiles = 0, step_tile = 0;
+            if (lane == 0) {
+                iok_mbar_wait(&full_item[ni & 1], (ni >> 1) & 1);
+                tiles = item_tiles[ni & 1];
+                iok_mbar_arrive(&empty_item[ni & 1]);
+            }
+            tiles = __shfl_sync(0xffffffffu, tiles, 0);
+            ++ni;
+            auto key_tile = [&](int) { return step_tile; };
+            auto take_tile = [&](int buf) {  // (after K's full barrier)
+                step_tile = __shfl_sync(0xffffffffu, lane == 0 ? tile_of[buf] : 0, 0);
+            };
+            [[maybe_unused]] const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0;  // (lambdas capture
             // scalars)
+#else
+            auto take_tile = [](int) {};
+            [[maybe_unused]] const int row0 = w.row0, rows = w.rows, z = w.z, kt0 = w.kt0, tiles = w.tiles;  // (lambdas
+            // capture scalars)
+#endif
             float s[BC / 2], o[TILE_D / 2];
 #pragma unroll
             for (int i = 0; i < TILE_D / 2; ++i) o[i] = 0.0f;
@@ -769,6 +853,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_mbar_wait(&bar_q, nq & 1);
                 ++nq;
                 iok_mbar_wait(&full_k[ring & 1], (ring >> 1) & 1);
+                take_tile(ring & 1);
                 wg_fence();
                 issue_s(0);
                 mod_prefetch(1);
@@ -784,6 +869,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                     // (BR 64, the decode's tile of few packed rows) has no turns to take
                     if (WGS > 1 && !(wg == 0 && j == 1)) iok_bar_sync(1 + wg, 256);
                     iok_mbar_wait(&full_k[buf], ((ring + j) >> 1) & 1);  // K_j landed
+                    take_tile(buf);
                     iok_mbar_wait(&full_v[pbuf], ((ring + j - 1) >> 1) & 1);  // V_{j-1} landed
                     wg_fence();
                     issue_s(j);

@@ -151,11 +151,12 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                       for t in FAST_BWD_DTYPES for d, c, h in ((64, False, False), (256, True, False),
                                                                (128, True, True))]
     if source in ("flash_tma.cu", "flash_tma_bwd.cu"):  # block-sparse (BLOCK_SPARSE): the forward causal at d 128 and
-        # with a softcap at d 64, the backward's narrow tiles not causal, with a softcap causal, its wide ones causal
+        # with a softcap at d 64 (both the list's persistent grid, ITEM_LIST; a block per item with dropout, below), the
+        # backward's narrow tiles not causal, with a softcap causal, its wide ones causal
         from iokernels.plan import make_plan
         from iokernels.plan.masks import pattern
 
-        cases = (((128, True, None), (64, False, 5.0)) if source == "flash_tma.cu"
+        cases = (((128, True, None), (64, False, 5.0), (256, False, None)) if source == "flash_tma.cu"
                  else ((64, False, None), (128, True, 5.0), (256, True, None)))
         plans += [make_plan("flash", "fast", N_q=1000, d=d, dtype="float16", sram=227 * 1024, causal=c, softcap=cap,
                             direction="fwd" if source == "flash_tma.cu" else "bwd",

@@ -34,6 +34,7 @@ sm_90 kernels (tma, wgmma) only; ``make_plan("flash", "fast", dropout=...)`` tak
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 
 import numpy as np
 
@@ -263,10 +264,14 @@ def list_items(plan: Plan) -> tuple[int, int]:
 
 def item_steps(plan: Plan) -> list[int]:
     """The steps of each item of a causal tma plan, by its block index along the rows (forward: query blocks, the key
-    tiles each visits) or columns (backward: key blocks, the query tiles of every query head sharing its K/V head)."""
+    tiles each visits; with a block mask, the kept ones of them) or columns (backward: key blocks, the query tiles of
+    every query head sharing its K/V head)."""
     br, bc = plan.tile["Br"], plan.tile["Bc"]
     ranges = key_block_ranges(plan.N_q, plan.N_k, br, bc, plan.causal, plan.window)
     if plan.direction == "fwd":
+        if plan.block_mask is not None:
+            grid = plan.block_grid()
+            return [int(np.count_nonzero(grid[x, a:b])) for x, (a, b) in enumerate(ranges)]
         return [b - a for a, b in ranges]
     group = plan.heads // plan.kv_heads
     return [group * sum(a <= kb < b for a, b in ranges) for kb in range(plan.tile["Tc"])]
@@ -279,9 +284,11 @@ def item_list(plan: Plan) -> np.ndarray:
     steps, (t, heads) = item_steps(plan), list_items(plan)
     blocks = plan.stage("main").grid[0]
     band = head_band(t, heads)
-    # forward: row block t - 1 - x first (a causal grid's longest); backward: key block x
+    # forward: row block t - 1 - x first (a causal grid's longest); backward: key block x; each band's items longest
+    # first (a stable sort: the causal plans' order as it is, a block mask's rows by their kept tiles)
     order = [(z0 + h, t - 1 - x if plan.direction == "fwd" else x) for z0 in range(0, heads, band) for x in range(t)
              for h in range(band)]
+    order.sort(key=lambda item: (item[0] // band, -steps[item[1]]))
     lists: list[list[int]] = [[] for _ in range(blocks)]
     finish = [(0, b) for b in range(blocks)]  # (when it is free, block): a heap
     for z, r in order:
@@ -290,6 +297,22 @@ def item_list(plan: Plan) -> np.ndarray:
         heapq.heappush(finish, (free + steps[r] + ITEM_OVERHEAD_STEPS, b))
     offsets = np.cumsum([0] + [len(x) for x in lists])
     return np.concatenate([offsets, *map(np.asarray, lists)]).astype(np.int32)
+
+
+def with_listed_blocks(plan: Plan) -> Plan:
+    """A block-sparse tma forward (a block per item) as a persistent grid taking :func:`item_list` (``ITEM_LIST``; its
+    items' steps the kept tiles of their rows, so the list balances them); unchanged where the kernel keeps a block per
+    item (dropout, ALiBi, a programmable variant or an explicit mask, B_r other than 128) and for any other plan."""
+    main = next((s for s in plan.stages if s.name == "main"), None)
+    params = {} if main is None else dict(main.params)
+    if plan.block_mask is None or plan.direction != "fwd" or main is None or main.kernel != "flash_tma_fwd" \
+            or plan.tile["Br"] != 128 or "PERSISTENT" in params \
+            or {"DROPOUT", "ALIBI", "MASK_MOD", "SCORE_MOD", "MOD_STAGE"} & set(params):
+        return plan
+    kept = tuple((k, v) for k, v in main.params if k != "HEAD_BAND")  # (the list keeps the bands' order)
+    stage = replace(main, grid=(min(plan.tile["Tr"] * plan.bh, TMA_FWD_CTAS), 1, 1),
+                    params=(*kept, ("PERSISTENT", 1), ("ITEM_LIST", 1)))
+    return replace(plan, stages=tuple(stage if s is main else s for s in plan.stages))
 
 
 def list_readers(plan: Plan) -> int:

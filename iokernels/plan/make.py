@@ -16,7 +16,7 @@ from .core import (
     check_schedule,
 )
 from .dropout import Dropout
-from .fast import NoFastTilingFits, make_fast_plan_within
+from .fast import NoFastTilingFits, make_fast_plan_within, with_listed_blocks
 from .fast_bwd import fit_fast_backward_plan, with_item_list
 from .masks import BlockMask, ExplicitMask
 from .mods import Mods, with_mods
@@ -128,7 +128,7 @@ def make_plan(
                      per_item=block_mask is not None or alibi is not None or mods is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     plan = with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
-    return with_mods(plan, mods, capture_values)
+    return with_listed_blocks(with_mods(plan, mods, capture_values))  # (a block-sparse forward: the list)
 
 
 

@@ -1,5 +1,6 @@
-"""Block-sparse attention on flash/fast (issue #22: the tma kernels' BLOCK_SPARSE): the plans (the tma kernels, a block
-per work item, the list's size), the simulator's bytes == model.exact (the block mask read once per batch·head forward
+"""Block-sparse attention on flash/fast (issue #22: the tma kernels' BLOCK_SPARSE): the plans (the tma kernels; the
+forward a persistent grid on a list of its items balanced by their kept tiles, the backward a block per work item;
+the kept tiles' list's size), the simulator's bytes == model.exact (the block mask read once per batch·head forward
 and once per K/V head backward) and its outputs == the float64 reference with the block mask, and the refusals."""
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def test_simulator_bytes_equal_the_model_and_outputs_the_reference(direction, ca
     main = plan.stage("main")
     params = dict(main.params)
     assert main.kernel.startswith("flash_tma") and params["BLOCK_SPARSE"] == 1
-    assert params["BLOCK_LIST"] == BLOCK_LIST[main.kernel] and "PERSISTENT" not in params
+    assert params["BLOCK_LIST"] == BLOCK_LIST[main.kernel]
+    # the forward: the list's persistent grid (its items' kept tiles balanced); the backward a block per item
+    assert ("PERSISTENT" in params) == ("ITEM_LIST" in params) == (direction == "fwd")
     assert FAST_SPARSE_BLOCK % plan.tile["Br"] == 0 and FAST_SPARSE_BLOCK % plan.tile["Bc"] == 0
     inputs = make_inputs(plan, seed=d)
     result = simulate(plan, inputs)
@@ -81,3 +84,47 @@ def test_the_library_takes_the_fast_path():
     small = pattern("random", 0.5, n_q=1000, n_k=1000, block_q=64)  # the research kernels' then
     plan, _ = choose_plan("fwd", "flash", None, 1000, 1000, 128, "float16", (2, 4), None, 1, "", block_mask=small)
     assert plan.schedule != "fast" and np.all(plan.block_grid() == small.refine(plan.tile["Br"], plan.tile["Bc"]))
+
+
+@pytest.mark.parametrize("causal", ["", "top_left"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_the_forward_takes_a_list_balanced_by_the_kept_tiles(causal, d):
+    """A block mask's forward (no dropout, ALiBi or mods): the persistent grid (at most 132 blocks, no HEAD_BAND) on
+    item_list, every item once, and its steps the kept tiles of the item's row (counted here from the boolean blocks,
+    causal top-left: the blocks on or below the diagonal), so no block's cost passes the least loaded one's by more
+    than the longest item's. With dropout, ALiBi or a variant the forward keeps a block per item."""
+    import itertools
+
+    from iokernels.plan.dropout import Dropout
+    from iokernels.plan.fast import ITEM_OVERHEAD_STEPS, item_list
+    from iokernels.plan.masks import BlockMask
+
+    n, heads, batch = 4096, 8, 3
+    rng = np.random.default_rng(d)
+    blocks = rng.random((n // 128, n // 128)) < 0.3
+    mask = BlockMask.from_array(blocks, n_q=n, n_k=n, block_q=128, block_k=128)
+    kw = dict(N_q=n, d=d, dtype="float16", sram=227 * KB, heads=heads, batch=batch, causal=causal, block_mask=mask)
+    plan = make_plan("flash", "fast", **kw)
+    params, t = dict(plan.stage("main").params), plan.tile["Tr"]
+    assert (plan.tile["Br"], plan.tile["Bc"]) == (128, 128 if d <= 128 else 64)
+    assert params["ITEM_LIST"] == 1 and params["PERSISTENT"] == 1 and "HEAD_BAND" not in params
+    blocks_g = plan.stage("main").grid
+    assert blocks_g == (min(t * batch * heads, 132), 1, 1)
+    kept = blocks if plan.tile["Bc"] == 128 else np.repeat(blocks, 2, axis=1)  # (64-key tiles: two a block)
+    if causal:
+        kept = kept & (np.arange(kept.shape[1])[None, :] * plan.tile["Bc"] < (np.arange(t)[:, None] + 1) * 128)
+    steps = kept.sum(axis=1)
+    work = item_list(plan)
+    g = blocks_g[0]
+    offsets, entries = work[:g + 1], work[g + 1:]
+    assert sorted(entries.tolist()) == list(range(t * batch * heads))
+    cost = [sum(int(steps[e % t]) + ITEM_OVERHEAD_STEPS for e in entries[a:b]) for a, b in itertools.pairwise(offsets)]
+    assert max(cost) - min(cost) <= steps.max() + ITEM_OVERHEAD_STEPS
+    # the simulator's bytes == the model's on a small problem of the same kind (N 512, one batch row, two heads)
+    small_mask = BlockMask.from_array(blocks[:4, :4], n_q=512, n_k=512, block_q=128, block_k=128)
+    small = make_plan("flash", "fast", **{**kw, "N_q": 512, "heads": 2, "batch": 1, "block_mask": small_mask})
+    assert dict(small.stage("main").params)["ITEM_LIST"] == 1
+    assert simulate(small, make_inputs(small, seed=d)).counts == model.exact(small)
+    for other in ({"dropout": Dropout(0.1, 1, 0)}, *([{"alibi": (0.5,) * heads}] if d <= 128 else [])):
+        params = dict(make_plan("flash", "fast", **kw, **other).stage("main").params)
+        assert "ITEM_LIST" not in params and "PERSISTENT" not in params, other
