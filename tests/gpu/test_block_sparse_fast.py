@@ -70,7 +70,9 @@ def _run_both(plan, inputs, names):
 def test_forward(case):
     plan = _plan(case, "fwd")
     params = dict(plan.stage("main").params)
-    assert plan.stage("main").kernel == "flash_tma_fwd" and params["BLOCK_SPARSE"] == 1 and "PERSISTENT" not in params
+    # the list's persistent grid (no dropout, ALiBi or mods in these cases)
+    assert plan.stage("main").kernel == "flash_tma_fwd" and params["BLOCK_SPARSE"] == 1
+    assert params["PERSISTENT"] == params["ITEM_LIST"] == 1 and plan.stage("main").grid[0] <= 132
     inputs, host = launch.make_device_inputs(plan, seed=_seed(case, "fwd"))
     got = _run_both(plan, inputs, ("O",))
     want = reference_outputs(plan, host)["O"]
@@ -136,3 +138,28 @@ def test_library_and_torch():
             for g, w in ((qt.grad, dq_w), (kt.grad, dk_w), (vt.grad, dv_w)):
                 assert np.max(np.abs(g.double().cpu().numpy() - w)) < 4e-2 * np.max(np.abs(w))
                 g.zero_()
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[5], CASES[2]], ids=[IDS[1], IDS[5], IDS[2]])
+def test_the_list_changes_the_order_only(case):
+    """The forward's list grid (ITEM_LIST) against the same plan as a block per item (grid (T_r, 1, BH), in bands of
+    heads when causal, the kernel before the list): O and lse bitwise equal (an item's work does not depend on the
+    block that takes it), and each plan's counters equal its model."""
+    from dataclasses import replace
+
+    from iokernels.plan.variants import band_params
+
+    listed = _plan(case, "fwd")
+    stage = listed.stage("main")
+    params = tuple(p for p in stage.params if p[0] not in ("PERSISTENT", "ITEM_LIST"))
+    stage = replace(stage, params=params, grid=(listed.tile["Tr"], 1, listed.bh))
+    per_item = replace(listed, stages=(replace(stage, params=(*params, *(band_params(stage) if listed.causal
+                                                                          else ()))),))
+    inputs, _ = launch.make_device_inputs(listed, seed=_seed(case, "list"))
+    runs = {}
+    for name, plan in (("list", listed), ("per item", per_item)):
+        assert launch.run_plan(plan, inputs, counting=True).counts == model.exact(plan), name
+        runs[name] = launch.run_plan(plan, inputs, counting=False)
+    for tensor in ("O", "lse"):
+        a, b = (cp.asnumpy(runs[n].buffers[tensor]) for n in ("list", "per item"))
+        assert a.tobytes() == b.tobytes(), tensor

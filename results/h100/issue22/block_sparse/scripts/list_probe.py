@@ -19,7 +19,7 @@ def per_item(plan):
     stage = plan.stages[0]
     params = tuple(p for p in stage.params if p[0] not in ("PERSISTENT", "ITEM_LIST"))
     stage = replace(stage, params=params, grid=(plan.tile["Tr"], 1, plan.bh))
-    return replace(plan, stages=(replace(stage, params=(*params, *band_params(stage))),))
+    return replace(plan, stages=(replace(stage, params=(*params, *(band_params(stage) if plan.causal else ()))),))
 
 
 n = 16384
