@@ -6,8 +6,7 @@ R=$OUT/b5; S=results/h100/issue22/block_sparse/scripts; L=$R/logs; mkdir -p $L
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u) > $R/env.txt
 echo "python3 $S/list_probe.py" > $R/commands.txt
 echo "python3 -m pytest -q -n 3 tests/gpu/test_block_sparse_fast.py" >> $R/commands.txt
-(timeout 200 python3 -m pytest -q --tb=short -p no:cacheprovider -n 3 tests/gpu/test_block_sparse_fast.py > $L/t-sparse.log 2>&1; echo "rc $?" >> $L/t-sparse.log) &
+timeout 200 python3 -m pytest -q --tb=short -p no:cacheprovider -n 3 tests/gpu/test_block_sparse_fast.py > $L/t-sparse.log 2>&1; echo "rc $?" >> $L/t-sparse.log
 timeout 200 python3 $S/list_probe.py > $R/list-probe.txt 2>&1; echo "rc $?" >> $R/list-probe.txt
-wait
 cat $R/list-probe.txt; tail -4 $L/t-sparse.log
 tar czf $OUT/b5.tgz -C $OUT b5 && rm -rf $R
