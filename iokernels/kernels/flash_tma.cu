@@ -60,9 +60,9 @@
 // tile j + 1's elements by cp.async into its rows of SMEM_STAGE (16-byte pieces; past N_q and the keys zero-filled,
 // not read), and step j + 1 reads them there in pairs (the bias added, or −inf where the byte is 0). MOD_TMA (where two
 // stages of B_r x B_c elements fit; iokernels/plan/mods.py mask_layout): the producer's thread loads tile j's elements
-// with K_j instead, by the copy engine (tm_mask: the capture as {n_k, n_q, heads, batch}, boxes of 128 bytes x B_r rows,
-// 128-byte swizzled; past N_q and the keys zero-filled) into stage SMEM_MASK0/1 of K_j's ring slot, completing on K_j's
-// full barrier; a consumer warp releases the slot once it has read its rows (after the softmax's masks, not before).
+// with K_j instead, by the copy engine (tm_mask: the capture as {n_k, n_q, heads, batch}, boxes of 128 bytes x B_r
+// rows, 128-byte swizzled; past N_q and the keys zero-filled) into stage SMEM_MASK0/1 of K_j's ring slot, completing
+// on K_j's full barrier; a consumer warp releases the slot once it has read its rows (after the softmax's masks).
 //
 // BLOCK_SPARSE (block-sparse plans, the paper's Algorithm 5; iokernels/plan/masks.py): before the roles part, warp 0
 // reads the block's row of the grid (T_r x T_c bytes, the key tiles of its band; common.cuh iok_kept_blocks) into a
@@ -472,8 +472,8 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 const int z = w.z, kt0 = w.kt0;  // (scalars: a lambda captures them)
 #ifdef IOK_SPARSE_LIST
                 // the item's kept tiles (kt0 + kept[j]), its count to the consumers
-                const int tiles = iok_kept_blocks<1>(io, block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC),
-                                                     kt0, w.tiles, 1, kept, lane);
+                const unsigned char* row = block_mask + static_cast<size_t>(w.row0 / BR) * ((n_k + BC - 1) / BC);
+                const int tiles = iok_kept_blocks<1>(io, row, kt0, w.tiles, 1, kept, lane);
                 __syncwarp();
                 if (lane == 0) {
                     iok_mbar_wait(&empty_item[ni & 1], ((ni >> 1) & 1) ^ 1);
@@ -487,65 +487,65 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 const int tiles = w.tiles;
                 if (tiles > 0) {  // (not a causal or window item whose rows see no key)
 #endif
-                const int kv_head = w.kv_head;
+                    const int kv_head = w.kv_head;
 #ifdef PERSISTENT
-                iok_mbar_wait(&empty_q, (nq & 1) ^ 1);  // the consumers' last product that reads Q is done
+                    iok_mbar_wait(&empty_q, (nq & 1) ^ 1);  // the consumers' last product that reads Q is done
 #endif
-                iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
-                wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, q_base + w.row0, q_extent, z);
-                ++nq;
-                // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
-                auto load = [&](int j, bool is_k) {
-                    const int st = (ring + j) & 1;
-                    const unsigned phase = ((ring + j) >> 1) & 1;
-                    unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
-                    unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
-                    iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
+                    iok_mbar_expect_tx(&bar_q, BR * TILE_D * sizeof(T));
+                    wg_tma_tile<IOK_T_Q, BR, T>(io, smem + SMEM_Q, &tmQ, &bar_q, q_base + w.row0, q_extent, z);
+                    ++nq;
+                    // K_0, then K_{j+1} before V_j: the consumers' step j + 1 issues Q K_{j+1}ᵀ together with P_j V_j
+                    auto load = [&](int j, bool is_k) {
+                        const int st = (ring + j) & 1;
+                        const unsigned phase = ((ring + j) >> 1) & 1;
+                        unsigned long long* empty = is_k ? &empty_k[st] : &empty_v[st];
+                        unsigned long long* full = is_k ? &full_k[st] : &full_v[st];
+                        iok_mbar_wait(empty, phase ^ 1);  // the consumers are done with this stage's last tile
 #ifdef IOK_TAIL
-                    if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
+                        if (!is_k && j == tiles - 1 && w.zero_from < BC) full = &bar_tail;  // (warp 1 fills the stage)
 #endif
 #ifdef IOK_SPARSE_LIST
-                    if (is_k) tile_of[st] = IOK_KEY_TILE(j);  // (published by the arrival below)
+                        if (is_k) tile_of[st] = IOK_KEY_TILE(j);  // (published by the arrival below)
 #endif
 #ifdef MOD_TMA
-                    iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T) + (is_k ? MASK_TILE_BYTES : 0u));
+                        iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T) + (is_k ? MASK_TILE_BYTES : 0u));
 #else
-                    iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
+                        iok_mbar_expect_tx(full, BC * TILE_D * sizeof(T));
 #endif
-                    const int key0 = IOK_KEY_TILE(j) * BC;
-                    unsigned char* dst = smem + (is_k ? (st ? SMEM_K1 : SMEM_K0) : (st ? SMEM_V1 : SMEM_V0));
+                        const int key0 = IOK_KEY_TILE(j) * BC;
+                        unsigned char* dst = smem + (is_k ? (st ? SMEM_K1 : SMEM_K0) : (st ? SMEM_V1 : SMEM_V0));
 #ifdef PAGED
-                    const int* table = page_table + static_cast<size_t>(seq) * max_pages;
-                    const int heads_kv = gridDim.z / batch;
-                    if (is_k) {
-                        wg_tma_paged<IOK_T_K, BC, T>(io, dst, &tmK, full, key0, w.keys, table, kv_head % heads_kv,
-                                                     heads_kv);
-                    } else {
-                        wg_tma_paged<IOK_T_V, BC, T>(io, dst, &tmV, full, key0, w.keys, table, kv_head % heads_kv,
-                                                     heads_kv);
-                    }
+                        const int* table = page_table + static_cast<size_t>(seq) * max_pages;
+                        const int heads_kv = gridDim.z / batch;
+                        if (is_k) {
+                            wg_tma_paged<IOK_T_K, BC, T>(io, dst, &tmK, full, key0, w.keys, table, kv_head % heads_kv,
+                                                         heads_kv);
+                        } else {
+                            wg_tma_paged<IOK_T_V, BC, T>(io, dst, &tmV, full, key0, w.keys, table, kv_head % heads_kv,
+                                                         heads_kv);
+                        }
 #else
-                    if (is_k) {
-                        wg_tma_tile<IOK_T_K, BC, T>(io, dst, &tmK, full, k_base + key0, k_extent, kv_head);
+                        if (is_k) {
+                            wg_tma_tile<IOK_T_K, BC, T>(io, dst, &tmK, full, k_base + key0, k_extent, kv_head);
 #ifdef MOD_TMA
-                        // the mask's tile j with K_j: its elements inside (N_q, N_k) counted, those past zero-filled
-                        [[maybe_unused]] const int b = z / mod_heads, h = z % mod_heads;
-                        wg_tma_boxes<IOK_T_captures, BR, BC, sizeof(MOD_STAGE_T)>(
-                            io, smem + (st ? SMEM_MASK1 : SMEM_MASK0), &tm_mask, full, key0, w.row0, MOD_TMA_H,
-                            MOD_TMA_B, n_q, w.keys);
+                            // the mask's tile j with K_j: its elements inside (N_q, N_k) counted, the rest zero-filled
+                            [[maybe_unused]] const int b = z / mod_heads, h = z % mod_heads;
+                            wg_tma_boxes<IOK_T_captures, BR, BC, sizeof(MOD_STAGE_T)>(
+                                io, smem + (st ? SMEM_MASK1 : SMEM_MASK0), &tm_mask, full, key0, w.row0, MOD_TMA_H,
+                                MOD_TMA_B, n_q, w.keys);
 #endif
-                    } else {
-                        wg_tma_tile<IOK_T_V, BC, T>(io, dst, &tmV, full, k_base + key0, k_extent, kv_head);
-                    }
+                        } else {
+                            wg_tma_tile<IOK_T_V, BC, T>(io, dst, &tmV, full, k_base + key0, k_extent, kv_head);
+                        }
 #endif
-                };
-                load(0, true);
+                    };
+                    load(0, true);
 #pragma unroll 1
-                for (int j = 0; j < tiles; ++j) {
-                    if (j + 1 < tiles) load(j + 1, true);
-                    load(j, false);
-                }
-                ring += tiles;
+                    for (int j = 0; j < tiles; ++j) {
+                        if (j + 1 < tiles) load(j + 1, true);
+                        load(j, false);
+                    }
+                    ring += tiles;
                 }
 #ifdef IOK_SPARSE_LIST
                 __syncwarp();  // lane 0 done with kept before the warp lists the next item's
