@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import iokernels.torch as iot
+from iokernels.kernels import rawlaunch
 from iokernels.library import dispatch, torch_ops
 
 
@@ -40,16 +41,17 @@ raw = entry.call.fast
 stream = torch_ops.raw_stream(q.device)
 given = (q.data_ptr(), k.data_ptr(), v.data_ptr(), 0)
 seen = {}
-for st in raw.stages:  # the pointers each stage is launched with
-    st_launch = st.launch
+original = rawlaunch.RawStage.launch
 
-    def record(pointers, s, dropout=None, counters=0, st=st, st_launch=st_launch):
-        seen[id(st)] = list(pointers)
-        st_launch(pointers, s, dropout, counters)
-    st.launch = record
+
+def record(self, pointers, s, dropout=None, counters=0):  # the pointers each stage is launched with
+    seen[id(self)] = list(pointers)
+    original(self, pointers, s, dropout, counters)
+
+
+rawlaunch.RawStage.launch = record
 torch_ops.run_torch(entry, (q, k, v), given, None, False)
-for st in raw.stages:
-    del st.launch
+rawlaunch.RawStage.launch = original
 rows = [("iokernels.torch.attention (the whole call)", us(lambda: iot.attention(q, k, v))),
         ("run_torch: allocations + launches", us(lambda: torch_ops.run_torch(entry, (q, k, v), given, None, False)))]
 for i, st in enumerate(raw.stages):
