@@ -3,8 +3,11 @@ the driver's ``cuLaunchKernel`` called through ctypes at each launch.
 
 A cached call (:class:`RawPlan`, prepared by ``launch.prepare_raw``) sets a few slots and calls the driver
 per stage, where cupy's launch converts every argument again (7.4–8.1 µs a launch on the H200's host,
-``results/h200/bench/host-probe/pieces-7fd39ff.txt``). Without the driver library (``libcuda.so.1``) the
-stage falls back to cupy's launch of the same function on the same stream. :func:`fill_nan` is the debug poisoning of
+``results/h200/bench/host-probe/pieces-7fd39ff.txt``). A plain launch calls ``cuLaunchKernel`` through cupy's Cython
+binding (``cupy.cuda.driver.launchKernel``) where cupy has it: 4.0 µs on the H100's host against 6.6 µs for the same
+call through ctypes (``results/h100/issue23/d12-12b3578/``); a programmatic dependent launch calls
+``cuLaunchKernelEx`` through ctypes. Without the driver library (``libcuda.so.1``) the stage falls back to cupy's
+launch of the same function on the same stream. :func:`fill_nan` is the debug poisoning of
 ``launch.DEBUG_POISON`` on raw addresses (an asynchronous memset on the stream).
 """
 
@@ -49,8 +52,8 @@ class RawStage:
     parameters of the call's Dropout (``Dropout.kernel_args``) follow them; the counters' address, null
     (the plain build), comes last. ``function``: the compiled function (a cupy RawKernel) on ``device``."""
 
-    __slots__ = ("buffers", "config", "counters", "device", "drops", "function", "launcher", "lock", "maps",
-                 "params", "params_slots", "prefix", "values")
+    __slots__ = ("binding", "buffers", "config", "counters", "device", "drops", "function", "launcher", "lock", "maps",
+                 "params", "params_address", "params_slots", "prefix", "values")
 
     def __init__(self, function: Any, device: int, grid: Sequence[int], block: Sequence[int], smem: int,
                  args: Sequence[Any], dropout: bool, dependent: bool = False) -> None:
@@ -90,6 +93,9 @@ class RawStage:
         if dependent and self.launcher is not None and hasattr(lib, "cuLaunchKernelEx"):
             self.config = dependent_launch_config(grid, block, smem)
             self.launcher = lib.cuLaunchKernelEx
+        # a plain launch: cuLaunchKernel through cupy's binding where it has one (module docstring)
+        self.binding = cupy_launch_kernel() if self.launcher is not None and self.config is None else None
+        self.params_address = ctypes.addressof(self.params)
         self.lock = threading.Lock()  # one parameter block: concurrent launches of this stage take turns
 
     def launch(self, pointers: Sequence[int], stream: int, dropout: Any = None, counters: int = 0) -> None:
@@ -123,6 +129,16 @@ class RawStage:
             check(code, f"cuLaunchKernel of {getattr(self.function, 'name', 'a kernel')}")
 
     def _launch(self, stream: int) -> int:
+        """The driver's launch of the stage on ``stream``: its CUresult (0, or the error's code)."""
+        if self.binding is not None:
+            try:
+                self.binding(*self.prefix, stream, self.params_address, 0)
+            except RuntimeError as exc:  # (cupy's CUDADriverError: its CUresult as status)
+                code = getattr(exc, "status", None)
+                if not isinstance(code, int) or code == 0:
+                    raise
+                return code
+            return 0
         if self.config is None:
             return self.launcher(*self.prefix, stream, self.params, None)
         self.config.hStream = stream
@@ -142,6 +158,16 @@ class RawStage:
         _, gx, gy, gz, bx, by, bz, smem = self.prefix
         with cp.cuda.ExternalStream(stream):
             self.function((gx, gy, gz), (bx, by, bz), tuple(values), shared_mem=smem)
+
+
+def cupy_launch_kernel() -> Callable[..., None] | None:
+    """cupy's Cython binding of cuLaunchKernel (f, grid x y z, block x y z, shared bytes, stream, kernelParams, extra:
+    addresses as ints; raises cupy's CUDADriverError, whose ``status`` is the CUresult), or None without cupy."""
+    try:
+        from cupy.cuda import driver as cupy_driver
+    except Exception:  # no cupy, or no CUDA for it
+        return None
+    return getattr(cupy_driver, "launchKernel", None)
 
 
 def fill_nan(pointer: int, dtype: np.dtype, count: int, stream: int, device: int | None = None) -> None:

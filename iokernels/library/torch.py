@@ -165,7 +165,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
         return _documents(q, k, v, documents, causal, scale)
     if block_mask is not None and not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask must be an iokernels.BlockMask, got {type(block_mask).__name__}")
-    alibi = alibi_values(alibi_slopes)
+    alibi = None if alibi_slopes is None else alibi_values(alibi_slopes)
     if attn_mask is not None and mask is not None:
         raise TypeError("pass attn_mask or mask, not both")
     mask = attn_mask if mask is None else mask
@@ -207,7 +207,7 @@ def _plain_eager(q: Any, *more: Any) -> bool:
     """Whether the call may skip the dispatcher: plain CUDA tensors (``more``: None for an optional one not given),
     not traced, no dispatch mode active."""
     return (type(q) is torch.Tensor and all(t is None or type(t) is torch.Tensor for t in more)
-            and q.device.type == "cuda" and not torch.compiler.is_compiling() and not _dispatch_modes())
+            and q.is_cuda and not torch.compiler.is_compiling() and not _dispatch_modes())
 
 
 def attention_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,

@@ -309,17 +309,41 @@ def scratch(device: torch.device, shape: tuple[int, ...]) -> torch.Tensor:
     return t
 
 
+WORKSPACES: dict[tuple[Any, ...], torch.Tensor] = {}  # (device, stream, bytes) -> a small workspace block, kept
+MAX_WORKSPACES = 32
+WORKSPACE_KEPT_BYTES = 1 << 22  # blocks up to this size are kept (a decode's partials: 0.5 MB at B 1, 64 heads)
+
+
+def workspace(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
+    """A fast call's workspace block (uint8): one kept per device, stream and size up to WORKSPACE_KEPT_BYTES and
+    reused by every such call on that stream, whose kernels run in the stream's order (torch.empty of 0.5 MB took 5.4
+    µs of a 37.5 µs decode call on the H100's host, ``results/h100/issue23/d12-12b3578/``); a new one from torch's
+    allocator past that size, and while the stream is being captured into a CUDA graph (the graph's pool then keeps
+    it, as any allocation of the capture)."""
+    if nbytes > WORKSPACE_KEPT_BYTES or torch.cuda.is_current_stream_capturing():
+        return torch.empty((nbytes,), dtype=torch.uint8, device=device)
+    key = (device, stream, nbytes)
+    t = WORKSPACES.get(key)
+    if t is None:
+        if len(WORKSPACES) >= MAX_WORKSPACES:
+            WORKSPACES.clear()
+        t = WORKSPACES[key] = torch.empty((nbytes,), dtype=torch.uint8, device=device)
+    return t
+
+
 def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[int, ...], dropout: Any,
               keep_lse: bool = True) -> list[torch.Tensor]:
-    """The fast path on torch tensors: allocations from torch (``torch.empty_like`` where it can), the launches on
-    torch's current stream; ``keep_lse=False``: the lse goes to a scratch buffer (:func:`scratch`)."""
+    """The fast path on torch tensors: allocations from torch (``torch.empty_like`` where it can; the workspace
+    :func:`workspace`'s), the launches on torch's current stream; ``keep_lse=False``: the lse goes to a scratch buffer
+    (:func:`scratch`)."""
     device = tensors[0].device
     like, dtypes, lse = entry.like, entry.dtypes, (None if keep_lse else entry.lse)
+    stream = raw_stream(device)
 
     def allocate(position: int | None, shape: tuple[int, ...], dtype: np.dtype) -> tuple[torch.Tensor, int]:
         j = None if position is None else like[position]
         if position is None:  # the workspace block
-            t = torch.empty(shape, dtype=torch.uint8, device=device)
+            t = workspace(device, stream, shape[0])
         elif j is not None:
             t = torch.empty_like(tensors[j])
         elif position == lse:
@@ -329,7 +353,7 @@ def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[
         return t, t.data_ptr()
 
     try:
-        return entry.call.fast.run(given, allocate, raw_stream(device), dropout, launch.DEBUG_POISON)
+        return entry.call.fast.run(given, allocate, stream, dropout, launch.DEBUG_POISON)
     except torch.OutOfMemoryError as exc:
         raise fast_memory_error(entry.call) from exc
 

@@ -81,3 +81,47 @@ def test_a_stage_without_the_driver_launches_through_cupy(monkeypatch):
     monkeypatch.setattr(rawlaunch, "driver", lambda: None)
     stage = rawlaunch.RawStage(object(), 0, (1, 1, 1), (256,), 0, [np.int32(1)], False, dependent=True)
     assert stage.config is None and stage.launcher is None
+
+
+def test_a_plain_stage_launches_through_cupys_binding(monkeypatch):
+    """With the driver library and cupy's binding of cuLaunchKernel, a plain stage calls the binding with its grid,
+    block, shared bytes, the stream and its parameter block's address; a dependent (PDL) stage keeps ctypes'
+    cuLaunchKernelEx. A binding error with the CUresult of a thread without a context binds the device's and launches
+    again; any other is raised with its code."""
+    from iokernels.kernels import driver as drv
+
+    class Lib:
+        cuLaunchKernel = cuLaunchKernelEx = staticmethod(lambda *a: 0)
+
+    class CudaDriverError(RuntimeError):
+        def __init__(self, status):
+            super().__init__(f"status {status}")
+            self.status = status
+
+    calls, errors, bound = [], [], []
+
+    def binding(*args):
+        calls.append(args)
+        if errors:
+            raise CudaDriverError(errors.pop())
+
+    class Function:
+        class kernel:
+            ptr = 4242
+
+    monkeypatch.setattr(rawlaunch, "driver", lambda: Lib)
+    monkeypatch.setattr(drv, "driver", lambda: None)
+    monkeypatch.setattr(rawlaunch, "cupy_launch_kernel", lambda: binding)
+    monkeypatch.setattr(rawlaunch, "make_current", lambda device: bound.append(device))
+    stage = rawlaunch.RawStage(Function, 3, (5, 2), (384,), 1000, [0, np.int32(7)], False)
+    assert stage.binding is binding
+    stage.launch([0xABC0], stream=77)
+    assert calls == [(4242, 5, 2, 1, 384, 1, 1, 1000, 77, ctypes.addressof(stage.params), 0)]
+    errors.append(drv.CUDA_ERROR_INVALID_CONTEXT)
+    stage.launch([0xABC0], stream=77)
+    assert bound == [3] and len(calls) == 3
+    errors.append(700)
+    with pytest.raises(drv.CudaError, match="CUDA error 700"):
+        stage.launch([0xABC0], stream=77)
+    dependent = rawlaunch.RawStage(Function, 0, (1,), (128,), 0, [np.int32(1)], False, dependent=True)
+    assert dependent.binding is None and dependent.config is not None

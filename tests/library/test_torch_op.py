@@ -367,3 +367,23 @@ def test_a_block_mask_crosses_the_operators_as_its_bytes():
     back = ops.op_block_mask(tensor, block_q, block_k, q, k)
     assert back.bits == mask.bits and (back.n_q, back.n_k, back.block_q, back.block_k) == (200, 600, 128, 256)
     assert ops.op_block_mask(None, 0, 0, q, k) is None
+
+
+def test_small_workspaces_are_kept_per_stream_and_fresh_while_capturing(monkeypatch):
+    """torch_ops.workspace: a block up to WORKSPACE_KEPT_BYTES is kept per (device, stream, size) and the same tensor
+    returned to every call on that stream (their kernels run in its order); another stream or size gets its own; a
+    larger block, or any while the current stream is being captured into a graph, is a new tensor each call."""
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(ops, "WORKSPACES", {})
+    cpu = torch.device("cpu")
+    a = ops.workspace(cpu, 7, 1024)
+    assert a.dtype == torch.uint8 and a.shape == (1024,)
+    assert ops.workspace(cpu, 7, 1024) is a
+    assert ops.workspace(cpu, 8, 1024) is not a and ops.workspace(cpu, 7, 2048) is not a
+    big = ops.WORKSPACE_KEPT_BYTES + 16
+    assert ops.workspace(cpu, 7, big) is not ops.workspace(cpu, 7, big)
+    capturing[0] = True
+    assert ops.workspace(cpu, 7, 1024) is not a and ops.workspace(cpu, 7, 1024) is not ops.workspace(cpu, 7, 1024)
+    capturing[0] = False
+    assert ops.workspace(cpu, 7, 1024) is a
