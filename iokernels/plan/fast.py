@@ -177,8 +177,7 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     params = tile_params(d)
     grid = (tr, 1, batch * heads)
     if kernel == "tma":  # one work item (query block, head) per block, or a persistent grid at B_r 128
-        # (the causal grid: item_list; with dropout up to d 128, as its persistent grid)
-        listed = causal and persistent is None and block_r == 128 and not (dropout and tile_d > 128)
+        listed = causal and persistent is None and block_r == 128 and not dropout  # (the causal grid: item_list)
         persistent = block_r == 128 and (listed or (not causal if persistent is None else persistent))
         persistent = persistent and not (dropout and tile_d > 128)  # (its counting build would spill)
         grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid

@@ -381,36 +381,11 @@ def test_item_list_changes_the_order_only(direction, d, causal):
     _check_outputs(plan, host, {n: got["list"][n] for n in OUTPUTS[direction]})
 
 
-@pytest.mark.parametrize("causal", CAUSAL_ALIGNMENTS)
-@pytest.mark.parametrize("d", [64, 128])
-def test_the_dropout_forward_on_the_list_changes_the_order_only(d, causal):
-    """The causal forward with dropout (d up to 128) takes the list too: against the same plan as a block per item in
-    bands, O and lse bitwise equal (the dropout stream is drawn per element: batch·head, row, key), each run's counters
-    equal to its plan's model."""
-    from iokernels.plan.dropout import Dropout
-
-    plan = make_plan("flash", "fast", N_q=517, N_k=700, d=d, dtype="bfloat16", sram=227 * KB, batch=2, heads=3,
-                     causal=causal, dropout=Dropout(0.1, 11, 0))
-    params = dict(plan.stage("main").params)
-    if "ITEM_LIST" not in params:
-        pytest.skip(f"no list in this plan ({plan.stage('main').kernel}: not the sm_90 tma kernels)")
-    assert params["DROPOUT"] and params["PERSISTENT"] == 1
-    inputs, _ = launch.make_device_inputs(plan, seed=_seed("dropout list", d, causal))
-    got = {}
-    for label, p in (("list", plan), ("per item", _per_item(plan))):
-        assert launch.run_plan(p, inputs, counting=True).counts == model.exact(p), label
-        r = launch.run_plan(p, inputs, counting=False)
-        got[label] = {n: r.buffers[n].get() for n in ("O", "lse")}
-    for name in ("O", "lse"):
-        assert got["list"][name].tobytes() == got["per item"][name].tobytes(), name
-
-
 @pytest.mark.parametrize("variant", ["dropout", "mask_mod"])
 @pytest.mark.parametrize("direction, d", [("fwd", 64), ("fwd", 128), ("bwd", 64), ("bwd", 128)])
 def test_variants_in_head_bands_change_the_order_only(direction, d, variant):
     """Dropout and a programmable mask (the variants that keep the causal grid's HEAD_BAND: a block takes its head and
-    rows from its item, so the dropout stream and the mask see the same element; the forward with dropout takes the
-    list instead, test_the_dropout_forward_on_the_list_changes_the_order_only) in bands of 6, 2 and 3 of 6 heads
+    rows from its item, so the dropout stream and the mask see the same element) in bands of 6, 2 and 3 of 6 heads
     against the same plan without bands: O, lse, dK, dV bitwise equal, dQ within a bfloat16-level tolerance, the
     counters equal to the model each time."""
     from iokernels.plan.dropout import Dropout
