@@ -210,7 +210,7 @@ def mask_layout(plan: Plan, row: str, ctype: str) -> MaskLayout | None:
         stride = s * itemsize if s else -(-extent // 16) * 16  # (a dim of 1: any stride, the packed one)
         strides.append(stride)
         extent = stride * n
-    if any(s % 16 or s >= 2**40 for s in strides):
+    if any(s % 16 or s >= 2**40 for s in strides) or strides[0] < plan.N_k * itemsize:  # (rows that overlap: staged)
         return None
     return tuple(dims), tuple(strides), (box, br, 1, 1), TMA_CTYPES[ctype]
 

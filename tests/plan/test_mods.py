@@ -324,6 +324,7 @@ def test_an_explicit_masks_read_is_staged_in_the_forward(mask_mod, score_mod, ct
     ("q_idx * 304", ((289, 289, 1, 1), (608, 608 * 289, 608 * 289))),  # shared: dims of 1 take the packed strides
     ("h * 1024 + q_idx * 4096", ((289, 289, 4, 1), (8192, 2048, 2048 * 4))),  # heads interleaved within a row
     ("q_idx * 304 + 8", None),  # an offset: the map's base would move
+    ("q_idx * 256", None),  # rows that overlap (256 < N_k 289): staged by cp.async
     ("(q_idx / 2) * 304", None),  # not affine
     ("(q_idx % 3) * 304 + h * 8", None),
 ])
