@@ -310,7 +310,7 @@ def scratch(device: torch.device, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 WORKSPACES: dict[tuple[Any, ...], torch.Tensor] = {}  # (device, stream, bytes) -> a small workspace block, kept
-MAX_WORKSPACES = 32
+MAX_WORKSPACES = 8  # (at most 32 MB kept: the cache is emptied when a ninth block would be kept)
 WORKSPACE_KEPT_BYTES = 1 << 22  # blocks up to this size are kept (a decode's partials: 0.5 MB at B 1, 64 heads)
 
 
