@@ -6,10 +6,10 @@ expressions compiled in (``MASK_MOD``, ``SCORE_MOD``, ``SCORE_GRAD``, ``MOD_CAPS
 from a captured int32 array with ALiBi as a score_mod reading captured float16 slopes (the forward at d 128); a softcap
 as a score_mod with its derivative and a band as the mask (the backward at d 128); a document mask with the block mask
 made from it (full blocks skip it; both kernels at d 64, the backward grouped-query); an additive float16 mask per head
-loaded by the copy engine (MOD_TMA, d 128, grouped-query), a boolean one the same as bytes (d 64), an additive float32
-one staged by cp.async (d 128: two stages of it do not fit) and an additive one whose odd rows are prefetched instead
-(d 64). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills
-a user's expression may cause in the counting build are allowed there).
+loaded by the copy engine (MOD_TMA, d 128, grouped-query), a boolean one the same as bytes with a block mask (d 64), an
+additive float32 one staged by cp.async (d 128: two stages of it do not fit) and an additive one whose odd rows are
+prefetched instead (d 64). Each compiled once by ``test_compile.py`` (no warnings, no serialized wgmma; the spills a
+user's expression may cause in the counting build are allowed there).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from iokernels.kernels.sources import CompileVariant
 from iokernels.plan import make_plan
+from iokernels.plan.masks import pattern
 from iokernels.plan.mods import MOD_KERNELS, check_mods, mod_block_mask
 
 from .nvrtc_variants import plan_variants
@@ -46,8 +47,9 @@ ODD = check_mods(score_mod="score + mask[q_idx * 1001 + kv_idx]", captures={"mas
 
 def mods_plans() -> list:
     blocks = mod_block_mask(DOCS, {"doc": DOC}, 1000, 1000)
+    sparse = pattern("random", 0.5, n_q=1000, n_k=1000)  # (the boolean mask's tiles by the copy engine, block-sparse)
     cases = (("fwd", 128, DOCS_ALIBI, None, 4), ("bwd", 128, SOFTCAP, None, 4), ("fwd", 64, DOCS, blocks, 4),
-             ("bwd", 64, DOCS, blocks, 2), ("fwd", 128, BIAS, None, 2), ("fwd", 64, BOOL, None, 4),
+             ("bwd", 64, DOCS, blocks, 2), ("fwd", 128, BIAS, None, 2), ("fwd", 64, BOOL, sparse, 4),
              ("fwd", 128, WIDE, None, 4), ("fwd", 64, ODD, None, 4))
     return [make_plan("flash", "fast", N_q=1000, d=d, dtype="float16", sram=227 * KB, heads=4, kv_heads=kv,
                       direction=direction, mods=mods, block_mask=block_mask)
@@ -78,5 +80,6 @@ def test_every_mod_kernel_has_a_variant():
     assert [v.defines["MOD_PREFETCH"] for v in variants["flash_tma.cu"] if "MOD_PREFETCH" in v.defines] == \
         ["q_idx * 1001 + kv_idx"]
     for defines in (v.defines for vs in variants.values() for v in vs):
-        assert ("BLOCK_SPARSE" in defines) == (defines.get("MASK_MOD") == DOCS.mask_mod)
+        assert ("BLOCK_SPARSE" in defines) == (defines.get("MASK_MOD") == DOCS.mask_mod
+                                               or defines.get("MOD_STAGE") == "q_idx * 1008")
     assert {"SCORE_GRAD", "MOD_CAPS"} <= {k for v in variants["flash_tma_bwd.cu"] for k in v.defines}
