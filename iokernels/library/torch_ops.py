@@ -301,11 +301,17 @@ MAX_SCRATCH = 32
 def scratch(device: torch.device, shape: tuple[int, ...]) -> torch.Tensor:
     """A float32 buffer for a forward's lse when no backward will read it: kept, and written by every such call
     (on any stream: nothing reads it), so that call allocates one tensor, not two."""
-    t = SCRATCH.get((device, shape))
+    return kept(SCRATCH, MAX_SCRATCH, (device, shape), lambda: torch.empty(shape, dtype=torch.float32, device=device))
+
+
+def kept(cache: dict[tuple[Any, ...], torch.Tensor], most: int, key: tuple[Any, ...],
+         make: Any) -> torch.Tensor:
+    """``cache``'s tensor under ``key``, else ``make()`` kept there (the cache emptied first when it holds ``most``)."""
+    t = cache.get(key)
     if t is None:
-        if len(SCRATCH) >= MAX_SCRATCH:
-            SCRATCH.clear()
-        t = SCRATCH[(device, shape)] = torch.empty(shape, dtype=torch.float32, device=device)
+        if len(cache) >= most:
+            cache.clear()
+        t = cache[key] = make()
     return t
 
 
@@ -320,15 +326,12 @@ def workspace(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
     µs of a 37.5 µs decode call on the H100's host, ``results/h100/issue23/d12-12b3578/``); a new one from torch's
     allocator past that size, and while the stream is being captured into a CUDA graph (the graph's pool then keeps
     it, as any allocation of the capture)."""
-    if nbytes > WORKSPACE_KEPT_BYTES or torch.cuda.is_current_stream_capturing():
+    def make() -> torch.Tensor:
         return torch.empty((nbytes,), dtype=torch.uint8, device=device)
-    key = (device, stream, nbytes)
-    t = WORKSPACES.get(key)
-    if t is None:
-        if len(WORKSPACES) >= MAX_WORKSPACES:
-            WORKSPACES.clear()
-        t = WORKSPACES[key] = torch.empty((nbytes,), dtype=torch.uint8, device=device)
-    return t
+
+    if nbytes > WORKSPACE_KEPT_BYTES or torch.cuda.is_current_stream_capturing():
+        return make()
+    return kept(WORKSPACES, MAX_WORKSPACES, (device, stream, nbytes), make)
 
 
 def run_torch(entry: TorchCall, tensors: tuple[torch.Tensor, ...], given: tuple[int, ...], dropout: Any,

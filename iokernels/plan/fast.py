@@ -310,8 +310,15 @@ def with_listed_blocks(plan: Plan) -> Plan:
             or {"DROPOUT", "ALIBI", "MASK_MOD", "SCORE_MOD", "MOD_STAGE"} & set(params):
         return plan
     kept = tuple((k, v) for k, v in main.params if k != "HEAD_BAND")  # (the list keeps the bands' order)
-    stage = replace(main, grid=(min(plan.tile["Tr"] * plan.bh, TMA_FWD_CTAS), 1, 1),
-                    params=(*kept, ("PERSISTENT", 1), ("ITEM_LIST", 1)))
+    return on_item_list(plan, (*kept, ("PERSISTENT", 1)))
+
+
+def on_item_list(plan: Plan, params: tuple[tuple[str, object], ...]) -> Plan:
+    """``plan`` with its main stage a persistent grid taking :func:`item_list`'s entries: ``params`` and
+    ``ITEM_LIST``, at most :data:`TMA_FWD_CTAS` blocks (one per item where there are fewer)."""
+    main = plan.stage("main")
+    t, heads = list_items(plan)
+    stage = replace(main, grid=(min(t * heads, TMA_FWD_CTAS), 1, 1), params=(*params, ("ITEM_LIST", 1)))
     return replace(plan, stages=tuple(stage if s is main else s for s in plan.stages))
 
 

@@ -42,10 +42,8 @@ build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks th
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .core import Plan, Stage, Unsupported, check_problem, layout, rowwise_stage
-from .fast import SM90_KERNELS, TMA_FWD_CTAS, default_kernel, tile_head_dim, tile_params
+from .fast import SM90_KERNELS, default_kernel, on_item_list, tile_head_dim, tile_params
 from .units import ACC_ITEMSIZE, cdiv, itemsize
 
 
@@ -319,6 +317,4 @@ def with_item_list(plan: Plan) -> Plan:
     main = plan.stage("main")
     if main.kernel != KERNEL_TMA or set(dict(main.params)) - {"HEAD_D", "HEAD_D_TILE"}:
         return plan
-    stage = replace(main, grid=(min(plan.tile["Tc"] * plan.bh_kv, TMA_FWD_CTAS), 1, 1),
-                    params=(*main.params, ("ITEM_LIST", 1)))
-    return replace(plan, stages=tuple(stage if s is main else s for s in plan.stages))
+    return on_item_list(plan, main.params)

@@ -125,13 +125,13 @@ def with_mods(plan: Plan, mods: Mods | None, values: Mapping[str, object] | None
         defines = (*((k, v) for k, v in defines if k in ("MOD_CAPS",)), ("MOD_STAGE", row),
                    ("MOD_STAGE_SLOT", str(slot)), ("MOD_STAGE_T", ctype), ("MOD_STAGE_FORM", str(form)))
         layout, size = mask_layout(plan, row, ctype), plan.tile["Br"] * plan.tile["Bc"] * CTYPE_BYTES[ctype]
-        if layout is None or -(-main.smem_bytes // 1024) * 1024 + 2 * size + STATIC_SMEM > STAGE_SMEM_LIMIT:
+        at = -(-main.smem_bytes // 1024) * 1024  # (MOD_TMA's stages: the 128-byte swizzle's boxes, 1024-byte aligned)
+        if layout is None or at + 2 * size + STATIC_SMEM > STAGE_SMEM_LIMIT:
             smem = (("STAGE", main.smem_bytes, stage_bytes(plan, ctype)),)
         else:  # the copy engine loads the tiles (MOD_TMA), two stages beside K's
             (_, _, heads, batch), _, _, _ = layout
             defines += (("MOD_TMA", "1"), ("MOD_TMA_H", "h" if heads > 1 else "0"),
                         ("MOD_TMA_B", "b" if batch > 1 else "0"))
-            at = -(-main.smem_bytes // 1024) * 1024  # (the 128-byte swizzle's boxes: 1024-byte aligned)
             smem = (("MASK0", at, size), ("MASK1", at + size, size))
     stages = tuple(replace(s, params=(*s.params, *defines), smem=(*s.smem, *smem))
                    if s.name == "main" else s for s in plan.stages)

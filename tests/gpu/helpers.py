@@ -128,3 +128,21 @@ def varlen_naive(plan, host, scale):
         for name, x in (("dK", dk), ("dV", dv)):
             out[name][ok:ok + lk] = np.swapaxes(x.reshape(plan.kv_heads, group, lk, plan.d).sum(axis=1), 0, 1)
     return out
+
+
+def per_item(plan):
+    """``plan``'s main stage as a grid of a block per item ((T_r, 1, BH) forward, (T_c, 1, BH_kv) backward), in bands
+    of heads when causal, as before the list: ITEM_LIST (and the forward's PERSISTENT) removed, HEAD_BAND as
+    with_causal adds it."""
+    from dataclasses import replace
+
+    from iokernels.plan.variants import band_params
+
+    def one(s):
+        if s.name != "main":
+            return s
+        grid = (plan.tile["Tr"], 1, plan.bh) if plan.direction == "fwd" else (plan.tile["Tc"], 1, plan.bh_kv)
+        s = replace(s, grid=grid, params=tuple(p for p in s.params if p[0] not in ("ITEM_LIST", "PERSISTENT")))
+        return replace(s, params=(*s.params, *(band_params(s) if plan.causal else ())))
+    return replace(plan, stages=tuple(one(s) for s in plan.stages))
+

@@ -21,7 +21,7 @@ from iokernels.plan.masks import pattern
 from iokernels.plan.units import round_to
 from iokernels.simulate import kv_rows, reference, reference_outputs
 
-from .helpers import assert_within_naive, plan_naive_grads, plan_naive_p, ulp
+from .helpers import assert_within_naive, per_item, plan_naive_grads, plan_naive_p, ulp
 
 cp = pytest.importorskip("cupy")
 pytestmark = pytest.mark.usefixtures("sm90")
@@ -145,19 +145,10 @@ def test_the_list_changes_the_order_only(case):
     """The forward's list grid (ITEM_LIST) against the same plan as a block per item (grid (T_r, 1, BH), in bands of
     heads when causal, the kernel before the list): O and lse bitwise equal (an item's work does not depend on the
     block that takes it), and each plan's counters equal its model."""
-    from dataclasses import replace
-
-    from iokernels.plan.variants import band_params
-
     listed = _plan(case, "fwd")
-    stage = listed.stage("main")
-    params = tuple(p for p in stage.params if p[0] not in ("PERSISTENT", "ITEM_LIST"))
-    stage = replace(stage, params=params, grid=(listed.tile["Tr"], 1, listed.bh))
-    per_item = replace(listed, stages=(replace(stage, params=(*params, *(band_params(stage) if listed.causal
-                                                                          else ()))),))
     inputs, _ = launch.make_device_inputs(listed, seed=_seed(case, "list"))
     runs = {}
-    for name, plan in (("list", listed), ("per item", per_item)):
+    for name, plan in (("list", listed), ("per item", per_item(listed))):
         assert launch.run_plan(plan, inputs, counting=True).counts == model.exact(plan), name
         runs[name] = launch.run_plan(plan, inputs, counting=False)
     for tensor in ("O", "lse"):

@@ -18,7 +18,7 @@ from iokernels.plan.tensors import OUTPUTS
 from iokernels.plan.units import round_to
 from iokernels.simulate import reference, simulate
 
-from .helpers import problem_scale, rel_err
+from .helpers import per_item, problem_scale, rel_err
 
 KEYS = [(a, s, p) for (a, p), ss in SCHEDULES.items() for s in ss if supports_causal(a, s, p)]
 KB = 1024
@@ -338,22 +338,6 @@ def _bands_change_the_order_only(plan, inputs):
     return got
 
 
-def _per_item(plan):
-    """``plan``'s main stage as a grid of a block per item ((T_r, 1, BH) forward, (T_c, 1, BH_kv) backward) in bands
-    of heads, as before the list: ITEM_LIST (and the forward's PERSISTENT) removed, HEAD_BAND as with_causal adds it."""
-    from dataclasses import replace
-
-    from iokernels.plan.variants import band_params
-
-    def per_item(s):
-        if s.name != "main":
-            return s
-        grid = (plan.tile["Tr"], 1, plan.bh) if plan.direction == "fwd" else (plan.tile["Tc"], 1, plan.bh_kv)
-        s = replace(s, grid=grid, params=tuple(p for p in s.params if p[0] not in ("ITEM_LIST", "PERSISTENT")))
-        return replace(s, params=(*s.params, *band_params(s)))
-    return replace(plan, stages=tuple(per_item(s) for s in plan.stages))
-
-
 @pytest.mark.parametrize("causal", CAUSAL_ALIGNMENTS)
 @pytest.mark.parametrize("direction, d", [("fwd", 64), ("fwd", 128), ("fwd", 256), ("bwd", 64), ("bwd", 128)])
 def test_item_list_changes_the_order_only(direction, d, causal):
@@ -367,11 +351,11 @@ def test_item_list_changes_the_order_only(direction, d, causal):
     names = ("O", "lse") if direction == "fwd" else OUTPUTS["bwd"]
     inputs, host = launch.make_device_inputs(plan, seed=_seed("list", direction, d, causal))
     got = {}
-    for label, p in (("list", plan), ("per item", _per_item(plan))):
+    for label, p in (("list", plan), ("per item", per_item(plan))):
         r = launch.run_plan(p, inputs, counting=True)
         assert r.counts == model.exact(p), label
         got[label] = {n: launch.to_float64(r.buffers[n], "float32" if n == "lse" else p.dtype) for n in names}
-    assert "work" in model.exact(plan)["main"] and "work" not in model.exact(_per_item(plan))["main"]
+    assert "work" in model.exact(plan)["main"] and "work" not in model.exact(per_item(plan))["main"]
     for name in names:
         a, b = got["list"][name], got["per item"][name]
         if name == "dQ":
