@@ -5,7 +5,7 @@ R=$OUT/d2; mkdir -p $R
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u;
  python3 -c "import torch, cupy, triton; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'cupy', cupy.__version__, 'triton', triton.__version__)") > $R/env.txt
 echo "python3 -m iokernels.cli bench --decode --mode both --json --time-budget 230" > $R/commands.txt
-timeout 200 python3 -m iokernels.cli bench --decode --mode both --json --time-budget 150 > $R/decode.json 2> $R/decode.err
+timeout 200 python3 -m iokernels.cli bench --decode --mode both --json --time-budget 230 > $R/decode.json 2> $R/decode.err
 echo "bench rc $?" >> $R/env.txt
 python3 -c "import json; from iokernels.bench import decode; print(decode.render(json.load(open('$R/decode.json'))))" > $R/decode.txt 2>&1
 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_decode.py > $R/gpu-tests.txt 2>&1; echo "rc $?" >> $R/gpu-tests.txt
