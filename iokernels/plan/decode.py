@@ -3,13 +3,12 @@ runs, and which key tiles each split owns. A decode call has few query rows per 
 K/V head, packed into one tile): one block per (query tile, K/V head) leaves most SMs idle, so the key tiles are cut
 into S splits, each block writes a partial O and lse, and a combine pass merges them by their log-sum-exp. Decode is
 bound by the K/V bytes, every key tile costs an SM the same time, and a block holds its SM alone (the tma tile's
-registers); but HBM is saturated by fewer streams than SMs (:data:`HBM_SMS`), and every block's start and end leave
-its SM idle. So S is the split count with the least modelled time (:func:`num_splits`: the longer of the busiest
-SM's waves of blocks and the whole K/V over the saturating SMs, plus the combine's launch and its partials), the
-smallest of ties: the fewest blocks that saturate HBM, in one wave. FlashAttention-3's "smallest S within 85 % of the
-best wave efficiency" (hopper/heuristics.h) left 12 of 132 SMs idle in the design note's case (15 splits of 8 K/V
-heads). Splits are then made even (FlashAttention-2's rule: no split is left empty). The plan, the model and the
-simulator of the split schedule build on these; the kernels are flash_tma.cu built with SPLIT and combine.cu.
+registers): so S is the split count with the least modelled time per SM (:func:`num_splits`: whole waves of blocks
+times the tiles of each, plus the combine's launch and its partials), not FlashAttention-3's "smallest S within 85 %
+of the best wave efficiency" (hopper/heuristics.h), which left 12 of 132 SMs idle in the design note's case (15 splits
+of 8 K/V heads; 16 run it in 8 tiles a block instead of 9). Splits are then made even (FlashAttention-2's rule: no
+split is left empty). The plan, the model and the simulator of the split schedule build on these; the kernels are
+flash_tma.cu built with SPLIT and combine.cu.
 """
 
 from __future__ import annotations
@@ -24,14 +23,13 @@ MAX_SPLITS = 128  # the combine's cap (its weights in shared memory), FlashAtten
 # the combine is a second launch: about one K/V tile pair's time on an SM (measured on an H100: the combine stage 2.1
 # to 3.3 µs; an SM streams a 64 KB tile pair in about 2.8 µs at its share of ~3 TB/s)
 COMBINE_LAUNCH_TILES = 1.0
-# a block's own start and end (its barriers, Q, the epilogue), in tile pairs: on an H100 (d 128, fp16, graph replays)
-# 32 splits of one tile over B 64 x 8 K/V heads (16,384 blocks, 125 waves) took 483 µs where the same bytes in 512
-# blocks of 32 tiles took 357, about 0.2 of a tile pair more per block (results/h100/issue23/)
-BLOCK_TILES = 0.25
-# the fraction of the SMs whose streams saturate HBM: on an H200 one block streams its K/V at ~58 GB/s (16 blocks of a
-# 537 MB cache in 576 µs) and the card reads ~4.45 TB/s, ~78 of its 132 SMs' worth; with more splits than that fill
-# (several waves of short blocks) the time went up, 1-4 %, not down (results/h200/issue23/split-58dd68b/)
-HBM_SMS = 0.7
+# a block's own start and end (its barriers, Q, the pipeline's filling and draining, the epilogue), in tile pairs: on
+# an H200 (d 128, fp16, graph replays of the public call, results/h200/issue23/split-58dd68b/) B 4 x 8 K/V heads at
+# N_k 131072 took 492.9 µs in one wave of 128 blocks of 256 tiles and 502.6 in ten waves of 41 splits of 25 tiles,
+# about one tile pair more per block; B 1 the same: 16 splits (one wave of 64 tiles) 131.7 µs, 49 (three of 21)
+# 136.4. (On an H100, 32 splits of one tile over B 64 took 483 µs where the same bytes in 512 blocks of 32 tiles took
+# 357, about 0.2 of a tile pair more per block: results/h100/issue23/.)
+BLOCK_TILES = 1.0
 
 
 def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 0.0,
@@ -39,9 +37,8 @@ def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 
     """The splits S of a decode call with the least modelled time: ``blocks`` the blocks without splitting (packed
     query tiles × batch·K/V heads), ``sms`` the GPU's SMs (one block each at a time), ``key_tiles`` T_c the key tiles
     of a sequence, ``partial_tiles`` what one split's partials cost an SM (written and read back, over the SMs), in
-    K/V tile pairs. With S' = ⌈T_c / ⌈T_c / S⌉⌉ non-empty splits of ⌈T_c / S⌉ tiles, the time in one SM's tile pair
-    times is the longer of ⌈blocks·S' / sms⌉ · (⌈T_c / S⌉ + :data:`BLOCK_TILES`) (the busiest SM) and
-    blocks·T_c / (:data:`HBM_SMS`·sms) (HBM's rate), plus, when S' > 1, :data:`COMBINE_LAUNCH_TILES` +
+    K/V tile pairs. With S' = ⌈T_c / ⌈T_c / S⌉⌉ non-empty splits of ⌈T_c / S⌉ tiles, the time in tile pairs per SM
+    is ⌈blocks·S' / sms⌉ · (⌈T_c / S⌉ + :data:`BLOCK_TILES`), plus, when S' > 1, :data:`COMBINE_LAUNCH_TILES` +
     S'·``partial_tiles``; the smallest S of the least time."""
     for name, value in (("blocks", blocks), ("sms", sms), ("key_tiles", key_tiles), ("max_splits", max_splits)):
         if not isinstance(value, int) or value < 1:
@@ -50,7 +47,7 @@ def num_splits(blocks: int, sms: int, key_tiles: int, *, partial_tiles: float = 
     def cost(s: int) -> float:
         chunk = cdiv(key_tiles, s)
         used = cdiv(key_tiles, chunk)
-        waves = max(cdiv(blocks * used, sms) * (chunk + BLOCK_TILES), blocks * key_tiles / (HBM_SMS * sms))
+        waves = cdiv(blocks * used, sms) * (chunk + BLOCK_TILES)
         return waves + (COMBINE_LAUNCH_TILES + used * partial_tiles if used > 1 else 0.0)
 
     return min(range(1, min(max_splits, key_tiles) + 1), key=lambda s: (cost(s), s))

@@ -29,7 +29,7 @@ def test_compare_decode_simulated_equals_predicted():
 def test_model_decode_prints_the_split_and_its_theta():
     out = run("model", "--Nq", "1", "--Nk", "16384", "--d", "128", "--dtype", "float16", "--heads", "64",
               "--kv-heads", "8", "--decode").output
-    assert "fast+split" in out and "S=13" in out and "Θ(N_k d + S N_q d)" in out
+    assert "fast+split" in out and "S=16" in out and "Θ(N_k d + S N_q d)" in out
     bad = CliRunner().invoke(cli, ["model", "--N", "64", "--decode", "--causal", "--dtype", "float16"])
     assert bad.exit_code != 0 and "--decode" in bad.output
 

@@ -10,41 +10,41 @@ from iokernels import model
 from iokernels.kernels import launch
 from iokernels.plan import Unsupported
 from iokernels.plan.core import FLOAT32_TENSORS
-from iokernels.plan.decode import HBM_SMS, make_decode_plan, num_splits, split_ranges
+from iokernels.plan.decode import BLOCK_TILES, make_decode_plan, num_splits, split_ranges
 from iokernels.simulate import make_inputs, max_relative_error, reference_outputs, simulate
 
 
 def test_the_split_count_of_least_modelled_time():
-    # one token, B 1, 8 K/V heads (8 blocks), 132 SMs, N_k 16384 in tiles of 128 -> 128 key tiles, 1024 tile pairs
-    # in all: HBM reads them in 1024 / (0.7 · 132) = 11.08 tile pair times; 13 splits of 10 tiles (104 blocks, one
-    # wave, 10.25 a block) keep within it, + 1 for the combine's launch; 12 splits take 11 tiles a block (11.25), and
-    # more splits than 13 only add blocks
-    assert HBM_SMS == 0.7
-    assert num_splits(8, 132, 128) == 13
-    # N_k 4096 (32 tiles, HBM 2.77): 16 splits of 2 tiles (2.25 a block); 11 splits of 3 take 3.25
+    # one token, B 1, 8 K/V heads (8 blocks), 132 SMs, N_k 16384 in tiles of 128 -> 128 key tiles: 16 splits run
+    # 128 blocks in one wave of 8 tiles each (+ 1 for the block), + 1 for the combine's launch = 10; 15 splits
+    # take 9 tiles a block (11); 32 splits two waves of 4 (11)
+    assert BLOCK_TILES == 1.0
+    assert num_splits(8, 132, 128) == 16
+    # N_k 4096 (32 tiles): 16 splits of 2 tiles (4); FlashAttention-3's rule took 14, 11 after evening (5)
     assert num_splits(8, 132, 32) == 16
-    # partials that cost a tile pair per split: 10 splits of 13 tiles (13.25 + 1 + 10; 13 splits: 11.08 + 1 + 13)
+    # partials that cost a tile pair per split: 10 splits of 13 tiles (14 + 1 + 10; 16 splits: 9 + 1 + 16; 11 splits
+    # of 12 tie with 10: the smaller)
     assert num_splits(8, 132, 128, partial_tiles=1.0) == 10
 
 
-def test_the_fewest_splits_that_saturate_hbm():
-    # B 1, 8 K/V heads, N_k 131072 (1024 tiles, 8192 tile pairs: 88.66 at HBM's rate): 12 splits of 86 tiles (96
-    # blocks, 86.25); 11 splits take 94 tiles (94.25); the wave rule alone (49 splits, three waves of 21 tiles: 66.75)
-    # ran 4 % slower on an H200 than 11 or 16 splits
-    assert num_splits(8, 132, 1024) == 12
-    # B 4 (32 blocks): 3 splits of 342 tiles (96 blocks: 342.25 under HBM's 354.62); 2 splits: 512 tiles a block
-    assert num_splits(32, 132, 1024) == 3
-    # B 16 (128 blocks), N_k 65536 (512 tiles): one wave of whole sequences (512.25) is under HBM's 709.18: no split
-    assert num_splits(128, 132, 512) == 1
+def test_one_wave_of_long_blocks_before_several_of_short_ones():
+    # B 1, N_k 131072 (1024 tiles): 16 splits, one wave of 64 tiles (65 + 1); 49 splits, three waves of 21 (66 + 1)
+    assert num_splits(8, 132, 1024) == 16
+    # B 4 (32 blocks): 4 splits, one wave of 256 (257 + 1); 41 splits, ten waves of 25 (260 + 1)
+    assert num_splits(32, 132, 1024) == 4
+    # B 16 (128 blocks): no split (1025); 38 splits, 37 waves of 27 (1036 + 1)
+    assert num_splits(128, 132, 1024) == 1
+    # B 64 (512 blocks), N_k 65536 (512 tiles): 9 splits, 35 waves of 57 (2030 + 1) against 4 waves of 512 (2052)
+    assert num_splits(512, 132, 512) == 9
 
 
 def test_no_split_when_the_grid_is_full_or_the_keys_are_few():
-    # B 64, 8 K/V heads, N_k 4096, d 128 fp16: 4 waves of 32 tiles (128); 2 splits: 8 waves of 16, and the combine;
+    # B 64, 8 K/V heads, N_k 4096, d 128 fp16: 4 waves of 32 tiles (132); 2 splits: 8 waves of 16, and the combine;
     # 32 splits: 125 waves of one tile, the combine and 32 splits' partials (0.49 tile pairs each: 2·64·64·129·4
     # bytes over 132 SMs' 64 KB tile pairs)
     assert num_splits(512, 132, 32, partial_tiles=0.49) == 1
     # free partials: 32 splits' 125 waves of one tile would still lose to the blocks' own starts and ends (BLOCK_TILES
-    # a block: 125 x 1.25 + 1 against 4 x 32.25)
+    # a block: 125 x 2 + 1 against 4 x 33)
     assert num_splits(512, 132, 32) == 1
     assert num_splits(8, 132, 1) == 1
     assert num_splits(8, 132, 2) == 1  # 2 tiles alone, or 1 tile each and the combine's launch: a tie
