@@ -48,8 +48,8 @@
 // common.cuh iok_kept_blocks) into a list of the kept query blocks in shared memory (BLOCK_LIST entries at most), and
 // the steps run over that list (step s: query head s / span, query block kept[s % span]), read once per K/V head.
 //
-// ITEM_LIST (the plain causal plans' narrow tiles; iokernels/plan/fast.py item_list, plan/fast_bwd.py
-// with_item_list): a persistent grid whose block b takes the items [work[b], work[b + 1]) of the host's list, each
+// ITEM_LIST (the plain causal plans' and the sliding window's narrow tiles; iokernels/plan/fast.py item_list,
+// plan/fast_bwd.py with_item_list): a persistent grid whose block b takes the items [work[b], work[b + 1]) of the host's list, each
 // z_kv T_c + (key block). The loader, the dQ writer and each consumer warp walk them (common.cuh IokList); K and V
 // land on bar_kv once per item with a step and are released on kv_empty, so the loader copies the next item's while
 // the consumers write dK and dV; the ring's stages and phases and the dQ buffer count the block's earlier steps.
@@ -107,8 +107,8 @@ static_assert(BC % 64 == 0 && (BR == 64 || BR == 128) && BR <= BC && (TILE_D == 
 #endif
 static_assert(THREADS == CONSUMERS + 128, "the consumer warpgroups and the producer's");
 #if defined(ITEM_LIST) && (TB_WIDE || defined(VARLEN) || defined(BLOCK_SPARSE) || defined(HEAD_BAND) || defined(ALIBI) \
-    || defined(IOK_MODS) || defined(DROPOUT) || defined(SOFTCAP) || defined(WINDOW))
-#error "ITEM_LIST: the narrow tiles' persistent causal grid, no other variant"
+    || defined(IOK_MODS) || defined(DROPOUT) || defined(SOFTCAP))
+#error "ITEM_LIST: the narrow tiles' persistent grid, causal or a sliding window, no other variant"
 #endif
 #if defined(VARLEN)
 // (the loader's sequence state and its zeroing of the last query block: 24 or 40 registers spill. In the counting build

@@ -128,6 +128,8 @@ def make_plan(
                      per_item=block_mask is not None or alibi is not None or mods is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     plan = with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
+    if plan.window is not None and direction == "bwd" and schedule == "fast":  # a window's backward: the list
+        plan = with_item_list(plan)
     return with_listed_blocks(with_mods(plan, mods, capture_values))  # (a block-sparse forward: the list)
 
 

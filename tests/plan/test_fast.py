@@ -193,12 +193,18 @@ def test_causal_takes_the_list_and_a_window_is_persistent():
     assert set(arrays) == {"work"} and arrays["work"].dtype == np.int32
     assert (arrays["work"] == item_list(listed)).all()
     assert set(plan_arrays(sloped)) == {"alibi"} and plan_arrays(sloped)["alibi"].dtype == np.float32
-    # the backward: the plain causal narrow tma plan on the list; its variants and the wide tiles a block per item
-    bwd = {label: make_plan("flash", "fast", causal=True, direction="bwd", **{**kw, **o}).stage("main")
+    # the backward: the plain causal narrow tma plan and a window's (causal or not) on the list, without HEAD_BAND;
+    # the other variants and the wide tiles a block per item
+    bwd = {label: make_plan("flash", "fast", direction="bwd", **{"causal": True, **kw, **o}).stage("main")
            for label, o in (("causal", {}), ("dropout", {"dropout": Dropout(0.1, 1, 0)}),
-                            ("window", {"window": (1024, 0)}), ("alibi", {"alibi": (0.5,) * 16}), ("wide", {"d": 256}))}
-    assert bwd["causal"].grid == (132, 1, 1) and dict(bwd["causal"].params)["ITEM_LIST"] == 1
-    for label in ("dropout", "window", "alibi", "wide"):
+                            ("window", {"window": (1024, 0)}), ("window alone", {"window": (1024, 0), "causal": False}),
+                            ("softcap", {"window": (1024, 0), "softcap": 30.0}), ("alibi", {"alibi": (0.5,) * 16}),
+                            ("wide", {"d": 256}))}
+    for label in ("causal", "window", "window alone"):
+        params = dict(bwd[label].params)
+        assert bwd[label].grid == (132, 1, 1) and params["ITEM_LIST"] == 1 and "HEAD_BAND" not in params, label
+    assert dict(bwd["window"].params)["WINDOW"] == dict(bwd["window alone"].params)["WINDOW"] == 1
+    for label in ("dropout", "softcap", "alibi", "wide"):
         assert "ITEM_LIST" not in dict(bwd[label].params) and bwd[label].grid[2] == 16, label
 
 

@@ -121,6 +121,8 @@ def test_the_tma_kernels_take_the_band_as_two_offsets(direction):
                          direction=direction, **kw)
         assert plan.stage("main").kernel in WINDOW_KERNELS and dict(plan.stage("main").params)["WINDOW"] == 1
         layout, _ = launch.stage_arg_layout(plan, plan.stage("main"), 0.125)
+        if layout[-1] == "work":  # (the backward's list of items comes last)
+            layout = layout[:-1]
         return tuple(int(x) for x in layout[-2:])
 
     assert band(window=(64, 32), causal="bottom_right") == (136, 200)
