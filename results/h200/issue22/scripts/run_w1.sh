@@ -5,7 +5,7 @@
 export PYTHONPATH=. PYTHONUNBUFFERED=1 IOKERNELS_COMMIT=${COMMIT:?give COMMIT}
 R=$OUT/w1; S=results/h200/issue22/scripts; mkdir -p $R
 (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u) > $R/env.txt
-timeout 180 python3 $S/window_list_probe.py > $R/probe.txt 2>&1; echo "rc $?" >> $R/probe.txt
+timeout 80 python3 $S/window_list_probe.py > $R/probe.txt 2>&1; echo "rc $?" >> $R/probe.txt
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_window.py -k "backward" > $R/gpu-tests.txt 2>&1
 echo "rc $?" >> $R/gpu-tests.txt
 timeout 50 compute-sanitizer --tool memcheck python3 $S/san_window_list.py > $R/san-memcheck.txt 2>&1; echo "rc $?" >> $R/san-memcheck.txt
