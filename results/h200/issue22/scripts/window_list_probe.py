@@ -4,8 +4,9 @@ on the persistent grid of its list of items (ITEM_LIST) against the same plan as
 before), alternating, two rounds; and the dense backward of the same shape, for the rate on the computed blocks
 (TFLOP/s counted on the tiles each plan computes, plan.pair_sums). dK and dV bitwise equal; dQ within 1e-2. The inputs
 are random on the device (O random, lse 30: finite probabilities; the time does not depend on the values), not
-launch.make_device_inputs, whose float64 reference P of 16 heads of 16384² took the host's memory. Since w2 it also
-prints each stage's time alone (CUDA-graph replays of the stage), to show what the O(N d) passes cost."""
+launch.make_device_inputs, whose float64 reference P of 16 heads of 16384² took the host's memory. Since 6312ab6
+(after w2, whose output lacks it) it also prints each stage's time alone (CUDA-graph replays of the stage), to show
+what the O(N d) passes cost."""
 import sys
 
 import cupy as cp
