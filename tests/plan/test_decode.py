@@ -1,6 +1,7 @@
-"""plan.decode: the split count of a decode call (FlashAttention-3's rule), the key tiles of each split, and the
-split-KV decode plan with its exact bytes (the model) equal to the simulator's, its outputs to the float64
-reference, and the arguments its kernels are launched with (CPU; the kernels run in tests/gpu/test_decode.py)."""
+"""plan.decode: the split count of a decode call (the least modelled time, one wave of long blocks first), the key
+tiles of each split, and the split-KV decode plan with its exact bytes (the model) equal to the simulator's, its outputs
+to the float64 reference, and the arguments its kernels are launched with (CPU; the kernels run in
+tests/gpu/test_decode.py)."""
 
 from itertools import pairwise
 
