@@ -312,11 +312,13 @@ def fit_fast_backward_plan(*, sram: int, kernel: str | None = None, wgmma_only: 
 def with_item_list(plan: Plan) -> Plan:
     """A causal or sliding-window backward plan whose main stage is the narrow tma kernel as a persistent grid (at
     most :data:`iokernels.plan.fast.TMA_FWD_CTAS` blocks) taking the entries of :func:`iokernels.plan.fast.item_list`
-    (``ITEM_LIST``; a causal grid's ``HEAD_BAND`` dropped: the list orders the items); any other plan unchanged. For
-    the plain causal backward and the sliding window's (make_plan: no dropout, softcap or per-item variant; its kernel
-    refuses them)."""
-    main = plan.stage("main")
+    (``ITEM_LIST``; a causal grid's ``HEAD_BAND`` dropped: the list orders the items); any other plan unchanged, among
+    them those with a variant the list's kernel refuses (dropout, a softcap, a block mask, ALiBi, mods: a block per
+    item). make_plan applies it last, once every variant is on the plan."""
+    main = next((s for s in plan.stages if s.name == "main"), None)
+    if main is None or main.kernel != KERNEL_TMA or not (plan.causal or plan.window is not None):
+        return plan
     params = tuple(p for p in main.params if p[0] != "HEAD_BAND")
-    if main.kernel != KERNEL_TMA or set(dict(params)) - {"HEAD_D", "HEAD_D_TILE", "CAUSAL", "WINDOW"}:
+    if set(dict(params)) - {"HEAD_D", "HEAD_D_TILE", "CAUSAL", "WINDOW"}:
         return plan
     return on_item_list(plan, params)

@@ -128,9 +128,8 @@ def make_plan(
                      per_item=block_mask is not None or alibi is not None or mods is not None, **args)
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     plan = with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
-    if plan.window is not None and direction == "bwd" and schedule == "fast":  # a window's backward: the list
-        plan = with_item_list(plan)
-    return with_listed_blocks(with_mods(plan, mods, capture_values))  # (a block-sparse forward: the list)
+    # the persistent grids on a list of items: a block-sparse forward's, a causal or windowed backward's
+    return with_item_list(with_listed_blocks(with_mods(plan, mods, capture_values)))
 
 
 
@@ -215,8 +214,6 @@ def base_plan(
         plan = fit_fast_backward_plan(sram=sram, N_q=N_q, N_k=N_k, d=d, dtype=dtype, batch=batch, heads=heads,
                                       kv_heads=kv_heads, wgmma_only=masked, dropout=dropout,
                                       window=banded or per_item)
-        if causal and not (dropout or banded or per_item):  # the plain causal backward: a persistent grid's list
-            plan = with_item_list(plan)
         if plan.smem_bytes > sram:
             raise SramTooSmall(f"flash/fast/{direction}", sram, plan.smem_bytes,
                                f"d={d}, {itemsize(dtype)}-byte elements, its fixed tiles {plan.describe_tiles()}")
