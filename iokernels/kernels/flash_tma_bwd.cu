@@ -172,7 +172,7 @@ __device__ constexpr bool tb_layout_ok()
 // Row scalars (lse or D) r = lane, lane + 32, ... of a BR-row block by the 32 lanes of a warp, row r at g[r stride]:
 // rows [0, rows_valid) read (4 bytes each, counted), the rest 0. LSE: a row that sees no key (lse −inf) is kept as
 // +inf, so that its P = exp(τS − lse) is 0 whatever τS is (a score_mod may give −inf everywhere in it, and
-// −inf − (−inf) is NaN).
+// −inf − (−inf) is NaN), and stored times log2 e, the base-2 exponent wgb_probs<true> and wgb_probs_softcap take.
 template <int TI, bool LSE, int... Ts>
 __device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, const float* g, int rows_valid, int lane,
                                            int stride)
@@ -180,7 +180,7 @@ __device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, con
 #pragma unroll
     for (int r = lane; r < BR; r += 32) {
         const float x = r < rows_valid ? iok_ld<TI>(io, g + static_cast<size_t>(r) * stride) : 0.0f;
-        s[r] = LSE && x == __int_as_float(static_cast<int>(0xff800000u)) ? __int_as_float(0x7f800000) : x;
+        s[r] = !LSE ? x : x == __int_as_float(static_cast<int>(0xff800000u)) ? __int_as_float(0x7f800000) : x * WG_LOG2E;
     }
 }
 
@@ -503,7 +503,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // one item: its steps, then dK_j, dV_j written; sg: the steps of the block's earlier items (the ring's stages
         // and phases, and the dQ buffer's first use), nkv: its earlier items with a step (bar_kv's phase)
         auto item = [&](const int steps, const int sg, const int nkv) {
-        const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
+        const int wg = wg_index();  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
 #ifdef VARLEN
         const size_t kv_off = iok_varlen_at(k_base + col0, kvz, k_extent, gridDim.z);  // packed rows
@@ -584,7 +584,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef ALIBI
             wgb_alibi(s, col0 + key_w + g, step_q0(step) + qw, alibi_slope[step / span] / scale, n_k - n_q, t);
 #endif
-            wgb_probs(s, lse_s + qw, scale2, key_out, t);
+            wgb_probs<true>(s, lse_s + qw, scale2, key_out, t);
 #ifdef IOK_BAND
             wgb_band(s, col0, key_w, g, t, step_q0(step) + qw, IOK_BAND_LO, IOK_BAND_HI);
 #endif
@@ -734,7 +734,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 wgb_mods(io, mod, s, hidden, cap_grad, col0 + key_w + g, step_q0(step), step_head(step), scale,
                          step_partial(step), t);
 #endif
-                wgb_probs(s, lse_s, scale2, key_out, t);
+                wgb_probs<true>(s, lse_s, scale2, key_out, t);
 #ifdef IOK_BAND
                 wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
 #endif

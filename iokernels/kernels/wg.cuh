@@ -58,6 +58,11 @@ __device__ __forceinline__ void wg_load_tile(C& io, T* s, const T* g, int rows_v
     }
 }
 
+// The thread's warpgroup, read from lane 0 by a shuffle so that the compiler knows every lane has the same: what is
+// computed from it (the descriptors of a warpgroup's operands) then lives in uniform registers, with no R2UR before
+// each product (SASS of the sm_90 backward, 2026-11-28: 64 a step)
+__device__ __forceinline__ int wg_index() { return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0); }
+
 // Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and
 // stride byte offsets (16-byte units), 128-byte swizzle.
 __device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned lead_bytes, unsigned stride_bytes)
@@ -67,17 +72,25 @@ __device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned le
            | (static_cast<unsigned long long>(lead_bytes >> 4) << 16)
            | (static_cast<unsigned long long>(stride_bytes >> 4) << 32) | (1ull << 62);
 }
+// The descriptor of the operand `bytes` (a multiple of 16) past desc's: the start address field (bits 0-13) holds the
+// shared address over 16, and shared addresses stay under 2^18, so the field takes the offset with no carry out of it.
+// One add on the low word per product, where wg_desc of the moved pointer took four (add, mask, shift, or: SASS of the
+// sm_90 backward, 2026-11-28); the base descriptor is computed once per tile.
+__device__ __forceinline__ unsigned long long wg_desc_add(unsigned long long desc, unsigned bytes)
+{
+    return (desc & 0xFFFFFFFF00000000ull) | (static_cast<unsigned>(desc) + (bytes >> 4));
+}
 // K-major operand: step kk (16 wide) of a ROWS-row tile, starting at row row0.
 template <int ROWS>
 __device__ __forceinline__ unsigned long long wg_desc_k(const unsigned char* tile, int row0, int kk)
 {
-    return wg_desc(tile + row0 * 128 + (kk & 3) * 32 + (kk >> 2) * ROWS * 128, 16, 1024);
+    return wg_desc_add(wg_desc(tile, 16, 1024), row0 * 128 + (kk & 3) * 32 + (kk >> 2) * ROWS * 128);
 }
 // MN-major operand: rows [16 kk, 16 kk + 16) of a ROWS-row tile, columns from slab slab0 on.
 template <int ROWS>
 __device__ __forceinline__ unsigned long long wg_desc_mn(const unsigned char* tile, int slab0, int kk)
 {
-    return wg_desc(tile + slab0 * ROWS * 128 + kk * 16 * 128, ROWS * 128, 1024);
+    return wg_desc_add(wg_desc(tile, ROWS * 128, 1024), slab0 * ROWS * 128 + kk * 16 * 128);
 }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

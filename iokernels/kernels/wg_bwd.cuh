@@ -41,18 +41,25 @@ __device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2]
     wg_fence_regs(s);
 }
 
-// Pᵀ = exp(τ Sᵀ − lse) in base 2 (lse_s: the lse values of the accumulator's queries), 0 for keys past n_k
-// (key_out); with CAUSAL, 0 past each query's last visible key (q0 the accumulator's first query, off the causal
-// offset; only blocks that cross the diagonal).
-template <int NS>
+// Pᵀ = exp(τ Sᵀ − lse) in base 2 (lse_s: the lse values of the accumulator's queries; LOG2: already times log2 e,
+// flash_tma_bwd.cu's loader), 0 for keys past n_k (key_out: the thread's two keys). The keys past n_k are in the last
+// key block only, so the selects run in a branch of their own (32 FSEL a step at B_r 64 in every block otherwise).
+template <bool LOG2 = false, int NS>
 __device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, float scale2, const bool (&key_out)[2],
                                           int t)
 {
+    constexpr float l2_scale = LOG2 ? 1.0f : WG_LOG2E;  // lse to base 2
+    if (key_out[0] || key_out[1]) {
 #pragma unroll
-    for (int i = 0; i < NS; ++i) {
-        const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
-        const float p = exp2f(fmaf(s[i], scale2, -l2));
-        s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
+        for (int i = 0; i < NS; ++i) {
+            const float p = iok_exp2(fmaf(s[i], scale2, -lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * l2_scale));
+            s[i] = key_out[(i >> 1) & 1] ? 0.0f : p;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            s[i] = iok_exp2(fmaf(s[i], scale2, -lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * l2_scale));
+        }
     }
 }
 #ifdef ALIBI
@@ -122,7 +129,7 @@ __device__ __forceinline__ void wgb_hide(float (&p)[NS], const unsigned (&hidden
 }
 #endif
 #ifdef SOFTCAP
-// With a softcap c (common.cuh): t = tanh(τ Sᵀ / c), Pᵀ = exp(c t − lse) in base 2 rounded into the A fragments pa
+// With a softcap c (common.cuh): t = tanh(τ Sᵀ / c), Pᵀ = exp(c t − lse) in base 2 (lse_s times log2 e) rounded into the A fragments pa
 // (0 for keys past n_k and where the band set Sᵀ to −inf: tanh(−inf) = −1 would not give 0), and cap_grad holding
 // 1 − t², the logits' derivative, which dS takes (0 where P is), as half2 pairs (in [0, 1]; 16 registers at B_r 64
 // where floats took 32 and spilled the counting build)
@@ -134,10 +141,10 @@ __device__ __forceinline__ void wgb_probs_softcap(const float (&s)[NS], unsigned
     float p[2], gr[2];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-        const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * WG_LOG2E;
+        const float l2 = lse_s[8 * (i >> 2) + 2 * t + (i & 1)];  // (times log2 e: flash_tma_bwd.cu's loader)
         const bool out = key_out[(i >> 1) & 1] || s[i] == neg_inf();
         const float th = iok_tanh(s[i] * (scale / softcap));
-        p[i & 1] = out ? 0.0f : exp2f(fmaf(th, softcap * WG_LOG2E, -l2));
+        p[i & 1] = out ? 0.0f : iok_exp2(fmaf(th, softcap * WG_LOG2E, -l2));
         gr[i & 1] = out ? 0.0f : fmaf(-th, th, 1.0f);
         if (i & 1) {
             pa[i >> 3][(i >> 1) & 3] = wg_pack<T>(p[0], p[1]);
