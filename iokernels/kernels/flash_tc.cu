@@ -166,13 +166,13 @@ flash_tc_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
 #else
             const float mx_ref = mx;
 #endif
-            corr[h] = iok_exp2(m[h] - mx_ref);  // m = -inf at first: 0
+            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
             m[h] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < BC / 8; ++n) {
-                s[n][2 * h] = iok_exp2(fmaf(s[n][2 * h], scale2, -mx_ref));
-                s[n][2 * h + 1] = iok_exp2(fmaf(s[n][2 * h + 1], scale2, -mx_ref));
+                s[n][2 * h] = exp2f(fmaf(s[n][2 * h], scale2, -mx_ref));
+                s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], scale2, -mx_ref));
                 sum += s[n][2 * h] + s[n][2 * h + 1];
             }
             l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end

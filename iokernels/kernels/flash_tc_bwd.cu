@@ -309,7 +309,7 @@ __device__ __forceinline__ void ftb_kv_outer(C& io, const T* __restrict__ Q, con
                 const float lq[2] = {l2.x * TC_LOG2E, l2.y * TC_LOG2E};
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float p = iok_exp2(fmaf(s[n][e], scale2, -lq[e & 1]));
+                    const float p = exp2f(fmaf(s[n][e], scale2, -lq[e & 1]));
                     s[n][e] = ((e >> 1) ? key_hi_out : key_lo_out) ? 0.0f : p;
                 }
             }
@@ -523,7 +523,7 @@ flash_tc_bwd_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         for (int n = 0; n < KV_BLOCK / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                float p = iok_exp2(fmaf(s[n][e], scale2, -lse2[e >> 1]));
+                float p = exp2f(fmaf(s[n][e], scale2, -lse2[e >> 1]));
                 if (ragged && key0 + n * 8 + 2 * t + (e & 1) >= n_k) p = 0.0f;
                 dp[n][e] = p * (dp[n][e] - dd[e >> 1]);
             }

@@ -232,7 +232,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 IOK_MOD_T IOK_WORK_T> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
-    const int wg = wg_index();                     // warpgroup: query rows [64 wg, 64 wg + 64)
+    const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;         // accumulator coordinates: row group, thread in group
     // the query rows and keys of the problem (VARLEN: of the block's sequence, read below), and where a copy's rows
@@ -619,7 +619,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 const unsigned char* Kt = smem + (((ring + j) & 1) ? SMEM_K1 : SMEM_K0);
 #pragma unroll
                 for (int kk = 0; kk < TILE_D / 16; ++kk) {
-                    wg_mma_ss<T, BC>(s, wg_desc_k<BR>(smem + SMEM_Q, wg * 64, kk), wg_desc_k<BC>(Kt, 0, kk), kk);
+                    const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
+                    const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
+                    wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
+                                     wg_desc(Kt + kkoff, 16, 1024), kk);
                 }
                 wg_commit();
             };
@@ -628,7 +631,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 const unsigned char* Vt = smem + (((ring + j) & 1) ? SMEM_V1 : SMEM_V0);
 #pragma unroll
                 for (int kk = 0; kk < BC / 16; ++kk) {
-                    wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc_mn<BC>(Vt, 0, kk), 1);
+                    wg_mma_rs_tb<T, TILE_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
                 }
                 wg_commit();
             };
@@ -812,13 +815,13 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #else
                     const float mx_ref = mx;
 #endif
-                    corr[h] = iok_exp2(m[h] - mx_ref);  // m = -inf at first: 0
+                    corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
                     m[h] = mx;
                     float sum = 0.0f;
 #pragma unroll
                     for (int n = 0; n < BC / 8; ++n) {
-                        s[4 * n + 2 * h] = iok_exp2(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
-                        s[4 * n + 2 * h + 1] = iok_exp2(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
+                        s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                        s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
                         sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
                     }
                     l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end

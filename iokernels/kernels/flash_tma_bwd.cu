@@ -138,6 +138,16 @@ constexpr int BAR_REGS = 4;
 #endif
 
 constexpr int TB_DSLABS = TILE_D / 64;  // 64-column slabs of the tiles
+// TB_LEAN: the plain builds of the plain, causal and window backwards (dense, on a list or not) take the warpgroup
+// through wg_index (its operands' descriptors in uniform registers) and wgb_probs' split selects: 792 -> 633 instructions
+// in the d 128 step loop (SASS, 2026-11-28). With a per-element variant, VARLEN, a block mask or the counters, both
+// made ptxas spill (tests/kernels/test_compile.py), so those builds keep the per-thread warpgroup and one loop.
+#if !defined(IOK_COUNT) && !defined(DROPOUT) && !defined(SOFTCAP) && !defined(IOK_MODS) && !defined(ALIBI) \
+    && !defined(VARLEN) && !defined(BLOCK_SPARSE)
+constexpr bool TB_LEAN = true;
+#else
+constexpr bool TB_LEAN = false;
+#endif
 constexpr int BAR_DS = 1;               // named barriers (0 is __syncthreads)
 #if !TB_WIDE
 constexpr int WGS = BC / 64;                            // consumer warpgroups
@@ -503,7 +513,8 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
         // one item: its steps, then dK_j, dV_j written; sg: the steps of the block's earlier items (the ring's stages
         // and phases, and the dQ buffer's first use), nkv: its earlier items with a step (bar_kv's phase)
         auto item = [&](const int steps, const int sg, const int nkv) {
-        const int wg = wg_index();  // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
+        // warpgroup: keys [64 wg, 64 wg + 64) of the block (wide: w of 2)
+        const int wg = TB_LEAN ? wg_index() : static_cast<int>(threadIdx.x >> 7);
         const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
 #ifdef VARLEN
         const size_t kv_off = iok_varlen_at(k_base + col0, kvz, k_extent, gridDim.z);  // packed rows
@@ -584,7 +595,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
 #ifdef ALIBI
             wgb_alibi(s, col0 + key_w + g, step_q0(step) + qw, alibi_slope[step / span] / scale, n_k - n_q, t);
 #endif
-            wgb_probs<true>(s, lse_s + qw, scale2, key_out, t);
+            wgb_probs<true, TB_LEAN>(s, lse_s + qw, scale2, key_out, t);
 #ifdef IOK_BAND
             wgb_band(s, col0, key_w, g, t, step_q0(step) + qw, IOK_BAND_LO, IOK_BAND_HI);
 #endif
@@ -734,7 +745,7 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 wgb_mods(io, mod, s, hidden, cap_grad, col0 + key_w + g, step_q0(step), step_head(step), scale,
                          step_partial(step), t);
 #endif
-                wgb_probs<true>(s, lse_s, scale2, key_out, t);
+                wgb_probs<true, TB_LEAN>(s, lse_s, scale2, key_out, t);
 #ifdef IOK_BAND
                 wgb_band(s, col0, key_w, g, t, step_q0(step), IOK_BAND_LO, IOK_BAND_HI);
 #endif

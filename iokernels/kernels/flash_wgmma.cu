@@ -63,7 +63,7 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
     T* Qs = reinterpret_cast<T*>(smem + SMEM_Q);
-    const int wg = wg_index();                     // warpgroup: query rows [64 wg, 64 wg + 64)
+    const int wg = threadIdx.x >> 7;               // warpgroup: query rows [64 wg, 64 wg + 64)
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;         // accumulator coordinates: row group, thread in group
 #ifdef CAUSAL
@@ -121,7 +121,10 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < HEAD_D / 16; ++kk) {
-            wg_mma_ss<T, BC>(s, wg_desc_k<BR>(smem + SMEM_Q, wg * 64, kk), wg_desc_k<BC>(Kt, 0, kk), kk);
+            const int koff = (kk & 3) * 32 + (kk >> 2) * BR * 128;
+            const int kkoff = (kk & 3) * 32 + (kk >> 2) * BC * 128;
+            wg_mma_ss<T, BC>(s, wg_desc(smem + SMEM_Q + wg * 64 * 128 + koff, 16, 1024),
+                             wg_desc(Kt + kkoff, 16, 1024), kk);
         }
         wg_commit();
         const int key0 = j * BC;
@@ -169,13 +172,13 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 #else
             const float mx_ref = mx;
 #endif
-            corr[h] = iok_exp2(m[h] - mx_ref);  // m = -inf at first: 0
+            corr[h] = exp2f(m[h] - mx_ref);  // m = -inf at first: 0
             m[h] = mx;
             float sum = 0.0f;
 #pragma unroll
             for (int n = 0; n < BC / 8; ++n) {
-                s[4 * n + 2 * h] = iok_exp2(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
-                s[4 * n + 2 * h + 1] = iok_exp2(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
+                s[4 * n + 2 * h] = exp2f(fmaf(s[4 * n + 2 * h], scale2, -mx_ref));
+                s[4 * n + 2 * h + 1] = exp2f(fmaf(s[4 * n + 2 * h + 1], scale2, -mx_ref));
                 sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
             }
             l[h] = l[h] * corr[h] + sum;  // per-lane partial of the row sum; reduced at the end
@@ -201,7 +204,7 @@ flash_wgmma_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {
-            wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc_mn<BC>(Vt, 0, kk), 1);
+            wg_mma_rs_tb<T, HEAD_D>(o, pa[kk], wg_desc(Vt + kk * 16 * 128, BC * 128, 1024), 1);
         }
         wg_commit();
         wg_wait<0>();

@@ -86,7 +86,7 @@ flash_wgmma_bwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     IokCounters<IOK_T_Q, IOK_T_K, IOK_T_V, IOK_T_dO, IOK_T_lse, IOK_T_D, IOK_T_dQacc, IOK_T_dK, IOK_T_dV> io;
     if (threadIdx.x == 0 && (static_cast<unsigned>(__cvta_generic_to_shared(smem)) & 1023u) != 0) __trap();
 
-    const int wg = wg_index();  // warpgroup: keys [64 wg, 64 wg + 64) of the block
+    const int wg = threadIdx.x >> 7;  // warpgroup: keys [64 wg, 64 wg + 64) of the block
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, thread in group
     const int col0 = blockIdx.x * BC;

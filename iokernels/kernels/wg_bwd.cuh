@@ -42,14 +42,15 @@ __device__ __forceinline__ void wgb_s_dp(float (&s)[BR / 2], float (&dp)[BR / 2]
 }
 
 // Pᵀ = exp(τ Sᵀ − lse) in base 2 (lse_s: the lse values of the accumulator's queries; LOG2: already times log2 e,
-// flash_tma_bwd.cu's loader), 0 for keys past n_k (key_out: the thread's two keys). The keys past n_k are in the last
-// key block only, so the selects run in a branch of their own (32 FSEL a step at B_r 64 in every block otherwise).
-template <bool LOG2 = false, int NS>
+// flash_tma_bwd.cu's loader), 0 for keys past n_k (key_out: the thread's two keys). SPLIT: the selects in a branch of
+// their own, taken in the last key block only (32 FSEL a step fewer at B_r 64 elsewhere; the builds whose registers
+// allow it: with the variants' state ptxas spills).
+template <bool LOG2 = false, bool SPLIT = false, int NS>
 __device__ __forceinline__ void wgb_probs(float (&s)[NS], const float* lse_s, float scale2, const bool (&key_out)[2],
                                           int t)
 {
     constexpr float l2_scale = LOG2 ? 1.0f : WG_LOG2E;  // lse to base 2
-    if (key_out[0] || key_out[1]) {
+    if (!SPLIT || key_out[0] || key_out[1]) {
 #pragma unroll
         for (int i = 0; i < NS; ++i) {
             const float p = iok_exp2(fmaf(s[i], scale2, -lse_s[8 * (i >> 2) + 2 * t + (i & 1)] * l2_scale));

@@ -3,7 +3,7 @@ wg_index, the backward's lse in base 2 and its key_out branch): plan level, CUDA
 whole plan and each stage alone), the tree of the commit before (AB_BASE: a copy of its iokernels/ imported as package
 iok_base) and this tree's, alternating, ROUNDS rounds; the best round of each. Outputs compared (max |a - b| over
 max |b|). Inputs random on the device (the backward's O and lse from this tree's forward). Not a user-facing figure:
-the public call's are `iokernels bench` (run_full.sh)."""
+the public call's are `iokernels bench` (run_full.sh). AB_CASES=bwd (or fwd): one direction's cases."""
 import importlib
 import os
 import sys
@@ -22,16 +22,21 @@ CASES = [  # direction, d, dtype, N, batch, heads, causal
     ("fwd", 128, "float16", 4096, 4, 16, False), ("fwd", 64, "float16", 4096, 4, 16, False),
     ("fwd", 128, "float16", 65536, 1, 4, True),
 ]
+ONLY = os.environ.get("AB_CASES")  # "bwd" or "fwd": that direction's cases only
 for direction, d, dtype, n, batch, heads, causal in CASES:
+    if ONLY and direction != ONLY:
+        continue
     bh = batch * heads
     kw = dict(N_q=n, d=d, dtype=dtype, sram=227 * 1024, batch=batch, heads=heads, causal=causal)
-    new = trees["iokernels"]
-    rnd = lambda s=1.0: new["kernels.launch"].to_device(cp.random.standard_normal((bh, n, d), dtype=cp.float32) * s,
-                                                         dtype)
+    to_device = trees["iokernels"]["kernels.launch"].to_device
+
+    def rnd(shape=(bh, n, d), dtype=dtype, to_device=to_device):
+        return to_device(cp.random.standard_normal(shape, dtype=cp.float32), dtype)
+
     inputs = {"Q": rnd(), "K": rnd(), "V": rnd()}
     if direction == "bwd":
-        fwd = new["plan"].make_plan("flash", "fast", **kw)
-        run = new["kernels.launch"].run_plan(fwd, inputs, counting=False)
+        fwd = trees["iokernels"]["plan"].make_plan("flash", "fast", **kw)
+        run = trees["iokernels"]["kernels.launch"].run_plan(fwd, inputs, counting=False)
         inputs.update(O=run.buffers["O"], lse=run.buffers["lse"], dO=rnd())
     plans = {name: t["plan"].make_plan("flash", "fast", direction=direction, **kw) for name, t in trees.items()}
     outs = {}
@@ -53,8 +58,9 @@ for direction, d, dtype, n, batch, heads, causal in CASES:
             if total < best[name][0]:
                 best[name] = (total, each)
     flops = 4 * bh * n * n * d * (0.5 if causal else 1) * (2.5 if direction == "bwd" else 1)
-    text = " | ".join(f"{name} {flops / tot / 1e12:6.1f} TFLOP/s {tot * 1e3:.4f} ms (" +
-                      " ".join(f"{s} {v * 1e3:.4f}" for s, v in each.items()) + ")" for name, (tot, each) in best.items())
+    text = " | ".join(f"{name} {flops / tot / 1e12:6.1f} TFLOP/s {tot * 1e3:.4f} ms ("
+                      + " ".join(f"{s} {v * 1e3:.4f}" for s, v in each.items()) + ")"
+                      for name, (tot, each) in best.items())
     gain = best["iok_base"][0] / best["iokernels"][0]
     print(f"{direction} d {d} {dtype} N {n} B {batch} H {heads}{' causal' if causal else ''}: {text}; new/base "
           f"{gain:.3f}x; rel diff {' '.join(diffs)}", flush=True)
