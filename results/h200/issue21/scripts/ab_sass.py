@@ -13,8 +13,10 @@ import numpy as np
 
 sys.path.insert(0, os.environ.get("AB_BASE", "ab_base"))
 sys.path.insert(0, ".")
+# AB_TREES: the packages compared, the last this tree's (iok_nolean: a copy of this tree with TB_LEAN off on the lists)
+NAMES = os.environ.get("AB_TREES", "iok_base,iokernels").split(",")
 trees = {name: {m: importlib.import_module(f"{name}.{m}") for m in ("plan", "kernels.launch", "kernels.timing")}
-         for name in ("iok_base", "iokernels")}
+         for name in NAMES}
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 CASES = [  # direction, d, dtype, N, batch, heads, causal
     ("bwd", 128, "float16", 4096, 4, 16, False), ("bwd", 128, "bfloat16", 4096, 4, 16, False),
@@ -22,7 +24,11 @@ CASES = [  # direction, d, dtype, N, batch, heads, causal
     ("fwd", 128, "float16", 4096, 4, 16, False), ("fwd", 64, "float16", 4096, 4, 16, False),
     ("fwd", 128, "float16", 65536, 1, 4, True),
 ]
-ONLY = os.environ.get("AB_CASES")  # "bwd" or "fwd": that direction's cases only
+ONLY = os.environ.get("AB_CASES")  # "bwd" or "fwd": that direction's cases only; "causal": the causal d 128 backwards
+if ONLY == "causal":
+    CASES = [("bwd", 128, "float16", 16384, 1, 16, True), ("bwd", 128, "bfloat16", 4096, 4, 16, True),
+             ("bwd", 128, "float16", 4096, 4, 16, False)]
+    ONLY = None
 for direction, d, dtype, n, batch, heads, causal in CASES:
     if ONLY and direction != ONLY:
         continue
@@ -45,8 +51,8 @@ for direction, d, dtype, n, batch, heads, causal in CASES:
         outs[name] = {k: np.asarray(cp.asnumpy(r.buffers[k])) for k in (("dQ", "dK", "dV") if direction == "bwd"
                                                                           else ("O", "lse"))}
     diffs = []
-    for k, b in outs["iok_base"].items():
-        a = outs["iokernels"][k]
+    for k, b in outs[NAMES[0]].items():
+        a = outs[NAMES[-1]][k]
         if dtype == "bfloat16" and a.dtype == np.uint16:
             a, b = ((x.astype(np.uint32) << 16).view(np.float32) for x in (a, b))
         a, b = a.astype(np.float64), b.astype(np.float64)
@@ -61,6 +67,6 @@ for direction, d, dtype, n, batch, heads, causal in CASES:
     text = " | ".join(f"{name} {flops / tot / 1e12:6.1f} TFLOP/s {tot * 1e3:.4f} ms ("
                       + " ".join(f"{s} {v * 1e3:.4f}" for s, v in each.items()) + ")"
                       for name, (tot, each) in best.items())
-    gain = best["iok_base"][0] / best["iokernels"][0]
-    print(f"{direction} d {d} {dtype} N {n} B {batch} H {heads}{' causal' if causal else ''}: {text}; new/base "
-          f"{gain:.3f}x; rel diff {' '.join(diffs)}", flush=True)
+    gain = " ".join(f"{best[NAMES[0]][0] / best[name][0]:.3f}x" for name in NAMES[1:])
+    print(f"{direction} d {d} {dtype} N {n} B {batch} H {heads}{' causal' if causal else ''}: {text}; over {NAMES[0]} "
+          f"{gain}; rel diff {' '.join(diffs)}", flush=True)
