@@ -48,9 +48,10 @@ __device__ __forceinline__ int iok_causal_offset(int n_q, int n_k)
 #endif
 // 2^x by one approximate ex2 with results below 2^-126 flushed to 0 (ex2.approx.ftz.f32: one MUFU.EX2, the same
 // approximation exp2f uses). exp2f keeps those results as subnormals with a compare and two multiplies around it, 3
-// of the softmax loops' ~9 instructions an element (SASS of the sm_90 backward, 2026-11-28): every probability the
-// tensor-core kernels compute goes through iok_exp2 (a probability under 2^-126 rounds to 0 in float16 and adds
-// nothing next to the row's largest, 1). -inf gives 0, +inf gives +inf, as exp2f.
+// of the softmax loops' ~9 instructions an element (SASS of the sm_90 backward, 2026-11-28): the sm_90 backward's
+// probabilities (wg_bwd.cuh) and the softcap's tanh go through iok_exp2 (a probability under 2^-126 rounds to 0 in
+// float16 and adds nothing next to the row's largest, 1). -inf gives 0, +inf gives +inf, as exp2f. The forwards keep
+// exp2f: with this and the backward's other cuts the d 128 forward ran at 0.90× (results/h200/issue21/cuts/).
 __device__ __forceinline__ float iok_exp2(float x)
 {
     float y;

@@ -139,9 +139,10 @@ constexpr int BAR_REGS = 4;
 
 constexpr int TB_DSLABS = TILE_D / 64;  // 64-column slabs of the tiles
 // TB_LEAN: the plain builds of the plain, causal and window backwards (dense, on a list or not) take the warpgroup
-// through wg_index (its operands' descriptors in uniform registers) and wgb_probs' split selects: 792 -> 633 instructions
-// in the d 128 step loop (SASS, 2026-11-28). With a per-element variant, VARLEN, a block mask or the counters, both
-// made ptxas spill (tests/kernels/test_compile.py), so those builds keep the per-thread warpgroup and one loop.
+// through wg_index (its operands' descriptors in uniform registers) and wgb_probs' split selects (with the other cuts,
+// 925 -> 633 instructions in the d 128 step loop, both branches counted: SASS, 2026-11-28). With a per-element variant,
+// VARLEN, a block mask or the counters, these two made ptxas spill (tests/kernels/test_compile.py), so those builds keep
+// the per-thread warpgroup and one loop.
 #if !defined(IOK_COUNT) && !defined(DROPOUT) && !defined(SOFTCAP) && !defined(IOK_MODS) && !defined(ALIBI) \
     && !defined(VARLEN) && !defined(BLOCK_SPARSE)
 constexpr bool TB_LEAN = true;
@@ -190,7 +191,8 @@ __device__ __forceinline__ void tb_scalars(IokCounters<Ts...>& io, float* s, con
 #pragma unroll
     for (int r = lane; r < BR; r += 32) {
         const float x = r < rows_valid ? iok_ld<TI>(io, g + static_cast<size_t>(r) * stride) : 0.0f;
-        s[r] = !LSE ? x : x == __int_as_float(static_cast<int>(0xff800000u)) ? __int_as_float(0x7f800000) : x * WG_LOG2E;
+        s[r] = !LSE ? x
+               : x == __int_as_float(static_cast<int>(0xff800000u)) ? __int_as_float(0x7f800000) : x * WG_LOG2E;
     }
 }
 
