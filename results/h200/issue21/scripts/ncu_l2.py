@@ -1,7 +1,10 @@
 """Where the d 128 backward's time goes beside cuDNN's: one backward of ours (iokernels.torch.attention, autograd) and
 one of SDPA's CUDNN backend per case, each after a warm-up call, for Nsight Compute's memory counters. Run as
 `ncu --kernel-name regex:"flash_tma_bwd|bprop" --launch-skip 0 --metrics <list> --csv python3 ncu_l2.py` (run_n1.sh):
-every main kernel is profiled, the warm-up's too (the second of each name is the one to read)."""
+every main kernel is profiled, the warm-up's too (the second of each name is the one to read). NCU_CASES: other
+cases."""
+import os
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -9,6 +12,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from iokernels.torch import attention
 
 CASES = [(1, 4, 65536, True), (1, 16, 16384, True), (1, 16, 16384, False)]  # B, H, N, causal; d 128, fp16
+if os.environ.get("NCU_CASES"):  # "B,H,N,causal;...": these instead (run_n2.sh)
+    CASES = [tuple(int(x) for x in c.split(",")) for c in os.environ["NCU_CASES"].split(";")]
 for B, H, N, causal in CASES:
     q, k, v = (torch.randn(B, H, N, 128, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
     dout = torch.randn(B, H, N, 128, device="cuda", dtype=torch.float16)
