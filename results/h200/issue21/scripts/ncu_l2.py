@@ -13,7 +13,7 @@ from iokernels.torch import attention
 
 CASES = [(1, 4, 65536, True), (1, 16, 16384, True), (1, 16, 16384, False)]  # B, H, N, causal; d 128, fp16
 if os.environ.get("NCU_CASES"):  # "B,H,N,causal;...": these instead (run_n2.sh)
-    CASES = [tuple(int(x) for x in c.split(",")) for c in os.environ["NCU_CASES"].split(";")]
+    CASES = [(*(int(x) for x in c.split(",")[:3]), c.split(",")[3] == "1") for c in os.environ["NCU_CASES"].split(";")]
 for B, H, N, causal in CASES:
     q, k, v = (torch.randn(B, H, N, 128, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
     dout = torch.randn(B, H, N, 128, device="cuda", dtype=torch.float16)
