@@ -49,8 +49,8 @@
 // the steps run over that list (step s: query head s / span, query block kept[s % span]), read once per K/V head.
 //
 // ITEM_LIST (the plain causal plans' and the sliding window's narrow tiles; iokernels/plan/fast.py item_list,
-// plan/fast_bwd.py with_item_list): a persistent grid whose block b takes the items [work[b], work[b + 1]) of the host's list, each
-// z_kv T_c + (key block). The loader, the dQ writer and each consumer warp walk them (common.cuh IokList); K and V
+// plan/fast_bwd.py with_item_list): a persistent grid whose block b takes the items [work[b], work[b + 1]) of the
+// host's list, each z_kv T_c + (key block). The loader, the dQ writer and each consumer warp walk them (common.cuh IokList); K and V
 // land on bar_kv once per item with a step and are released on kv_empty, so the loader copies the next item's while
 // the consumers write dK and dV; the ring's stages and phases and the dQ buffer count the block's earlier steps.
 //

@@ -131,9 +131,9 @@ __device__ __forceinline__ void wgb_hide(float (&p)[NS], const unsigned (&hidden
 #endif
 #ifdef SOFTCAP
 // With a softcap c (common.cuh): t = tanh(τ Sᵀ / c), Pᵀ = exp(c t − lse) in base 2 (lse_s times log2 e) rounded into
-// the A fragments pa (0 for keys past n_k and where the band set Sᵀ to −inf: tanh(−inf) = −1 would not give 0), and cap_grad holding
-// 1 − t², the logits' derivative, which dS takes (0 where P is), as half2 pairs (in [0, 1]; 16 registers at B_r 64
-// where floats took 32 and spilled the counting build)
+// the A fragments pa (0 for keys past n_k and where the band set Sᵀ to −inf: tanh(−inf) = −1 would not give 0), and
+// cap_grad holding 1 − t², the logits' derivative, which dS takes (0 where P is), as half2 pairs (in [0, 1]; 16
+// registers at B_r 64 where floats took 32 and spilled the counting build)
 template <typename T, int NS>
 __device__ __forceinline__ void wgb_probs_softcap(const float (&s)[NS], unsigned (&pa)[NS / 8][4],
                                                   unsigned (&cap_grad)[NS / 2], const float* lse_s, float softcap,
