@@ -778,31 +778,38 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 iok_bar_sync(BAR_DS, CONSUMERS);  // every warpgroup's dSᵀ rows are visible
 
                 // τ dS K_j, 64 x 64 blocks (query slab, d slab) split among the warpgroups, into the dQ buffer once
-                // the writer has handed it back: box (query slab qs, 32 columns c) holds row r, float column x at
-                // byte r * 128 + 16 ((x / 4) ^ (r % 8)) + 4 (x % 4) (the 128-byte swizzle of the map)
+                // the writer has handed it back: box (query slab qs, 32 columns) holds row r, its 16-byte chunk x at
+                // byte r * 128 + 16 (x ^ (r % 8)) (the 128-byte swizzle of the map)
                 if (sg + step > 0) iok_bar_sync(BAR_DQ_EMPTY, CONSUMERS + 32);
 #ifdef VARLEN
                 // rows past the sequence's end are the next sequence's rows of dQacc: 0 is added there (their dS rows
                 // are 0, or NaN where this sequence's V holds one: dP = 0 · V), so a NaN stays in its sequence
                 const int q_rows = n_q - step_q0(step);
 #endif
+                // one stmatrix.x4 per 8 columns 64 ds + 8n ... + 7: its matrix j = 2h + c holds rows warp·16 + 8h + (0..7)
+                // of the query slab, column 8n + 2t + c in the row's slot t, i.e. the 16-byte chunk c of the 8 columns
+                // in dQacc's pair order (columns 8n + 0, 2, 4, 6, then 1, 3, 5, 7: flash_bwd_dq with DQ_PAIRED puts them
+                // back); lane 8j + k gives the address of matrix j's row k (16 float stores of 8 bytes a thread before,
+                // the shared-memory queue's largest load: results/h200/issue21/ncu-003e066/)
                 auto dq_store = [&](const float (&acc)[32], int qs, int ds) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = warp * 16 + g + 8 * h;  // row of the query slab
+                    const int mj = lane >> 3, mk = lane & 7;
+                    const int r = warp * 16 + 8 * (mj >> 1) + mk;  // the row this lane gives the address of
 #ifdef VARLEN
-                        const bool in = qs * 64 + r < q_rows;
+                    const bool in[2] = {qs * 64 + warp * 16 + g < q_rows, qs * 64 + warp * 16 + g + 8 < q_rows};
 #else
-                        constexpr bool in = true;
+                    constexpr bool in[2] = {true, true};
 #endif
 #pragma unroll
-                        for (int n = 0; n < 8; ++n) {  // columns 64 ds + 8n + 2t and the next
-                            const int x = 8 * (n & 3) + 2 * t;
-                            unsigned char* box = smem + SMEM_DQ + (qs * (TILE_D / 32) + 2 * ds + (n >> 2)) * 8192;
-                            *reinterpret_cast<float2*>(box + r * 128 + (((x >> 2) ^ (r & 7)) << 4) + 4 * (x & 3))
-                                = in ? make_float2(acc[4 * n + 2 * h] * scale, acc[4 * n + 2 * h + 1] * scale)
-                                     : make_float2(0.0f, 0.0f);
-                        }
+                    for (int n = 0; n < 8; ++n) {
+                        const unsigned char* box = smem + SMEM_DQ + (qs * (TILE_D / 32) + 2 * ds + (n >> 2)) * 8192;
+                        const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(
+                            box + r * 128 + (((2 * (n & 3) + (mj & 1)) ^ (r & 7)) << 4)));
+                        unsigned v[4];
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) v[j] = __float_as_uint(in[j >> 1] ? acc[4 * n + j] * scale : 0.0f);
+                        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                                     "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                                     : "memory");
                     }
                 };
                 if constexpr (TB_DQ_PIPE) {  // this warpgroup's block, then dK; the block stored while dK runs

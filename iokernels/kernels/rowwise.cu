@@ -550,7 +550,31 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
     iok_flush(c, iok_counters);
 }
 
-// dQ = dQacc, rounded to T
+#ifdef DQ_PAIRED
+// y[0, n) = x[0, n) rounded to T, x holding each 8 columns in pair order (columns 0, 2, 4, 6, then 1, 3, 5, 7 of the 8:
+// flash_tma_bwd.cu's dQ writes it so); n and the rows a multiple of 8 (the tma backward's d)
+template <int TX, int TY, typename T, typename Counters>
+__device__ __forceinline__ void flat_round_paired(Counters& c, const float* __restrict__ x, T* __restrict__ y, int n)
+{
+    static_assert(RowVec<T>::N == 8, "8 elements of T a 16-byte chunk");
+    if (row_vector_ok(y, n) && row_vector_ok(x, n)) {
+#pragma unroll 1
+        for (int q = threadIdx.x; q < n / 8; q += THREADS) {
+            const float4 e = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + 2 * q);  // columns 0, 2, 4, 6
+            const float4 o = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + 2 * q + 1);  // 1, 3, 5, 7
+            const float f[8] = {e.x, o.x, e.y, o.y, e.z, o.z, e.w, o.w};
+            iok_st<TY>(c, reinterpret_cast<uint4*>(y) + q, row_pack<T>(f));
+        }
+    } else {
+#pragma unroll 1
+        for (int j = threadIdx.x; j < n; j += THREADS) {
+            iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + (j & ~7) + 4 * (j & 1) + ((j >> 1) & 3))));
+        }
+    }
+}
+#endif
+
+// dQ = dQacc, rounded to T (DQ_PAIRED: dQacc's columns in flash_tma_bwd.cu's pair order)
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_FLAT)
 flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_rows,
@@ -559,6 +583,10 @@ flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_r
     extern __shared__ __align__(16) unsigned char smem[];
     IokCounters<IOK_T_dQ, IOK_T_dQacc> c;
     const RowBlock b = row_block(n_rows);
+#ifdef DQ_PAIRED
+    flat_round_paired<IOK_T_dQacc, IOK_T_dQ>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
+#else
     flat_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
+#endif
     iok_flush(c, iok_counters);
 }

@@ -42,6 +42,8 @@ build would spill registers); ``make_fast_backward_plan(dropout=True)`` picks th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .core import Plan, Stage, Unsupported, check_problem, layout, rowwise_stage
 from .fast import SM90_KERNELS, default_kernel, on_item_list, tile_head_dim, tile_params
 from .units import ACC_ITEMSIZE, cdiv, itemsize
@@ -139,6 +141,16 @@ def dq_buffers(d: int, e: int, block_r: int, kv_block: int = FAST_BWD_KV_BLOCK) 
     q, kv, row = block_r * d * e, kv_block * d * e, block_r * ACC_ITEMSIZE
     return [("Q", q), ("dO", q), ("O", q), ("K0", kv), ("K1", kv), ("V0", kv), ("V1", kv),
             ("lse", row), ("D", row)]
+
+
+def dq_stage(main_kernel: str, n_rows: int, d: int, bh: int) -> Stage:
+    """The stage that rounds dQacc into dQ after ``main_kernel``: with the narrow tma kernel dQacc holds each 8 columns
+    in its pair order (0, 2, 4, 6, then 1, 3, 5, 7: its dQ tiles written by stmatrix, kernels/flash_tma_bwd.cu), which
+    ``DQ_PAIRED`` puts back; the bytes are the same."""
+    stage = rowwise_stage("dq", "flash_bwd_dq", n_rows, d, bh)
+    if main_kernel == KERNEL_TMA:
+        stage = replace(stage, params=(*stage.params, ("DQ_PAIRED", 1)))
+    return stage
 
 
 def _check_tiles(block_r: int, block_c: int) -> None:
@@ -263,8 +275,7 @@ def _sm90_plan(kernel: str, N_q: int, N_k: int, d: int, dtype: str, batch: int, 
     name = KERNEL_WGMMA if kernel == "wgmma" else KERNEL_TMA_WIDE if wide else KERNEL_TMA
     main = Stage("main", name, (tc, 1, batch * kv_heads), threads,
                  layout(sm90_buffers(kernel, tile_d, e, block_r, block_c)), tile_params(d))
-    stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main,
-              rowwise_stage("dq", "flash_bwd_dq", N_q, d, bh))
+    stages = (rowwise_stage("prep", "flash_bwd_prep", N_q, d, bh), main, dq_stage(name, N_q, d, bh))
     return Plan(algorithm="flash", schedule="fast", direction="bwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=max(s.smem_bytes for s in stages), batch=batch, heads=heads, kv_heads=kv_heads,
                 tiles=(("Br", block_r), ("Bc", block_c), ("Tr", tr), ("Tc", tc)), stages=stages)

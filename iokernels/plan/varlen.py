@@ -28,7 +28,7 @@ from dataclasses import replace
 from .causal import CAUSAL_CODES, causal_offset, normalize_causal
 from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes, rowwise_stage
 from .fast import FAST_DTYPES, TMA_HEAD_DIMS, TMA_TILES, fast_buffers, tile_head_dim, tile_params
-from .fast_bwd import make_fast_backward_plan
+from .fast_bwd import dq_stage, make_fast_backward_plan
 from .sequences import Varlen, check_lengths
 from .units import cdiv, itemsize
 
@@ -102,7 +102,7 @@ def make_varlen_plan(*, d: int, dtype: str, heads: int = 1, kv_heads: int | None
         main = dense.stage("main")
         stages = (rowwise_stage("prep", "flash_bwd_prep", max(varlen.total_q, 1), d, heads),
                   replace(main, grid=(main.grid[0], batch, kv_heads), params=(*main.params, *mask)),
-                  rowwise_stage("dq", "flash_bwd_dq", max(varlen.total_q, 1), d, heads))
+                  dq_stage(main.kernel, max(varlen.total_q, 1), d, heads))
         return replace(dense, variant=VARLEN_VARIANT, stages=stages, causal=alignment, varlen=varlen,
                        sram_bytes=max(st.smem_bytes for st in stages))
     tile_d = tile_head_dim(d)
