@@ -50,9 +50,10 @@
 //
 // ITEM_LIST (the plain causal plans' and the sliding window's narrow tiles; iokernels/plan/fast.py item_list,
 // plan/fast_bwd.py with_item_list): a persistent grid whose block b takes the items [work[b], work[b + 1]) of the
-// host's list, each z_kv T_c + (key block). The loader, the dQ writer and each consumer warp walk them (common.cuh IokList); K and V
-// land on bar_kv once per item with a step and are released on kv_empty, so the loader copies the next item's while
-// the consumers write dK and dV; the ring's stages and phases and the dQ buffer count the block's earlier steps.
+// host's list, each z_kv T_c + (key block). The loader, the dQ writer and each consumer warp walk them (common.cuh
+// IokList); K and V land on bar_kv once per item with a step and are released on kv_empty, so the loader copies the
+// next item's while the consumers write dK and dV; the ring's stages and phases and the dQ buffer count the block's
+// earlier steps.
 //
 // Counting (DESIGN.md rules 2-4, 6): the loader counts the bytes each copy reads (rows inside the tensor, HEAD_D
 // T each) and each lse / D float it loads; the dQ warp counts each element of a box inside (N_q, d) as 4 bytes
@@ -786,11 +787,12 @@ flash_tma_bwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
                 // are 0, or NaN where this sequence's V holds one: dP = 0 · V), so a NaN stays in its sequence
                 const int q_rows = n_q - step_q0(step);
 #endif
-                // one stmatrix.x4 per 8 columns 64 ds + 8n ... + 7: its matrix j = 2h + c holds rows warp·16 + 8h + (0..7)
-                // of the query slab, column 8n + 2t + c in the row's slot t, i.e. the 16-byte chunk c of the 8 columns
-                // in dQacc's pair order (columns 8n + 0, 2, 4, 6, then 1, 3, 5, 7: flash_bwd_dq with DQ_PAIRED puts them
-                // back); lane 8j + k gives the address of matrix j's row k (16 float stores of 8 bytes a thread before,
-                // the shared-memory queue's largest load: results/h200/issue21/ncu-003e066/)
+                // one stmatrix.x4 per 8 columns 64 ds + 8n ... + 7: its matrix j = 2h + c holds rows
+                // warp·16 + 8h + (0..7) of the query slab, column 8n + 2t + c in the row's slot t, i.e. the 16-byte
+                // chunk c of the 8 columns in dQacc's pair order (columns 8n + 0, 2, 4, 6, then 1, 3, 5, 7:
+                // flash_bwd_dq with DQ_PAIRED puts them back); lane 8j + k gives the address of matrix j's row k (16
+                // float stores of 8 bytes a thread before, the shared-memory queue's largest load:
+                // results/h200/issue21/ncu-003e066/)
                 auto dq_store = [&](const float (&acc)[32], int qs, int ds) {
                     const int mj = lane >> 3, mk = lane & 7;
                     const int r = warp * 16 + 8 * (mj >> 1) + mk;  // the row this lane gives the address of

@@ -439,29 +439,40 @@ __device__ __forceinline__ void flat_zero(Counters& c, float* __restrict__ x, in
     }
 }
 
-// y[0, n) = x[0, n) rounded to T (x float32); TX, TY: their tensors
-template <int TX, int TY, typename T, typename Counters>
+// y[0, n) = x[0, n) rounded to T (x float32); TX, TY: their tensors. PAIRED: x holds each 8 columns in pair order
+// (columns 0, 2, 4, 6, then 1, 3, 5, 7 of the 8: flash_tma_bwd.cu's dQ writes it so; n and the rows a multiple of 8)
+template <int TX, int TY, bool PAIRED = false, typename T, typename Counters>
 __device__ __forceinline__ void flat_round(Counters& c, const float* __restrict__ x, T* __restrict__ y, int n)
 {
     constexpr int V = RowVec<T>::N;
-    // a chunk of V elements of T is V / 4 float4 of x
+    static_assert(!PAIRED || V == 8, "PAIRED: 8 elements of T a 16-byte chunk");
+    // a chunk of V elements of T is V / 4 float4 of x (PAIRED: two, the even columns' and the odd ones')
     if (row_vector_ok(y, n) && row_vector_ok(x, n)) {
 #pragma unroll 1
         for (int q = threadIdx.x; q < n / V; q += THREADS) {
-            float f[V];
+            if constexpr (PAIRED) {
+                const float4 e = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + 2 * q);  // columns 0, 2, 4, 6
+                const float4 o = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + 2 * q + 1);  // 1, 3, 5, 7
+                const float f[8] = {e.x, o.x, e.y, o.y, e.z, o.z, e.w, o.w};
+                iok_st<TY>(c, reinterpret_cast<uint4*>(y) + q, row_pack<T>(f));
+            } else {
+                float f[V];
 #pragma unroll
-            for (int i = 0; i < V / 4; ++i) {
-                const float4 v = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + q * (V / 4) + i);
-                f[4 * i] = v.x;
-                f[4 * i + 1] = v.y;
-                f[4 * i + 2] = v.z;
-                f[4 * i + 3] = v.w;
+                for (int i = 0; i < V / 4; ++i) {
+                    const float4 v = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + q * (V / 4) + i);
+                    f[4 * i] = v.x;
+                    f[4 * i + 1] = v.y;
+                    f[4 * i + 2] = v.z;
+                    f[4 * i + 3] = v.w;
+                }
+                iok_st<TY>(c, reinterpret_cast<uint4*>(y) + q, row_pack<T>(f));
             }
-            iok_st<TY>(c, reinterpret_cast<uint4*>(y) + q, row_pack<T>(f));
         }
     } else {
 #pragma unroll 1
-        for (int j = threadIdx.x; j < n; j += THREADS) iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + j)));
+        for (int j = threadIdx.x; j < n; j += THREADS) {
+            iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + (PAIRED ? (j & ~7) + 4 * (j & 1) + ((j >> 1) & 3) : j))));
+        }
     }
 }
 
@@ -550,30 +561,6 @@ flash_bwd_prep(const T* __restrict__ dO, const T* __restrict__ O, float* __restr
     iok_flush(c, iok_counters);
 }
 
-#ifdef DQ_PAIRED
-// y[0, n) = x[0, n) rounded to T, x holding each 8 columns in pair order (columns 0, 2, 4, 6, then 1, 3, 5, 7 of the 8:
-// flash_tma_bwd.cu's dQ writes it so); n and the rows a multiple of 8 (the tma backward's d)
-template <int TX, int TY, typename T, typename Counters>
-__device__ __forceinline__ void flat_round_paired(Counters& c, const float* __restrict__ x, T* __restrict__ y, int n)
-{
-    static_assert(RowVec<T>::N == 8, "8 elements of T a 16-byte chunk");
-    if (row_vector_ok(y, n) && row_vector_ok(x, n)) {
-#pragma unroll 1
-        for (int q = threadIdx.x; q < n / 8; q += THREADS) {
-            const float4 e = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + 2 * q);  // columns 0, 2, 4, 6
-            const float4 o = iok_ld<TX>(c, reinterpret_cast<const float4*>(x) + 2 * q + 1);  // 1, 3, 5, 7
-            const float f[8] = {e.x, o.x, e.y, o.y, e.z, o.z, e.w, o.w};
-            iok_st<TY>(c, reinterpret_cast<uint4*>(y) + q, row_pack<T>(f));
-        }
-    } else {
-#pragma unroll 1
-        for (int j = threadIdx.x; j < n; j += THREADS) {
-            iok_st<TY>(c, y + j, T(iok_ld<TX>(c, x + (j & ~7) + 4 * (j & 1) + ((j >> 1) & 3))));
-        }
-    }
-}
-#endif
-
 // dQ = dQacc, rounded to T (DQ_PAIRED: dQacc's columns in flash_tma_bwd.cu's pair order)
 template <typename T>
 __global__ void __launch_bounds__(THREADS, ROW_MIN_BLOCKS_FLAT)
@@ -584,9 +571,10 @@ flash_bwd_dq(const float* __restrict__ dQacc, T* __restrict__ dQ, int d, int n_r
     IokCounters<IOK_T_dQ, IOK_T_dQacc> c;
     const RowBlock b = row_block(n_rows);
 #ifdef DQ_PAIRED
-    flat_round_paired<IOK_T_dQacc, IOK_T_dQ>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
+    constexpr bool paired = true;
 #else
-    flat_round<IOK_T_dQacc, IOK_T_dQ>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
+    constexpr bool paired = false;
 #endif
+    flat_round<IOK_T_dQacc, IOK_T_dQ, paired>(c, dQacc + b.first * d, dQ + b.first * d, b.rows * d);
     iok_flush(c, iok_counters);
 }
