@@ -114,6 +114,36 @@ def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, *, causa
     return flops * (BWD_OVER_FWD if direction == "bwd" else 1.0)
 
 
+def computed_elements(problem: Problem, direction: str) -> int | None:
+    """The elements of S in the tiles our fast path computes for ``problem`` (a sliding window's or documents': every
+    (query tile, key tile) pair with a visible element, whole; with the tiles of the plan a call takes on an sm_90 part,
+    227 KB), None for another problem: the count of issue #22's "TFLOP/s counted on the computed blocks"."""
+    from ..plan import make_plan
+    from ..plan.causal import pair_grid
+    from ..plan.varlen import key_block_queries, make_documents_plan, query_tile_keys
+
+    if problem.block_mask is not None or (problem.window is None and not problem.masks_documents):
+        return None
+    causal = "bottom_right" if problem.causal else ""
+    if problem.masks_documents:
+        plan = make_documents_plan(problem.documents, d=problem.d, dtype=problem.dtype, batch=problem.batch,
+                                   heads=problem.heads, causal=causal, direction=direction)
+        br, bc = plan.tile["Br"], plan.tile["Bc"]
+        pairs = 0
+        for n in problem.documents:
+            if direction == "fwd":
+                pairs += sum(-(-query_tile_keys(plan, n, n, row0) // bc) for row0 in range(0, n, br))
+            else:
+                pairs += sum(len(key_block_queries(plan, n, n, col0)) for col0 in range(0, n, bc))
+    else:
+        plan = make_plan("flash", "fast", N_q=problem.n, d=problem.d, dtype=problem.dtype, sram=227 * 1024,
+                         batch=problem.batch, heads=problem.heads, causal=causal, window=problem.window,
+                         direction=direction)
+        br, bc = plan.tile["Br"], plan.tile["Bc"]
+        pairs = int(np.count_nonzero(pair_grid(plan)[1]))
+    return problem.batch * problem.heads * pairs * br * bc
+
+
 @dataclass(frozen=True)
 class Problem:
     batch: int

@@ -77,7 +77,7 @@ class Impl:
 
     def workload(self, problem: Problem) -> Problem:
         """The problem this implementation computes on ``problem``'s inputs, whose FLOPs its TFLOP/s count: the
-        problem itself, but for the dense reference of a block-sparse run."""
+        problem itself, but for the dense reference of a masked run (no block mask, window or documents)."""
         return problem
 
     def setup(self, problem: Problem, direction: str) -> Runner:
@@ -368,20 +368,21 @@ class IokernelsTorch(Impl):
 
 
 class IokernelsTorchDense(IokernelsTorch):
-    """The dense reference of ``bench --block-sparse``: ``iokernels.torch.attention`` on the same shapes without the
-    block mask, its TFLOP/s on the dense count."""
+    """The dense reference of ``bench --block-sparse``, ``--window`` and ``--documents``: ``iokernels.torch.attention``
+    on the same shapes without the block mask, window or documents, its TFLOP/s on the dense count."""
 
     name, label, ours, reference = "iokernels_torch_dense", "io-dense", True, True
-    description = ("iokernels.torch.attention(q, k, v) without the block mask (the dense fast path on the block-sparse "
-                   "run's shapes); TFLOP/s on the dense count (4*B*H*N^2*d, halved when causal); a reference of the "
-                   "ratios")
+    description = ("iokernels.torch.attention(q, k, v) without the block mask, window or documents (the dense fast "
+                   "path on the run's shapes); TFLOP/s on the dense count (4*B*H*N^2*d, halved when causal); a "
+                   "reference of the ratios")
 
     def workload(self, problem: Problem) -> Problem:
-        return dataclasses.replace(problem, block_mask=None)
+        return dataclasses.replace(problem, block_mask=None, window=None, documents=None)
 
     def setup(self, problem: Problem, direction: str) -> Runner:
-        if problem.block_mask is None:
-            raise Unsupported("the dense reference of bench --block-sparse: without a block mask it is io-torch")
+        if problem.block_mask is None and problem.window is None and not problem.masks_documents:
+            raise Unsupported("the dense reference of bench --block-sparse, --window or --documents: without a mask "
+                              "it is io-torch")
         return super().setup(self.workload(problem), direction)
 
 
@@ -488,9 +489,10 @@ class TorchFlex(Impl):
 
 OURS = ("iokernels_torch", "iokernels_cupy", "iokernels_flash", "iokernels_standard", "iokernels_flash_kv_outer")
 DEFAULT_OURS = OURS[:2]
-DENSE = "iokernels_torch_dense"  # bench --block-sparse's dense reference (with it, "all" and "default" include it)
-SPARSE_OURS = (*OURS, DENSE)
-SPARSE_DEFAULT_OURS = ("iokernels_torch", DENSE)  # bench --block-sparse's default: the fast path, sparse and dense
+DENSE = "iokernels_torch_dense"  # the dense reference of bench --block-sparse, --window, --documents (with them, "all"
+# and "default" include it)
+MASKED_OURS = (*OURS, DENSE)
+MASKED_DEFAULT_OURS = ("iokernels_torch", DENSE)  # a masked run's default: the fast path, masked and dense
 PEERS = ("cupy_standard", "torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_flex")
 STRONGEST_FROM = ("torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_flex")  # "the strongest peer"
 PRIORITY = ("iokernels_torch", "torch_flash", "torch_cudnn", "iokernels_cupy", "torch_flex", DENSE, "torch_efficient",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..kernels.runtime import source_commit
 from . import clocks
 from .clocks import Timing, TooSlow, free_device_memory
-from .configs import FLOP_CONVENTION, PASSES, Problem
+from .configs import BWD_OVER_FWD, FLOP_CONVENTION, PASSES, Problem, computed_elements
 from .implementations import PRIORITY, STRONGEST_FROM, Impl
 
 # ---------------------------------------------------------------------------------------------
@@ -29,8 +29,11 @@ class _History:
 
 def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> dict:
     """A row of ``impl`` on ``problem``: its FLOPs those of what it computes (:meth:`Impl.workload`; the block-sparse
-    rows' the kept blocks', the dense reference's its dense count), its block mask that problem's (None: dense)."""
+    rows' the kept blocks', the dense reference's its dense count), its block mask that problem's (None: dense). Ours
+    (not a reference) under a window or documents: also ``computed_flops``, the FLOPs of the tiles its plan computes
+    (:func:`iokernels.bench.configs.computed_elements`)."""
     work = impl.workload(problem)
+    computed = computed_elements(problem, direction) if impl.ours and not impl.reference else None
     return {"table": problem.table, "impl": impl.name, "label": impl.label, "ours": impl.ours,
             "reference": impl.reference, "pass": direction,
             "mode": mode, "d": problem.d, "N": problem.n, "dtype": problem.dtype, "batch": problem.batch,
@@ -39,8 +42,11 @@ def _row(problem: Problem, impl: Impl, direction: str, mode: str = "call") -> di
             "documents": None if problem.documents is None else list(problem.documents), "softcap": problem.softcap,
             "alibi": problem.alibi, "attn_mask": problem.attn_mask,
             "block_mask": None if work.block_mask is None else work.block_mask.as_dict(),
-            "flops": work.flops(direction), "status": None, "seconds": None, "tflops": None, "timed_calls": 0,
-            "loop": None, "method": None, "note": None}
+            "flops": work.flops(direction),
+            "computed_flops": None if computed is None else 4.0 * problem.d * computed
+            * (BWD_OVER_FWD if direction == "bwd" else 1.0),
+            "status": None, "seconds": None, "tflops": None, "timed_calls": 0, "loop": None, "method": None,
+            "note": None}
 
 
 def _failed(row: dict, exc: BaseException, problem: Problem, key: tuple, history: _History) -> None:
@@ -159,6 +165,39 @@ def ratios(rows: list[dict]) -> list[dict]:
     return out
 
 
+def computed_ratios(rows: list[dict]) -> list[dict]:
+    """Per configuration, pass and mode where ours (with ``computed_flops``) and the dense reference both measured:
+    ours' TFLOP/s counted on the tiles its plan computes over the dense fast path's own TFLOP/s (issue #22's bar)."""
+    by_config: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            by_config.setdefault(_config(r), {})[r["impl"]] = r
+    out = []
+    for (table, d, n, dtype, batch, heads, causal, direction, mode), impls in by_config.items():
+        refs = [r for r in impls.values() if r.get("reference")]
+        for ours in (r for r in impls.values() if r.get("computed_flops") and not r.get("reference")):
+            tflops = ours["computed_flops"] / ours["seconds"] / 1e12
+            out += [{"table": table, "d": d, "N": n, "dtype": dtype, "batch": batch, "heads": heads, "causal": causal,
+                     "pass": direction, "mode": mode, "impl": ours["impl"], "peer": ref["impl"],
+                     "computed_over_visible": ours["computed_flops"] / ours["flops"], "tflops": tflops,
+                     "peer_tflops": ref["tflops"], "ratio": tflops / ref["tflops"]} for ref in refs]
+    return out
+
+
+def _computed_lines(doc: dict, names: dict[str, str]) -> list[str]:
+    rows = doc.get("computed") or []
+    if not rows:
+        return []
+    body = [[str(r["d"]), str(r["N"]), r["dtype"], r["pass"], r["mode"], names.get(r["impl"], r["impl"]),
+             f"{r['computed_over_visible']:.3f}", f"{r['tflops']:.1f}", names.get(r["peer"], r["peer"]),
+             f"{r['peer_tflops']:.1f}", f"{r['ratio']:.2f}x"] for r in rows]
+    return ["", "on the computed tiles: ours' TFLOP/s counted on every tile its plan computes (whole (query tile, key "
+                "tile) pairs with a visible element; 'computed' their elements over the visible ones) over the dense "
+                "fast path's own (same run, same mode)",
+            *text_table(["d", "N", "dtype", "pass", "mode", "ours", "computed", "TFLOP/s", "dense", "TFLOP/s",
+                         "ratio"], body, 6)]
+
+
 def summarize(ratio_rows: list[dict]) -> list[dict]:
     """Per (impl, peer, pass, mode) over the main table: the smallest, median and largest ratio."""
     groups: dict[tuple, list[float]] = {}
@@ -259,7 +298,8 @@ def run(problems: Sequence[Problem], impls: Sequence[Impl], timing: Timing, *,
             "budget_seconds": timing.budget_seconds, "wall_seconds": time.monotonic() - started,
             "backward": backward, "impls": [i.as_dict() for i in impls], "timing": TIMING,
             "strongest_from": list(STRONGEST_FROM), **(header or {})}
-    return {"header": head, "rows": rows, "ratios": ratio_rows, "summary": summarize(ratio_rows)}
+    return {"header": head, "rows": rows, "ratios": ratio_rows, "summary": summarize(ratio_rows),
+            "computed": computed_ratios(rows)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,8 +376,8 @@ def _ratio_lines(doc: dict, labels: list[tuple[str, str]], dtypes: list[str]) ->
                  "FlexAttention measured, named under 'strongest') and over each peer's (same run, same mode)"]
     refs = [lab for n, lab in peers if any(r["impl"] == n and r.get("reference") for r in doc["rows"])]
     if refs:
-        lines.append(f"/{', /'.join(refs)}: the block-sparse TFLOP/s (kept blocks) over the dense fast path's (dense "
-                     "count): rates, not times")
+        lines.append(f"/{', /'.join(refs)}: our TFLOP/s (a block mask: on its kept blocks; a window or documents: on "
+                     "the visible elements) over the dense fast path's (dense count): rates, not times")
     rindex = {(r["d"], r["N"], r["dtype"], r["causal"], r["pass"], r["mode"], r["impl"], r["peer"]): r
               for r in main_ratios}
     modes = _modes(doc)
@@ -412,6 +452,7 @@ def render(doc: dict) -> str:
                 for d, n, dtype, causal, p, b, hh in configs]
         lines += text_table(["d", "N", "dtype", "B", "H", "pass", *(head for _, _, head in columns)], body, 6)
     lines += _ratio_lines(doc, labels, dtypes)
+    lines += _computed_lines(doc, dict(labels))
     long_rows = [r for r in doc["rows"] if r["table"] == "long"]
     if long_rows:
         first = long_rows[0]

@@ -86,11 +86,14 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
               help="dropout probability on P for every implementation (each draws its own mask; cupy has none)")
 @click.option("--window", "window", default=None, metavar="LEFT,RIGHT",
               help="a sliding window (FlashAttention's window_size; -1: that side unbounded) on ours and FlexAttention "
-                   "(torch's SDPA has none); TFLOP/s counted on the visible elements")
+                   "(torch's SDPA has none) and, for the ratio, ours dense (io-dense: no window); TFLOP/s counted on "
+                   "the visible elements (and, against io-dense, on ours' computed tiles)")
 @click.option("--documents", "documents", type=int, default=None, metavar="K",
               help="document masking (issue #22): each N cut into K documents of equal length (the last takes the "
                    "remainder), a row seeing only its own document's keys (with --causal, those up to its own), on "
-                   "ours and FlexAttention (torch's SDPA has none); TFLOP/s counted on the visible elements")
+                   "ours and FlexAttention (torch's SDPA has none) and, for the ratio, ours dense (io-dense: no "
+                   "documents); TFLOP/s counted on the visible elements (and, against io-dense, on ours' computed "
+                   "tiles)")
 @click.option("--softcap", "softcap", type=float, default=None, metavar="C",
               help="attention softcapping (Gemma 2's; issue #22): every logit capped at C tanh(s / C), C > 0, on ours "
                    "(softcap=C) and FlexAttention (a score_mod; torch's SDPA and cupy have none); combines with "
@@ -136,8 +139,8 @@ VARLEN_ONLY = ("varlen_batch", "varlen_max")
 @click.option("--impls", default="default", show_default=True,
               help="ours, comma-separated: torch (iokernels.torch.attention; alias fast), cupy (iokernels.attention "
                    "on cupy arrays), flash (q_outer), standard, kv_outer (slow; research kernels through the cupy "
-                   "call), dense (with --block-sparse only: torch without the block mask), all, none; default: "
-                   "torch,cupy; with --block-sparse torch,dense")
+                   "call), dense (with --block-sparse, --window or --documents only: torch without the mask), all, "
+                   "none; default: torch,cupy; with --block-sparse, --window or --documents torch,dense")
 @click.option("--peers", default="all", show_default=True,
               help="peers, comma-separated: cupy, flash, cudnn, efficient, math (torch SDPA backends), flex "
                    "(FlexAttention, compiled), all, none")
@@ -250,14 +253,15 @@ def bench_cmd(ctx, ds, ns, tokens, heads, dtypes, causal, dropout_p, window, doc
         raise ValueError("--window applies to the main table's TFLOP/s (not --long, --long-only or --overhead)")
     long = configs.long_problems(n_max=long_max_n, dtype=check_dtype(long_dtype), causal=causal, dropout=dropout_p) \
         if long_table or long_only else []
-    ours, ours_default = (implementations.SPARSE_OURS, implementations.SPARSE_DEFAULT_OURS) if sparse else \
+    masked = sparse is not None or window is not None or (documents is not None and documents > 1)
+    ours, ours_default = (implementations.MASKED_OURS, implementations.MASKED_DEFAULT_OURS) if masked else \
         (implementations.OURS, implementations.DEFAULT_OURS)
     names = (implementations.parse_names("--impls", impls, ours, implementations.IMPL_ALIASES, ours_default)
              + implementations.parse_names("--peers", peers, implementations.PEERS, implementations.PEER_ALIASES,
                                            implementations.PEERS))
-    if sparse is None and implementations.DENSE in names:
-        raise ValueError("--impls dense is the dense reference of a block-sparse run: it needs --block-sparse DENSITY "
-                         "(without it, it is torch)")
+    if not masked and implementations.DENSE in names:
+        raise ValueError("--impls dense is the dense reference of a masked run: it needs --block-sparse DENSITY, "
+                         "--window or --documents K > 1 (without a mask, it is torch)")
     if not names:
         raise ValueError("--impls and --peers select no implementation")
     chosen = implementations.make_impls(names, sram=sram)

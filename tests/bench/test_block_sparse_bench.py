@@ -320,7 +320,7 @@ def test_the_command_runs_ours_sparse_and_dense_beside_the_peers(faked):
     assert "block-sparse: random 128x128 blocks at density 0.25, seed 0 (kept per N: 1024 0.250)" in text
     assert "kept blocks' visible elements (causal: on or below the diagonal) for io-torch, FLEX" in text
     assert "on the dense count (4*B*H*N^2*d, halved) for io-dense" in text
-    assert "/io-dense: the block-sparse TFLOP/s (kept blocks) over the dense fast path's" in text
+    assert "/io-dense: our TFLOP/s (a block mask: on its kept blocks; a window or documents: on the visible" in text
     assert "io-torch / io-dense fwd call: 0.90x" in text
 
 
@@ -358,7 +358,7 @@ def test_without_block_sparse_the_header_says_none_and_dense_is_refused(faked):
      "--block-seed applies to --block-pattern random only"),
     (["--block-pattern", "local"], "--block-pattern needs --block-sparse DENSITY"),
     (["--block-seed", "3"], "--block-seed needs --block-sparse DENSITY"),
-    (["--impls", "dense"], "--impls dense is the dense reference of a block-sparse run: it needs --block-sparse"),
+    (["--impls", "dense"], "--impls dense is the dense reference of a masked run: it needs --block-sparse"),
     (["--block-sparse", "0.25", "--documents", "4"], "--block-sparse and --documents: two masks; pick one"),
     (["--block-sparse", "0.25", "--window", "256,0"], "--block-sparse and --window: two masks; pick one"),
     (["--block-sparse", "0.25", "--softcap", "30"], "--block-sparse and --softcap"),

@@ -2,9 +2,11 @@
 elements, worked out by hand), the labels and the run's JSON, which implementations take documents and what they are
 given, and the command's refusals (CPU only: no GPU, the timed implementations faked)."""
 
+import dataclasses
 import json
 import types
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -230,3 +232,82 @@ def test_bad_documents_are_one_line_exit_2(args, message):
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the dense reference and the computed tiles (issue #22's "TFLOP/s counted on the computed blocks")
+
+
+def _pairs_with_a_visible_element(visible, br, bc):
+    """The (query tile, key tile) pairs of br x bc tiles holding an element of the boolean matrix ``visible``."""
+    n_q, n_k = visible.shape
+    return sum(bool(visible[i:i + br, j:j + bc].any()) for i in range(0, n_q, br) for j in range(0, n_k, bc))
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_computed_elements_by_hand(direction, d):
+    """A window's and documents' computed tiles against the element-by-element masks: every tile of the plan's tiles
+    holding a visible element counts whole (documents: each document tiled on its own)."""
+    from iokernels.plan import make_plan
+    from iokernels.plan.varlen import make_documents_plan
+
+    n, window, docs = 1000, (300, 0), (341, 341, 318)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    problem = configs.Problem(2, 3, n, d, "float16", window=window)
+    plan = make_plan("flash", "fast", N_q=n, d=d, dtype="float16", sram=227 * 1024, batch=2, heads=3, window=window,
+                     direction=direction)
+    br, bc = plan.tile["Br"], plan.tile["Bc"]
+    assert configs.computed_elements(problem, direction) == \
+        6 * _pairs_with_a_visible_element((j <= i) & (j >= i - 300), br, bc) * br * bc
+    for causal in (False, True):
+        problem = configs.Problem(2, 3, n, d, "float16", documents=docs, causal=causal)
+        plan = make_documents_plan(docs, d=d, dtype="float16", batch=2, heads=3, causal=causal, direction=direction)
+        br, bc = plan.tile["Br"], plan.tile["Bc"]
+        mine = [np.tril(np.ones((m, m), bool)) if causal else np.ones((m, m), bool) for m in docs]
+        assert configs.computed_elements(problem, direction) == \
+            6 * sum(_pairs_with_a_visible_element(v, br, bc) for v in mine) * br * bc
+    assert configs.computed_elements(configs.Problem(2, 3, n, d, "float16"), direction) is None
+    assert configs.computed_elements(configs.Problem(2, 3, n, d, "float16", documents=(n,)), direction) is None
+
+
+class FakeDense(Fake):
+    """The dense reference: ``tflops`` on the problem without its mask."""
+
+    reference = True
+
+    def workload(self, problem):
+        return dataclasses.replace(problem, documents=None, window=None)
+
+    def setup(self, problem, direction):
+        return super().setup(self.workload(problem), direction)
+
+
+@pytest.mark.parametrize("mask", [["--documents", "3"], ["--window", "256,0"]])
+def test_the_dense_reference_on_the_computed_tiles(monkeypatch, faked, mask):
+    """With io-dense in the run, the ratios carry /io-dense and a table of ours' TFLOP/s on its computed tiles over
+    the dense path's, from the rows' counts: ours at 200 TFLOP/s on the visible elements, io-dense at 400."""
+    impls = [Fake("iokernels_torch", "io-torch", True, 200.0), FakeDense("iokernels_torch_dense", "io-dense", True,
+                                                                          400.0)]
+    monkeypatch.setattr(implementations, "make_impls", lambda names, sram=None: [i for i in impls if i.name in names])
+    args = ["--d", "64", "--N", "1024", "--dtype", "float16", "--no-backward", *mask]
+    doc = json.loads(invoke(*args, "--json").stdout)
+    rows = {r["impl"]: r for r in doc["rows"]}
+    assert set(rows) == {"iokernels_torch", "iokernels_torch_dense"}  # the default ours of a masked run
+    ours = rows["iokernels_torch"]
+    problem = configs.Problem(16, 16, 1024, 64, "float16", documents=configs.document_lengths(1024, 3)) \
+        if mask[0] == "--documents" else configs.Problem(16, 16, 1024, 64, "float16", window=(256, 0))
+    assert ours["computed_flops"] == 4 * 64 * configs.computed_elements(problem, "fwd")
+    assert rows["iokernels_torch_dense"]["computed_flops"] is None
+    assert rows["iokernels_torch_dense"]["flops"] == 4 * 16 * 16 * 1024 * 1024 * 64
+    (computed,) = doc["computed"]
+    assert computed["ratio"] == pytest.approx(200.0 * ours["computed_flops"] / ours["flops"] / 400.0)
+    assert computed["computed_over_visible"] > 1.0
+    text = invoke(*args).stdout
+    assert "on the computed tiles: ours' TFLOP/s counted on every tile its plan computes" in text
+    assert f"{computed['ratio']:.2f}x" in text and "/io-dense" in text
+
+
+def test_dense_without_a_mask_is_refused(faked):
+    result = invoke("--d", "64", "--N", "1024", "--impls", "dense", "--documents", "1")
+    assert result.exit_code == 2 and "--impls dense is the dense reference of a masked run" in result.stderr

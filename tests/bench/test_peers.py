@@ -324,7 +324,7 @@ def test_cli_json_is_one_document(monkeypatch):
                     "--impls", "torch,cupy,standard", "--peers", "flash,cudnn,cupy", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert set(doc) == {"header", "rows", "ratios", "summary"}
+    assert set(doc) == {"header", "rows", "ratios", "summary", "computed"}
     assert doc["header"]["tokens"] == 262144 and doc["header"]["heads"] == 16
     assert doc["header"]["long"] == {"heads": 48, "d": 64, "batch": 1, "dtype": "float16", "n_max": 1024}
     assert {r["impl"] for r in doc["rows"]} == {"iokernels_torch", "iokernels_cupy", "iokernels_standard",
