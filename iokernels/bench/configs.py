@@ -117,7 +117,9 @@ def attention_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, *, causa
 def computed_elements(problem: Problem, direction: str) -> int | None:
     """The elements of S in the tiles our fast path computes for ``problem`` (a sliding window's or documents': every
     (query tile, key tile) pair with a visible element, whole; with the tiles of the plan a call takes on an sm_90 part,
-    227 KB), None for another problem: the count of issue #22's "TFLOP/s counted on the computed blocks"."""
+    227 KB: documents of one length, the dense plan of their batch), None for another problem: the count of issue
+    #22's "TFLOP/s counted on the computed blocks"."""
+    from ..library.varlen import uniform_documents
     from ..plan import make_plan
     from ..plan.causal import pair_grid
     from ..plan.varlen import key_block_queries, make_documents_plan, query_tile_keys
@@ -125,7 +127,13 @@ def computed_elements(problem: Problem, direction: str) -> int | None:
     if problem.block_mask is not None or (problem.window is None and not problem.masks_documents):
         return None
     causal = "bottom_right" if problem.causal else ""
-    if problem.masks_documents:
+    documents = problem.documents if problem.masks_documents else None
+    if documents is not None and uniform_documents(documents, problem.heads, problem.heads):
+        # (the call runs the dense path on the batch of documents)
+        plan = make_plan("flash", "fast", N_q=documents[0], d=problem.d, dtype=problem.dtype, sram=227 * 1024,
+                         batch=problem.batch * problem.heads * len(documents), causal=causal, direction=direction)
+        return plan.batch * int(np.count_nonzero(pair_grid(plan)[1])) * plan.tile["Br"] * plan.tile["Bc"]
+    if documents is not None:
         plan = make_documents_plan(problem.documents, d=problem.d, dtype=problem.dtype, batch=problem.batch,
                                    heads=problem.heads, causal=causal, direction=direction)
         br, bc = plan.tile["Br"], plan.tile["Bc"]

@@ -333,11 +333,15 @@ def _document_offsets(documents: tuple[int, ...], device: torch.device) -> torch
 
 def _documents(q: Any, k: Any, v: Any, documents: Any, causal: str, scale: float | None) -> torch.Tensor:
     """:func:`attention` with ``documents``: :func:`attention_varlen` with ``head_major`` on the flattened views of q,
-    k and v (contiguous: read in place), the documents' offsets made once per documents and device."""
-    from .varlen import documents_shapes
+    k and v (contiguous: read in place), the documents' offsets made once per documents and device; documents of one
+    length (:func:`iokernels.library.varlen.uniform_documents`), the dense path on the views (..., D, L, d)."""
+    from .varlen import documents_shapes, uniform_documents
 
     check_in_place({"q": q, "k": k, "v": v})
-    documents, _, _, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    documents, heads, kv_heads, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    if uniform_documents(documents, heads, kv_heads):  # a batch of documents of one length: the dense path on the view
+        shape = (*q.shape[:-2], len(documents), documents[0], q.shape[-1])
+        return attention(q.view(shape), k.view(shape), v.view(shape), causal=causal or False, scale=scale).view(q.shape)
     offsets = _document_offsets(documents, q.device)
     out = attention_varlen(q.view(-1, n, q.shape[-1]), k.view(-1, n, k.shape[-1]), v.view(-1, n, v.shape[-1]),
                            offsets, offsets, max(documents), max(documents), causal=causal, scale=scale,

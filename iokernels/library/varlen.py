@@ -231,6 +231,21 @@ def documents_shapes(q: Shape, k: Shape, v: Shape, documents: Any) -> tuple[tupl
     return documents, heads, kv_heads, n, q[-1]
 
 
+def uniform_documents(documents: tuple[int, ...], heads: int, kv_heads: int) -> bool:
+    """Whether a documents= call runs as the dense path on a batch of documents: more than one document, all of one
+    length L, and K/V with q's heads. Then (..., N, d) viewed as (..., D, L, d) holds D attention problems per row and
+    head, independent of each other as the documents are, and the dense fast path takes them as a batch: the same
+    results and arithmetic, on its own plan (the dense forward's wider tiles and persistent grid, no sequence's tail
+    to zero) and bytes (no offsets read). Otherwise, and with grouped-query heads (whose documents a view cannot
+    batch), the variable-length kernels run."""
+    return len(documents) > 1 and len(set(documents)) == 1 and heads == kv_heads
+
+
+def _batched(x: Any, count: int) -> Any:
+    """A contiguous array (..., N, d) viewed as (..., count, N / count, d): its documents as a batch dim."""
+    return x.reshape(*x.shape[:-2], count, x.shape[-2] // count, x.shape[-1])
+
+
 def _flat(x: Any, rows: int) -> Any:
     """A contiguous cupy array's view as (heads, rows, d) (the varlen call checks what it is)."""
     if getattr(x, "flags", None) is not None and not x.flags.c_contiguous:
@@ -244,9 +259,19 @@ def attention_documents(q: Any, k: Any, v: Any, documents: Any, *, causal: bool 
     """:func:`iokernels.attention` with ``documents``: each row sees the keys of its own document only (FlexAttention's
     ``document_id[q_idx] == document_id[kv_idx]``; causal: in it), the same documents for every batch row and head.
     Runs :func:`attention_varlen` with ``head_major`` on the arrays' flattened views: each document tiled on its own
-    (no tile spans two documents' work), the offsets on the device (made once per documents)."""
-    documents, _, _, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    (no tile spans two documents' work), the offsets on the device (made once per documents); documents of one length
+    (:func:`uniform_documents`), the dense path on the arrays viewed as a batch of them."""
+    documents, heads, kv_heads, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
     check_in_place({"q": q, "k": k, "v": v}, "documents= reads its inputs where they lie")
+    if uniform_documents(documents, heads, kv_heads):  # a batch of documents of one length: the dense path
+        from .api import attention_arrays
+
+        count = len(documents)
+        out = attention_arrays(_batched(q, count), _batched(k, count), _batched(v, count), causal=causal,
+                               scale=scale, return_lse=return_lse, bfloat16=bfloat16)
+        if return_lse:
+            return out[0].reshape(q.shape), out[1].reshape(q.shape[:-1])
+        return out.reshape(q.shape)
     offsets = document_offsets(documents, q.data.device_id)
     longest = max(documents)
     out = attention_varlen(_flat(q, n), _flat(k, n), _flat(v, n), offsets, offsets, longest, longest,
@@ -261,11 +286,19 @@ def attention_documents_backward(do: Any, q: Any, k: Any, v: Any, o: Any, lse: A
                                  ) -> tuple[Any, Any, Any]:
     """:func:`iokernels.attention_backward` with ``documents`` (:func:`attention_documents`'s forward): o and do shaped
     as q, lse as q's leading dims and N; dk, dv shaped as k, v."""
-    documents, _, _, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
+    documents, heads, kv_heads, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
     check_in_place({"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse}, "documents= reads its inputs where they lie")
     if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape) or tuple(lse.shape) != tuple(q.shape[:-1]):
         raise ValueError(f"o and do must be shaped as q {tuple(q.shape)} and lse as {tuple(q.shape[:-1])}, got o "
                          f"{tuple(o.shape)}, do {tuple(do.shape)}, lse {tuple(lse.shape)}")
+    if uniform_documents(documents, heads, kv_heads):  # as the forward: the dense path on the batch of documents
+        from .api import attention_backward_arrays
+
+        count = len(documents)
+        grads = attention_backward_arrays(*(_batched(x, count) for x in (q, k, v, o, do)),
+                                          lse.reshape(*lse.shape[:-1], count, n // count), causal=causal, scale=scale,
+                                          bfloat16=bfloat16)
+        return tuple(g.reshape(x.shape) for g, x in zip(grads, (q, k, v), strict=True))
     offsets = document_offsets(documents, q.data.device_id)
     longest = max(documents)
     dq, dk, dv = attention_varlen_backward(_flat(do, n), _flat(q, n), _flat(k, n), _flat(v, n), _flat(o, n),

@@ -267,6 +267,15 @@ def test_computed_elements_by_hand(direction, d):
         mine = [np.tril(np.ones((m, m), bool)) if causal else np.ones((m, m), bool) for m in docs]
         assert configs.computed_elements(problem, direction) == \
             6 * sum(_pairs_with_a_visible_element(v, br, bc) for v in mine) * br * bc
+    # documents of one length: the call's dense plan on their batch (2 x 3 x 4 problems of 250 rows)
+    for causal in (False, True):
+        plan = make_plan("flash", "fast", N_q=250, d=d, dtype="float16", sram=227 * 1024, batch=24, causal=causal,
+                         direction=direction)
+        br, bc = plan.tile["Br"], plan.tile["Bc"]
+        one = np.tril(np.ones((250, 250), bool)) if causal else np.ones((250, 250), bool)
+        problem = configs.Problem(2, 3, n, d, "float16", documents=(250,) * 4, causal=causal)
+        pairs = _pairs_with_a_visible_element(one, br, bc)
+        assert configs.computed_elements(problem, direction) == 24 * pairs * br * bc
     assert configs.computed_elements(configs.Problem(2, 3, n, d, "float16"), direction) is None
     assert configs.computed_elements(configs.Problem(2, 3, n, d, "float16", documents=(n,)), direction) is None
 

@@ -16,6 +16,7 @@ import pytest
 import iokernels
 from iokernels import model
 from iokernels.kernels import launch
+from iokernels.plan import make_plan
 from iokernels.plan.varlen import make_documents_plan
 from iokernels.simulate import reference
 from iokernels.simulate.varlen import other_layout
@@ -140,6 +141,39 @@ def test_torch_autograd():
     for got, ref in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
         assert got.shape == ref.shape
         assert (got.double() - ref).abs().max().item() < 5e-2 * max(1.0, ref.abs().max().item())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_documents_of_one_length_run_as_a_batch(causal):
+    """Documents of one length (iokernels.library.varlen.uniform_documents) run the dense path on (B, H, D, L, d) views:
+    the dense masked reference forward and backward, and inside count_io the bytes of the dense plan of that batch."""
+    documents, d = (250,) * 4, 128
+    n, rng = sum(documents), np.random.default_rng(_seed("uniform", causal))
+    q, k, v, do = (rng.standard_normal((2, 3, n, d)).astype(np.float16) for _ in range(4))
+    mask = document_mask(documents, causal)
+    want_o, _ = reference.forward(*(x.astype(np.float64) for x in (q, k, v)), mask=mask)
+    want = reference.backward(*(x.astype(np.float64) for x in (q, k, v, do)), mask=mask)
+    qd, kd, vd = (cp.asarray(x) for x in (q, k, v))
+    o, lse = iokernels.attention(qd, kd, vd, documents=documents, causal=causal, return_lse=True)
+    assert o.shape == q.shape and lse.shape == q.shape[:-1]
+    assert np.max(np.abs(cp.asnumpy(o).astype(np.float64) - want_o)) < 2e-2
+    grads = iokernels.attention_backward(qd, kd, vd, o, cp.asarray(do), lse, documents=documents, causal=causal)
+    for g, w in zip(grads, want, strict=True):
+        assert g.shape == w.shape
+        assert np.max(np.abs(cp.asnumpy(g).astype(np.float64) - w)) < 2e-2 * max(1.0, np.max(np.abs(w)))
+    dense = make_plan("flash", "fast", N_q=250, d=d, dtype="float16", sram=227 * 1024, batch=2 * 3 * 4,
+                      causal="bottom_right" if causal else "")
+    with iokernels.count_io() as records:
+        iokernels.attention(qd, kd, vd, documents=documents, causal=causal)
+    assert {r["tensor"]: (r["read_bytes"], r["write_bytes"]) for r in records} == model.exact(dense)["main"]
+    torch = pytest.importorskip("torch")
+    itorch = pytest.importorskip("iokernels.torch")
+    qt, kt, vt = (torch.as_tensor(x, device="cuda").requires_grad_() for x in (q, k, v))
+    ot = itorch.attention(qt, kt, vt, documents=documents, causal=causal)
+    ot.backward(torch.as_tensor(do, device="cuda"))
+    assert np.max(np.abs(ot.detach().double().cpu().numpy() - want_o)) < 2e-2
+    for t, w in zip((qt, kt, vt), want, strict=True):
+        assert np.max(np.abs(t.grad.double().cpu().numpy() - w)) < 2e-2 * max(1.0, np.max(np.abs(w)))
 
 
 def test_bad_input():

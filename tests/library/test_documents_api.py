@@ -35,3 +35,14 @@ def test_shapes():
         documents_shapes((300, 64), (300, 64), (300, 64), ())
     with pytest.raises(ValueError, match="documents"):
         documents_shapes((300, 64), (300, 64), (300, 64), (301, -1))
+
+
+def test_documents_of_one_length_take_the_dense_path():
+    """uniform_documents: more than one document, one length, K/V with q's heads (a view batches those documents);
+    grouped-query heads, one document or lengths that differ keep the variable-length kernels."""
+    from iokernels.library.varlen import uniform_documents
+
+    assert uniform_documents((250,) * 4, 8, 8)
+    assert not uniform_documents((250,) * 4, 8, 2)  # grouped-query: the documents of a K/V head are not a view's
+    assert not uniform_documents((1000,), 8, 8)  # one document: no mask at all, and no batch to make
+    assert not uniform_documents((250, 250, 500), 8, 8)
