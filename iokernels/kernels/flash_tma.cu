@@ -108,8 +108,9 @@ constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 // (a block mask's list, counting, d up to 64: its producer's warp spills at 56 and 64; the consumers' tiles fit 208)
 constexpr int PRODUCER_REGS = 80, CONSUMER_REGS = 208;
 #elif defined(RAGGED) || (defined(IOK_COUNT) && defined(PERSISTENT)) || (defined(BLOCK_SPARSE) && defined(ITEM_LIST))
-// (RAGGED: the page table's, the tail's state; a block mask's list: the producer's warp lists each item's kept tiles)
-constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = 224;
+// (RAGGED: the page table's, the tail's state; a block mask's list: the producer's warp lists each item's kept tiles;
+// three consumer warpgroups, persistent: 152 each, what the block's 65536 leave them)
+constexpr int PRODUCER_REGS = 56, CONSUMER_REGS = WGS <= 2 ? 224 : 152;
 #elif defined(IOK_COUNT)  // (VARLEN with three consumer warpgroups: their 160 spill 40 bytes, the counting build only)
 constexpr int PRODUCER_REGS = WGS <= 2 ? 40 : 32, CONSUMER_REGS = WGS <= 2 ? 232 : 160;
 #else
@@ -247,7 +248,7 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     // longest rows first, across the heads
     [[maybe_unused]] const int t_r = (n_q + BR - 1) / BR, items = t_r * bh;
 #ifdef PERSISTENT
-    static_assert(WGS == 2, "a persistent block keeps more state: its counting build's producer needs 56 registers");
+    static_assert(WGS >= 2, "a persistent block keeps more state: its counting build's producer needs 56 registers");
 #define ITEM_LOOP _Pragma("unroll 1") for (int it = blockIdx.x; it < items; it += gridDim.x)
 #else
 #define ITEM_LOOP for ([[maybe_unused]] int it = 0, once = 1; once; once = 0)  // one item, the block's (grid (T_r, 1, BH))

@@ -178,7 +178,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     grid = (tr, 1, batch * heads)
     if kernel == "tma":  # one work item (query block, head) per block, or a persistent grid at B_r 128
         listed = causal and persistent is None and block_r == 128 and not dropout  # (the causal grid: item_list)
-        persistent = block_r == 128 and (listed or (not causal if persistent is None else persistent))
+        persistent = ((block_r == 128 and (listed or (not causal if persistent is None else persistent)))
+                      or (block_r == 192 and persistent is True and not causal and not dropout))
         persistent = persistent and not (dropout and tile_d > 128)  # (its counting build would spill)
         grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid
         params = (*params, ("PERSISTENT", 1), *((("ITEM_LIST", 1),) if listed else ())) if persistent else params
