@@ -80,6 +80,9 @@ def _plan_variants(source: str) -> list[CompileVariant]:
                  for br in ((128, 192) if d == 64 else (128,))]
         plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma")
                   for t in FAST_DTYPES for d in (32, 96, 160, 192, 256)]
+        # the 192-row tiles' persistent grid (a plain forward's short items, plan.fast.with_wide_persistent)
+        plans += [make_fast_plan(N_q=1000, d=d, dtype=t, kernel="tma", persistent=True)
+                  for t, d in (("float16", 64), ("bfloat16", 64), ("float16", 32))]
     if source in ("flash_tma.cu", "combine.cu", "kvcache.cu"):  # the split-KV decode (SPLIT) and its combine; a cache
         # of per-sequence lengths (RAGGED), contiguous or paged with pages smaller than B_c and not, split or not; the
         # append of new keys (kvcache.cu), contiguous and paged, at every tile width

@@ -60,6 +60,11 @@ TMA_TILES = {(64, False): (192, 128), (64, True): (128, 128), (128, False): (128
 # for a block per item, results/h100/issue22/persist-1a15069/probe-persist.txt), so a causal plan's blocks take
 # item_list's entries (ITEM_LIST, below); a window's items are all alike
 TMA_FWD_CTAS = 132
+# a plain tma forward in 192-row tiles (three consumer warpgroups, d up to 64) takes the persistent grid where its
+# items are short, up to this many keys (16 key tiles): at d 64, B·N 16384, H 16 it ran 1.20× / 1.06× / 1.01× a block
+# per item at N 512 / 1024 / 2048 (best of 4 alternating rounds; medians 1.26× / 1.12× / 1.07×), 0.96× / 0.92× at 4096
+# / 16384 (results/h200/issue22/p192-d6f8ed2/ab.txt; with_wide_persistent)
+TMA_WIDE_PERSISTENT_KEYS = 2048
 # a causal tma grid of a block per (query or key block, head) is taken in bands of heads (kernels/common.cuh IOK_GRID_X:
 # each band's blocks longest first across its heads), a band at least this many waves of TMA_FWD_CTAS blocks: the grid
 # then ends on short blocks (one head after another ends on the last head's longest), and the blocks in flight share a
@@ -132,7 +137,8 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
     grouped-query attention, K and V with that many heads
     (dividing ``heads``; default ``heads``). ``causal``: a causal plan's default tiles (:data:`TMA_TILES`; the mask
     itself is added by :func:`iokernels.plan.variants.with_causal`) and, for tma, a block per work item.
-    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128 only); None: always, with ``causal`` its
+    ``persistent``: tma's persistent grid (:data:`TMA_FWD_CTAS`; B_r 128, or 192 asked for, without causal or dropout:
+    :func:`with_wide_persistent` is the default's rule); None: at B_r 128 always, with ``causal`` its
     blocks taking the items of :func:`item_list` (not with dropout: a block per item).
     ``dropout``: a plan for dropout (past d 128 a block per item: the persistent counting build would spill)."""
     N_k = N_q if N_k is None else N_k
@@ -221,6 +227,21 @@ def make_fast_plan_within(sram: int, *, dropout: bool = False, causal: bool = Fa
             return plan
     smallest = min(plans, key=lambda p: p.smem_bytes)
     raise NoFastTilingFits(smallest, f"d={d}, tiles {smallest.describe_tiles()}")
+
+
+def with_wide_persistent(plan: Plan) -> Plan:
+    """``plan`` on the persistent grid if it is a plain tma forward (no mask, window, softcap, ALiBi, mods, dropout or
+    documents) in 192-row tiles with at most :data:`TMA_WIDE_PERSISTENT_KEYS` keys; any other plan as it is. The
+    bytes do not change (each item's as a block per item's)."""
+    if plan.schedule != "fast" or plan.direction != "fwd" or plan.variant or plan.tile.get("Br") != 192:
+        return plan
+    stage = plan.stage("main")
+    plain = set(dict(stage.params)) <= {"HEAD_D_TILE"} and not plan.causal and plan.window is None \
+        and plan.documents is None and plan.dropout is None
+    if stage.kernel != TMA_KERNEL or not plain or plan.N_k > TMA_WIDE_PERSISTENT_KEYS:
+        return plan
+    grid = (min(plan.tile["Tr"] * plan.bh, TMA_FWD_CTAS), 1, 1)
+    return replace(plan, stages=(replace(stage, grid=grid, params=(*stage.params, ("PERSISTENT", 1))),))
 
 
 class NoFastTilingFits(ValueError):

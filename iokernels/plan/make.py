@@ -16,7 +16,7 @@ from .core import (
     check_schedule,
 )
 from .dropout import Dropout
-from .fast import NoFastTilingFits, make_fast_plan_within, with_listed_blocks
+from .fast import NoFastTilingFits, make_fast_plan_within, with_listed_blocks, with_wide_persistent
 from .fast_bwd import fit_fast_backward_plan, with_item_list
 from .masks import BlockMask, ExplicitMask
 from .mods import Mods, with_mods
@@ -129,7 +129,8 @@ def make_plan(
     plan = with_dropout(with_mask(with_block_mask(with_causal(plan, causal), block_mask), mask), dropout)
     plan = with_alibi(with_softcap(with_documents(with_window(plan, window), documents), softcap), alibi)
     # the persistent grids on a list of items: a block-sparse forward's, a causal or windowed backward's
-    return with_item_list(with_listed_blocks(with_mods(plan, mods, capture_values)))
+    # ... and a plain forward's short items in 192-row tiles
+    return with_wide_persistent(with_item_list(with_listed_blocks(with_mods(plan, mods, capture_values))))
 
 
 

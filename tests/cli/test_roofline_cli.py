@@ -18,7 +18,7 @@ def test_roofline_json_predicted_only():
     doc = json.loads(result.stdout)
     h = doc["header"]
     assert h["source"] == "model" and "predicted columns only" in h["note"]
-    assert (h["batch"], h["heads"]) == (15, 16) and "132 SMs" in h["problem_note"]
+    assert (h["batch"], h["heads"]) == (9, 16) and "132 SMs" in h["problem_note"]
     assert h["ceilings"]["flops_per_s"] == 989e12 and h["ceilings"]["bytes_per_s"] == 4800e9
     labels = {r["label"] for r in doc["rows"]}
     assert "flash/fast/bwd" in labels and "standard/default/bwd" in labels
@@ -28,9 +28,9 @@ def test_roofline_json_predicted_only():
         assert total["flops"] == sum(r["flops"] for r in rows if r["stage"] != "all")
         assert total["bytes"] == sum(r["bytes"] for r in rows if r["stage"] != "all")
         assert all(r["seconds"] is None for r in rows)
-    # q_outer: 2 products of 512 x 512 x 64 per batch-head, 2 FLOPs per multiply-add, 240 batch-heads (15 x 16)
+    # q_outer: 2 products of 512 x 512 x 64 per batch-head, 2 FLOPs per multiply-add, 144 batch-heads (9 x 16)
     main = next(r for r in doc["rows"] if r["label"] == "flash/q_outer/fwd" and r["stage"] == "main")
-    assert main["flops"] == 2 * 2 * 512 * 512 * 64 * 240
+    assert main["flops"] == 2 * 2 * 512 * 512 * 64 * 144
 
 
 def test_roofline_text_and_plot(tmp_path):

@@ -37,6 +37,9 @@ CASES = [  # (grids, problem)
     ((2,), dict(N_q=777, N_k=1500, d=256, dtype="float16", heads=6, causal="bottom_right", window=(200, None))),
     ((7,), dict(N_q=1000, d=96, dtype="bfloat16", heads=20, window=(100, 20), dropout=Dropout(0.2, 99, 3))),
     ((1,), dict(N_q=1000, d=64, dtype="float16", heads=20, window=(0, 0))),  # one-tile items
+    # three consumer warpgroups (192-row tiles, plan.fast.with_wide_persistent): dense, d 64 and 32
+    ((4, 1), dict(N_q=1000, N_k=2000, d=64, dtype="float16", heads=16, kv_heads=4)),
+    ((3,), dict(N_q=300, d=32, dtype="bfloat16", heads=8)),
 ]
 
 
@@ -56,3 +59,22 @@ def test_few_blocks_give_the_full_grids_outputs_and_bytes(grids, problem):
             for name, w in want.items():
                 got = cp.asnumpy(run.buffers[name])
                 assert np.array_equal(got.view(np.uint8), w.view(np.uint8)), (blocks, counting, name)
+
+
+@pytest.mark.parametrize("d", [64, 32])
+def test_wide_persistent_equals_a_block_per_item(d):
+    """The persistent grid with three consumer warpgroups (B_r 192) gives a block per item's O and lse bit for bit, and
+    the same bytes: every item is the same work whichever block takes it."""
+    from iokernels.plan.fast import make_fast_plan
+
+    plan = make_plan("flash", "fast", N_q=1500, d=d, dtype="float16", sram=227 * KB, batch=3, heads=16)
+    per_item = make_fast_plan(N_q=1500, d=d, dtype="float16", batch=3, heads=16, kernel="tma", persistent=False)
+    assert plan.tile == per_item.tile and plan.stage("main").grid == (132, 1, 1) != per_item.stage("main").grid
+    inputs, _ = launch.make_device_inputs(plan, seed=11)
+    for counting in (True, False):
+        a, b = (launch.run_plan(p, inputs, counting=counting) for p in (plan, per_item))
+        if counting:
+            assert a.counts == b.counts == model.exact(plan)
+        for name in ("O", "lse"):
+            got, want = (cp.asnumpy(r.buffers[name]).view(np.uint8) for r in (a, b))
+            assert np.array_equal(got, want), (counting, name)

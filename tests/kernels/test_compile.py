@@ -103,10 +103,10 @@ CASES = [pytest.param(*key, id=_case_id(*key)) for key in merged()]
 # The counting builds allowed a small spill (the kernels' comments on their register splits say why): the split-KV
 # decode with a cache of per-sequence lengths and the causal mask on packed rows, in a tile past 128 columns; the
 # variable-length backward at d 64; the variable-length forward with three consumer warpgroups (B_r 192, 160
-# registers each: 40 bytes); the block-sparse backward with dropout at d 128 (36 bytes since the per-warp iok_flush;
-# its plain build none), and with a softcap at d 128 (4 bytes since the descriptors are moved by wg_desc_add,
-# 2026-11-28; its plain build none)
-SPILL_BYTES_ALLOWED = 40
+# registers each: 40 bytes), and the persistent forward with three (56 / 152 registers: 48 bytes; its plain build
+# none); the block-sparse backward with dropout at d 128 (36 bytes since the per-warp iok_flush; its plain build none),
+# and with a softcap at d 128 (4 bytes since the descriptors are moved by wg_desc_add, 2026-11-28; its plain build none)
+SPILL_BYTES_ALLOWED = 48
 # ... and a programmable variant's counting build (MASK_MOD, SCORE_MOD: a user's expressions take the registers they
 # take; the forward at d 128 with a document mask and ALiBi read from two captured arrays spills 204 bytes, the plain
 # build none)
@@ -119,10 +119,16 @@ def spills_allowed(source: str, defines: dict) -> bool:
         # block-sparse one with dropout or a softcap at d 128
         return ("VARLEN" in defines and width == 64) or ("BLOCK_SPARSE" in defines and width == 128
                                                           and ("DROPOUT" in defines or "SOFTCAP" in defines))
-    if source == "flash_tma.cu" and "VARLEN" in defines:  # B_r 192: three consumer warpgroups
+    if source == "flash_tma.cu" and ("VARLEN" in defines or "PERSISTENT" in defines):  # B_r 192: three consumer
+        # warpgroups
         return defines["BR"] == 192
     return (source == "flash_tma.cu" and all(k in defines for k in ("SPLIT", "RAGGED", "PACKED_CAUSAL"))
             and width > 128)
+
+
+def wide_persistent(source: str, defines: dict) -> bool:
+    """The tma forward's persistent grid with three consumer warpgroups (B_r 192; plan.fast.with_wide_persistent)."""
+    return source == "flash_tma.cu" and "PERSISTENT" in defines and defines["BR"] == 192
 
 
 def plain_spill_allowed(source: str, defines: dict) -> int:
@@ -253,9 +259,13 @@ def test_compiles_in_both_builds_without_spills(source: str, defines: tuple, arc
         assert "warning" not in result.log.lower(), f"{build}: {result.log}"
         # ptxas keeps every wgmma asynchronous (C7519: products serialized by a compiler-inserted wait in a
         # divergent path; C7517: a wait injected; C7512: too few registers; C7514 / C7515: other instructions reading
-        # or setting a product's accumulators while it may fly), and honours setmaxnreg (C7508)
-        assert not any(code in result.log for code in ("C7508", "C7512", "C7514", "C7515", "C7517", "C7519")), \
-            f"{build}: {result.log}"
+        # or setting a product's accumulators while it may fly), and honours setmaxnreg (C7508); but for the counting
+        # build of the persistent forward with three consumer warpgroups (its producer's 64-bit counters across items
+        # take 56 registers, which leave the consumers 152: ptxas serializes their products, C7512, where the plain
+        # build's 160 do not; that build counts bytes, and its time is not measured)
+        codes = ("C7508", "C7514", "C7515", "C7517", "C7519") if counting and wide_persistent(source, dict(defines)) \
+            else ("C7508", "C7512", "C7514", "C7515", "C7517", "C7519")
+        assert not any(code in result.log for code in codes), f"{build}: {result.log}"
         if source == "flash_tma.cu":  # the copies and the register reallocation are in its PTX
             assert "cp.async.bulk.tensor.3d" in result.ptx and "setmaxnreg.inc" in result.ptx, build
         for expr in instances:

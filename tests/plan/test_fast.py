@@ -168,6 +168,30 @@ def test_the_persistent_tma_grid_is_capped_at_the_sms():
     assert wide.tile["Br"] == 192 and wide.stages[0].grid == (86, 1, 16)
 
 
+def test_short_items_in_192_rows_take_the_persistent_grid():
+    """make_plan's plain forward in 192-row tiles (d up to 64): the persistent grid up to TMA_WIDE_PERSISTENT_KEYS keys,
+    a block per item past them; any variant, the 128-row tiles and the backward as they were; the bytes unchanged."""
+    from iokernels.plan import make_plan
+    from iokernels.plan.dropout import Dropout
+    from iokernels.plan.fast import TMA_WIDE_PERSISTENT_KEYS
+
+    kw = dict(d=64, dtype="float16", sram=227 * 1024, batch=4, heads=16)
+    short = make_plan("flash", "fast", N_q=TMA_WIDE_PERSISTENT_KEYS, **kw)
+    assert short.tile["Br"] == 192 and short.stages[0].grid == (132, 1, 1)
+    assert dict(short.stages[0].params)["PERSISTENT"] == 1
+    few = make_plan("flash", "fast", N_q=300, d=32, dtype="bfloat16", sram=227 * 1024, heads=2)  # 2 x 2 items
+    assert few.tile["Br"] == 192 and few.stages[0].grid == (4, 1, 1) and dict(few.stages[0].params)["PERSISTENT"]
+    long = make_plan("flash", "fast", N_q=300, N_k=TMA_WIDE_PERSISTENT_KEYS + 1, **kw)
+    assert long.stages[0].grid == (2, 1, 64) and "PERSISTENT" not in dict(long.stages[0].params)
+    per_item = make_fast_plan(N_q=TMA_WIDE_PERSISTENT_KEYS, d=64, dtype="float16", batch=4, heads=16, kernel="tma")
+    assert model.exact(short) == model.exact(per_item) and per_item.stages[0].grid == (11, 1, 64)
+    for variant in ({"causal": True}, {"window": (256, 0)}, {"softcap": 30.0}, {"dropout": Dropout(0.1, 1, 0)},
+                    {"alibi": (0.5,) * 16}, {"direction": "bwd"}):
+        plan = make_plan("flash", "fast", N_q=1024, **kw, **variant)
+        params = dict(plan.stage("main").params)
+        assert plan.tile["Br"] != 192 or "PERSISTENT" not in params, (variant, plan.tile, params)
+
+
 def test_causal_takes_the_list_and_a_window_is_persistent():
     """Causal alone: the persistent grid taking item_list's entries (ITEM_LIST); a window: the persistent grid in
     turn (its items are alike); dropout and the per-item variants: a block per item."""
