@@ -10,7 +10,7 @@ from iokernels.kernels import launch
 from iokernels.plan import make_plan
 
 n = 0
-for problem in (dict(N_q=1000, N_k=2000, d=64, dtype="float16", heads=16, kv_heads=4),
+for problem in (dict(N_q=1000, N_k=2000, d=64, dtype="float16", heads=8, kv_heads=2),
                 dict(N_q=193, d=32, dtype="bfloat16", batch=2, heads=8)):
     plan = make_plan("flash", "fast", sram=227 * 1024, **problem)
     assert dict(plan.stage("main").params).get("PERSISTENT") == 1 and plan.tile["Br"] == 192
