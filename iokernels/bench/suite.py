@@ -140,19 +140,24 @@ def _config(r: dict) -> tuple:
     return (r["table"], r["d"], r["N"], r["dtype"], r["batch"], r["heads"], r["causal"], r["pass"], r["mode"])
 
 
-def ratios(rows: list[dict]) -> list[dict]:
-    """TFLOP/s of each of our implementations over each peer's, per configuration, pass and mode, where both
-    measured; and over the strongest peer's there (peer "strongest": the largest TFLOP/s among the torch SDPA
-    backends and FlexAttention measured, named under "strongest"). A reference of ours (``reference``: the dense
-    fast path of a block-sparse run) is a denominator, as a peer is, never a numerator."""
+def _measured_by_config(rows: list[dict]) -> list[tuple[dict, dict[str, dict]]]:
+    """The measured rows by configuration, pass and mode: (where, {impl: row}), ``where`` naming them as a ratio row
+    does."""
     by_config: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         if r["status"] == "ok":
             by_config.setdefault(_config(r), {})[r["impl"]] = r
+    keys = ("table", "d", "N", "dtype", "batch", "heads", "causal", "pass", "mode")
+    return [(dict(zip(keys, config, strict=True)), impls) for config, impls in by_config.items()]
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """TFLOP/s of each of our implementations over each peer's, per configuration, pass and mode, where both
+    measured; and over the strongest peer's there (peer "strongest": the largest TFLOP/s among the torch SDPA
+    backends and FlexAttention measured, named under "strongest"). A reference of ours (``reference``: the dense
+    fast path of a masked run) is a denominator, as a peer is, never a numerator."""
     out = []
-    for (table, d, n, dtype, batch, heads, causal, direction, mode), impls in by_config.items():
-        where = {"table": table, "d": d, "N": n, "dtype": dtype, "batch": batch, "heads": heads, "causal": causal,
-                 "pass": direction, "mode": mode}
+    for where, impls in _measured_by_config(rows):
         strong = [r for r in impls.values() if r["impl"] in STRONGEST_FROM]
         best = max(strong, key=lambda r: r["tflops"]) if strong else None
         for ours in (r for r in impls.values() if r["ours"] and not r.get("reference")):
@@ -168,17 +173,12 @@ def ratios(rows: list[dict]) -> list[dict]:
 def computed_ratios(rows: list[dict]) -> list[dict]:
     """Per configuration, pass and mode where ours (with ``computed_flops``) and the dense reference both measured:
     ours' TFLOP/s counted on the tiles its plan computes over the dense fast path's own TFLOP/s (issue #22's bar)."""
-    by_config: dict[tuple, dict[str, dict]] = {}
-    for r in rows:
-        if r["status"] == "ok":
-            by_config.setdefault(_config(r), {})[r["impl"]] = r
     out = []
-    for (table, d, n, dtype, batch, heads, causal, direction, mode), impls in by_config.items():
+    for where, impls in _measured_by_config(rows):
         refs = [r for r in impls.values() if r.get("reference")]
         for ours in (r for r in impls.values() if r.get("computed_flops") and not r.get("reference")):
             tflops = ours["computed_flops"] / ours["seconds"] / 1e12
-            out += [{"table": table, "d": d, "N": n, "dtype": dtype, "batch": batch, "heads": heads, "causal": causal,
-                     "pass": direction, "mode": mode, "impl": ours["impl"], "peer": ref["impl"],
+            out += [{**where, "impl": ours["impl"], "peer": ref["impl"],
                      "computed_over_visible": ours["computed_flops"] / ours["flops"], "tflops": tflops,
                      "peer_tflops": ref["tflops"], "ratio": tflops / ref["tflops"]} for ref in refs]
     return out
