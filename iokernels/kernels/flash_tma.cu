@@ -242,10 +242,10 @@ flash_tma_fwd(const __grid_constant__ IokTensorMap tmQ, const __grid_constant__ 
     [[maybe_unused]] int k_base = 0;  // (PAGED: its copies address pages)
     const int q_extent = n_q_in;
     [[maybe_unused]] const int k_extent = n_k_in;
-    // work items, B_r query rows of one head each. PERSISTENT (a stage parameter; B_r 128): the blocks take them in
-    // turn (item blockIdx.x, + gridDim.x, ...; the plan launches at most TMA_FWD_CTAS blocks), so the copy engine loads
-    // an item's Q and first K while the consumers finish the item before; else one item per block. Causal: the
-    // longest rows first, across the heads
+    // work items, B_r query rows of one head each. PERSISTENT (a stage parameter; B_r 128, or 192 for short items): the
+    // blocks take them in turn (item blockIdx.x, + gridDim.x, ...; the plan launches at most TMA_FWD_CTAS blocks), so
+    // the copy engine loads an item's Q and first K while the consumers finish the item before; else one item per
+    // block. Causal: the longest rows first, across the heads
     [[maybe_unused]] const int t_r = (n_q + BR - 1) / BR, items = t_r * bh;
 #ifdef PERSISTENT
     static_assert(WGS >= 2, "a persistent block keeps more state: its counting build's producer needs 56 registers");
