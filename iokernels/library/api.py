@@ -329,8 +329,9 @@ def attention(q: Any, k: Any, v: Any, *, algorithm: str = "flash", schedule: str
         documents_only(algorithm=algorithm, schedule=schedule, sram=sram, graph=graph, block_mask=block_mask,
                        mask=mask, dropout=dropout, return_dropout=return_dropout, window=window, softcap=softcap,
                        alibi_slopes=alibi_slopes)
-        return attention_documents(q, k, v, documents, causal=causal,
-                                   scale=_check_options(scale, return_lse=return_lse), return_lse=return_lse)
+        scale = _check_options(scale, return_lse=return_lse)
+        return attention_documents(q, k, v, documents, causal=causal, scale=scale, return_lse=return_lse,
+                                   dense=attention_arrays)
     return attention_arrays(q, k, v, algorithm=algorithm, schedule=schedule, causal=causal, scale=scale, sram=sram,
                             return_lse=return_lse, graph=graph, block_mask=block_mask, mask=mask, dropout=dropout,
                             return_dropout=return_dropout, window=window, softcap=softcap,
@@ -487,7 +488,8 @@ def attention_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *, alg
         documents_only(algorithm=algorithm, sram=sram, graph=graph, block_mask=block_mask, mask=mask,
                        dropout=dropout, window=window, deterministic=deterministic, softcap=softcap,
                        alibi_slopes=alibi_slopes)
-        return attention_documents_backward(do, q, k, v, o, lse, documents, causal=causal, scale=check_scale(scale))
+        return attention_documents_backward(do, q, k, v, o, lse, documents, causal=causal, scale=check_scale(scale),
+                                            dense=attention_backward_arrays)
     return attention_backward_arrays(q, k, v, o, do, lse, algorithm=algorithm, causal=causal, scale=scale, sram=sram,
                                      deterministic=deterministic, graph=graph, block_mask=block_mask, mask=mask,
                                      dropout=dropout, window=window, softcap=softcap, alibi_slopes=alibi_slopes)

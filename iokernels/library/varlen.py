@@ -255,19 +255,19 @@ def _flat(x: Any, rows: int) -> Any:
 
 
 def attention_documents(q: Any, k: Any, v: Any, documents: Any, *, causal: bool | str = False,
-                        scale: float | None = None, return_lse: bool = False, bfloat16: bool = False) -> Any:
+                        scale: float | None = None, return_lse: bool = False, bfloat16: bool = False,
+                        dense: Any = None) -> Any:
     """:func:`iokernels.attention` with ``documents``: each row sees the keys of its own document only (FlexAttention's
     ``document_id[q_idx] == document_id[kv_idx]``; causal: in it), the same documents for every batch row and head.
     Runs :func:`attention_varlen` with ``head_major`` on the arrays' flattened views: each document tiled on its own
     (no tile spans two documents' work), the offsets on the device (made once per documents); documents of one length
-    (:func:`uniform_documents`), the dense path on the arrays viewed as a batch of them."""
+    (:func:`uniform_documents`), ``dense`` (the dense path's call, ``iokernels.library.api.attention_arrays``; None:
+    the variable-length kernels always) on the arrays viewed as a batch of them."""
     documents, heads, kv_heads, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
     check_in_place({"q": q, "k": k, "v": v}, "documents= reads its inputs where they lie")
-    if uniform_documents(documents, heads, kv_heads):  # a batch of documents of one length: the dense path
-        from .api import attention_arrays
-
+    if dense is not None and uniform_documents(documents, heads, kv_heads):  # a batch of documents of one length
         count = len(documents)
-        out = attention_arrays(_batched(q, count), _batched(k, count), _batched(v, count), causal=causal,
+        out = dense(_batched(q, count), _batched(k, count), _batched(v, count), causal=causal,
                                scale=scale, return_lse=return_lse, bfloat16=bfloat16)
         if return_lse:
             return out[0].reshape(q.shape), out[1].reshape(q.shape[:-1])
@@ -282,22 +282,20 @@ def attention_documents(q: Any, k: Any, v: Any, documents: Any, *, causal: bool 
 
 
 def attention_documents_backward(do: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, documents: Any, *,
-                                 causal: bool | str = False, scale: float | None = None, bfloat16: bool = False
-                                 ) -> tuple[Any, Any, Any]:
+                                 causal: bool | str = False, scale: float | None = None, bfloat16: bool = False,
+                                 dense: Any = None) -> tuple[Any, Any, Any]:
     """:func:`iokernels.attention_backward` with ``documents`` (:func:`attention_documents`'s forward): o and do shaped
-    as q, lse as q's leading dims and N; dk, dv shaped as k, v."""
+    as q, lse as q's leading dims and N; dk, dv shaped as k, v. ``dense``: as the forward's, the dense backward's call
+    (``iokernels.library.api.attention_backward_arrays``)."""
     documents, heads, kv_heads, n, _ = documents_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), documents)
     check_in_place({"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse}, "documents= reads its inputs where they lie")
     if tuple(o.shape) != tuple(q.shape) or tuple(do.shape) != tuple(q.shape) or tuple(lse.shape) != tuple(q.shape[:-1]):
         raise ValueError(f"o and do must be shaped as q {tuple(q.shape)} and lse as {tuple(q.shape[:-1])}, got o "
                          f"{tuple(o.shape)}, do {tuple(do.shape)}, lse {tuple(lse.shape)}")
-    if uniform_documents(documents, heads, kv_heads):  # as the forward: the dense path on the batch of documents
-        from .api import attention_backward_arrays
-
+    if dense is not None and uniform_documents(documents, heads, kv_heads):  # as the forward
         count = len(documents)
-        grads = attention_backward_arrays(*(_batched(x, count) for x in (q, k, v, o, do)),
-                                          lse.reshape(*lse.shape[:-1], count, n // count), causal=causal, scale=scale,
-                                          bfloat16=bfloat16)
+        grads = dense(*(_batched(x, count) for x in (q, k, v, o, do)), lse.reshape(*lse.shape[:-1], count, n // count),
+                      causal=causal, scale=scale, bfloat16=bfloat16)
         return tuple(g.reshape(x.shape) for g, x in zip(grads, (q, k, v), strict=True))
     offsets = document_offsets(documents, q.data.device_id)
     longest = max(documents)
