@@ -129,11 +129,12 @@ def computed_elements(problem: Problem, direction: str) -> int | None:
     causal = "bottom_right" if problem.causal else ""
     documents = problem.documents if problem.masks_documents else None
     if documents is not None and uniform_documents(documents, problem.heads, problem.heads):
-        # (the call runs the dense path on the batch of documents)
+        # (the call runs the dense path on the batch of documents: each document's pairs, every document alike)
         plan = make_plan("flash", "fast", N_q=documents[0], d=problem.d, dtype=problem.dtype, sram=227 * 1024,
                          batch=problem.batch * problem.heads * len(documents), causal=causal, direction=direction)
-        return plan.batch * int(np.count_nonzero(pair_grid(plan)[1])) * plan.tile["Br"] * plan.tile["Bc"]
-    if documents is not None:
+        br, bc = plan.tile["Br"], plan.tile["Bc"]
+        pairs = len(documents) * int(np.count_nonzero(pair_grid(plan)[1]))
+    elif documents is not None:
         plan = make_documents_plan(problem.documents, d=problem.d, dtype=problem.dtype, batch=problem.batch,
                                    heads=problem.heads, causal=causal, direction=direction)
         br, bc = plan.tile["Br"], plan.tile["Bc"]

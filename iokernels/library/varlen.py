@@ -267,8 +267,8 @@ def attention_documents(q: Any, k: Any, v: Any, documents: Any, *, causal: bool 
     check_in_place({"q": q, "k": k, "v": v}, "documents= reads its inputs where they lie")
     if dense is not None and uniform_documents(documents, heads, kv_heads):  # a batch of documents of one length
         count = len(documents)
-        out = dense(_batched(q, count), _batched(k, count), _batched(v, count), causal=causal,
-                               scale=scale, return_lse=return_lse, bfloat16=bfloat16)
+        out = dense(_batched(q, count), _batched(k, count), _batched(v, count), causal=causal, scale=scale,
+                    return_lse=return_lse, bfloat16=bfloat16)
         if return_lse:
             return out[0].reshape(q.shape), out[1].reshape(q.shape[:-1])
         return out.reshape(q.shape)

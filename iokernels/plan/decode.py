@@ -14,7 +14,7 @@ flash_tma.cu built with SPLIT and combine.cu.
 from __future__ import annotations
 
 from .core import Plan, Stage, Unsupported, check_problem, layout, layout_bytes
-from .fast import FAST_DTYPES, TMA_FWD_CTAS, TMA_HEAD_DIMS, fast_buffers, tile_head_dim, tile_params
+from .fast import FAST_DTYPES, TMA_HEAD_DIMS, fast_buffers, persistent_grid, tile_head_dim, tile_params
 from .kvcache import KvCache
 from .units import ACC_ITEMSIZE, cdiv, itemsize
 
@@ -145,7 +145,7 @@ def make_decode_plan(*, N_q: int, N_k: int, d: int, dtype: str, batch: int = 1, 
         stages = (Stage("main", "flash_tma_fwd", (t_m, 1, bh_kv), threads, layout(buffers),
                         (*params, *cache, *mask)),)
     else:  # the tma forward on the packed rows, persistent as its dense plans
-        stages = (Stage("main", "flash_tma_fwd", (min(t_m * bh_kv, TMA_FWD_CTAS), 1, 1), threads, layout(buffers),
+        stages = (Stage("main", "flash_tma_fwd", persistent_grid(t_m * bh_kv), threads, layout(buffers),
                         (*params, ("PERSISTENT", 1), *mask)),)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
                 sram_bytes=layout_bytes(buffers), batch=batch, heads=heads, kv_heads=kv_heads,

@@ -123,6 +123,11 @@ def fast_buffers(d: int, e: int, block_r: int = 64, block_c: int = 64) -> list[t
     return [("Q", block_r * d * e), ("K0", tile), ("K1", tile), ("V0", tile), ("V1", tile)]
 
 
+def persistent_grid(items: int) -> tuple[int, int, int]:
+    """The grid of a persistent tma stage over ``items`` work items: one block per item up to :data:`TMA_FWD_CTAS`."""
+    return (min(items, TMA_FWD_CTAS), 1, 1)
+
+
 def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batch: int = 1,
                    heads: int = 1, block_r: int | None = None, block_c: int | None = None,
                    kernel: str | None = None, kv_heads: int | None = None, causal: bool = False,
@@ -187,7 +192,7 @@ def make_fast_plan(*, N_q: int, N_k: int | None = None, d: int, dtype: str, batc
         persistent = ((block_r == 128 and (listed or (not causal if persistent is None else persistent)))
                       or (block_r == 192 and persistent is True and not causal and not dropout))
         persistent = persistent and not (dropout and tile_d > 128)  # (its counting build would spill)
-        grid = (min(tr * batch * heads, TMA_FWD_CTAS), 1, 1) if persistent else grid
+        grid = persistent_grid(tr * batch * heads) if persistent else grid
         params = (*params, ("PERSISTENT", 1), *((("ITEM_LIST", 1),) if listed else ())) if persistent else params
     stage = Stage("main", name, grid, threads, layout(buffers), params)
     return Plan(algorithm="flash", schedule="fast", direction="fwd", N_q=N_q, N_k=N_k, d=d, dtype=dtype,
@@ -240,7 +245,7 @@ def with_wide_persistent(plan: Plan) -> Plan:
         and plan.documents is None and plan.dropout is None
     if stage.kernel != TMA_KERNEL or not plain or plan.N_k > TMA_WIDE_PERSISTENT_KEYS:
         return plan
-    grid = (min(plan.tile["Tr"] * plan.bh, TMA_FWD_CTAS), 1, 1)
+    grid = persistent_grid(plan.tile["Tr"] * plan.bh)
     return replace(plan, stages=(replace(stage, grid=grid, params=(*stage.params, ("PERSISTENT", 1))),))
 
 
@@ -340,7 +345,7 @@ def on_item_list(plan: Plan, params: tuple[tuple[str, object], ...]) -> Plan:
     ``ITEM_LIST``, at most :data:`TMA_FWD_CTAS` blocks (one per item where there are fewer)."""
     main = plan.stage("main")
     t, heads = list_items(plan)
-    stage = replace(main, grid=(min(t * heads, TMA_FWD_CTAS), 1, 1), params=(*params, ("ITEM_LIST", 1)))
+    stage = replace(main, grid=persistent_grid(t * heads), params=(*params, ("ITEM_LIST", 1)))
     return replace(plan, stages=tuple(stage if s is main else s for s in plan.stages))
 
 
